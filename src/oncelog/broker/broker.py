@@ -1,0 +1,128 @@
+"""The Broker: wires configuration, storage, the cores and the network server together."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from oncelog.broker import handlers
+from oncelog.clock import wall_clock_ms
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.durability import GroupCommitFlusher
+from oncelog.broker.server import ConnectionInfo, KafkaServer
+from oncelog.broker.topics import TopicRegistry
+from oncelog.producers.pid_allocator import ProducerIdAllocator
+from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
+from oncelog.protocol.codec import RequestHeader
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
+CLUSTER_ID = "oncelog-single-node"
+
+Handler = Callable[["Broker", RequestHeader, Any], Awaitable[Any]]
+
+
+class Broker:
+    """A single-node broker. Start it with `await start()`, stop it with `await stop()`."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        data_dir: Path,
+        host: str = "127.0.0.1",
+        port: int = 9092,
+        advertised_host: str | None = None,
+        advertised_port: int | None = None,
+    ) -> None:
+        self.config = config
+        self.data_dir = data_dir
+        self.node_id: int = config.node_id
+        self.cluster_id = CLUSTER_ID
+        self.topics = TopicRegistry(data_dir, config)
+        self.flusher = GroupCommitFlusher()
+        self.producer_ids: ProducerIdAllocator | None = None
+        self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
+        self._host = host
+        self._advertised = (advertised_host, advertised_port)
+        self._handlers: dict[int, Handler] = handlers.by_api_key()
+        self._maintenance: asyncio.Task[None] | None = None
+        missing = set(SUPPORTED_VERSIONS) - set(self._handlers)
+        assert not missing, f"advertised APIs without a handler: {missing}"
+
+    def now_ms(self) -> int:
+        return wall_clock_ms()
+
+    # -- addresses -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    @property
+    def advertised_address(self) -> tuple[str, int]:
+        """What Metadata tells clients; a fault-injection proxy can stand in front."""
+        host, port = self._advertised
+        return host or self._host, port or self.port
+
+    def advertise(self, host: str, port: int) -> None:
+        self._advertised = (host, port)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        if not clean and any(self.data_dir.iterdir()):
+            log.warning("no clean-shutdown marker in %s: recovering logs", self.data_dir)
+        # The marker is removed before anything is written, so a crash from here on is
+        # seen as unclean at the next start.
+        marker.unlink(missing_ok=True)
+        self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
+        self.producer_ids = ProducerIdAllocator(self.data_dir)
+        self.flusher.start()
+        await self._server.start()
+        self._maintenance = asyncio.create_task(self._run_maintenance(), name="log-maintenance")
+
+    async def stop(self) -> None:
+        """Stop serving, flush everything, and leave the clean-shutdown marker."""
+        await self._server.stop()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        await self.flusher.stop()
+        self.topics.close()
+        (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
+        log.info("broker stopped cleanly")
+
+    async def _run_maintenance(self) -> None:
+        """Time-based segment rolls, retention and scheduled flushes."""
+        interval_s = min(self.config.log_retention_check_interval_ms, 30_000) / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now = self.now_ms()
+            for partition in self.topics.partitions():
+                try:
+                    partition.log.maybe_roll(now)
+                    deleted = partition.log.apply_retention(now)
+                except OSError:
+                    log.exception("maintenance of %r failed", partition)
+                    continue
+                if deleted:
+                    log.info("retention deleted %d segment(s) of %r", deleted, partition)
+                if partition.log.log_end_offset > partition.log.recovery_point:
+                    self.flusher.request_flush(partition)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def dispatch(
+        self, header: RequestHeader, request: Any, connection: ConnectionInfo
+    ) -> Awaitable[Any]:
+        return self._handlers[header.api_key](self, header, request)

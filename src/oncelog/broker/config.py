@@ -1,0 +1,631 @@
+"""Broker and topic configuration, with Apache Kafka's key names, types, defaults and rules.
+
+One table (`BROKER_DEFS`) describes every broker key; a second (`TOPIC_DEFS`) every topic key.
+A topic key falls back to the broker keys whose `topic_key` names it, in table order (the
+first key that has a value wins, as `log.retention.ms` > `log.retention.minutes` >
+`log.retention.hours` in Kafka). Values are parsed and validated the way Kafka's `ConfigDef`
+does it: surrounding whitespace trimmed, booleans case-insensitive, integers range-checked
+by width, lists split on commas. Defaults follow Kafka 4.0 unless a doc says otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Generic, Mapping, TypeVar, cast, overload
+
+log = logging.getLogger("oncelog.config")
+
+LONG_MAX = 2**63 - 1
+_HOUR_MS = 3_600_000
+_MINUTE_MS = 60_000
+
+
+class ConfigType(IntEnum):
+    """Value types, numbered as DescribeConfigs reports them (`configType`)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(IntEnum):
+    """Where a value comes from, numbered as DescribeConfigs reports it."""
+
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigError(ValueError):
+    """A configuration value (or name) was refused; the broker answers INVALID_CONFIG."""
+
+    def __init__(self, key: str, value: object, reason: str) -> None:
+        super().__init__(f"Invalid value {value!r} for configuration {key}: {reason}")
+        self.key = key
+        self.value = value
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Range:
+    """Inclusive numeric bounds; either side may be open."""
+
+    low: float | None = None
+    high: float | None = None
+
+    def check(self, value: Any) -> str | None:
+        # `not (a <= b)` rather than `a > b` so that NaN is refused too.
+        if (self.low is not None and not self.low <= value) or (
+            self.high is not None and not value <= self.high
+        ):
+            return f"must be {self}"
+        return None
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"at least {self.low}"
+        if self.low is None:
+            return f"at most {self.high}"
+        return f"between {self.low} and {self.high}"
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Allowed strings (case-sensitive, as Kafka); for a LIST, every element must be allowed."""
+
+    choices: tuple[str, ...]
+
+    def check(self, value: Any) -> str | None:
+        for item in value if isinstance(value, list) else [value]:
+            if item not in self.choices:
+                return f"{item!r} is not one of {', '.join(self.choices)}"
+        return None
+
+    def __str__(self) -> str:
+        return "one of " + ", ".join(self.choices)
+
+
+Validator = Range | OneOf
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One configuration key: its type, default (None: unset), rule and meaning.
+
+    `topic_key` names the topic-level key this broker key supplies the default for, and
+    `to_topic_unit` converts this key's unit into the topic key's (hours to ms, ...).
+    """
+
+    key: str
+    type: ConfigType
+    default: Any
+    doc: str
+    validator: Validator | None = None
+    topic_key: str | None = None
+    to_topic_unit: int = 1
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One row of a DescribeConfigs answer."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    sensitive: bool
+    type: ConfigType
+    doc: str
+    synonyms: tuple[ConfigSynonym, ...]
+
+
+T = ConfigType
+_TIMESTAMP_TYPES = OneOf(("CreateTime", "LogAppendTime"))
+_CLEANUP_POLICIES = OneOf(("compact", "delete"))
+_COMPRESSION_TYPES = OneOf(("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"))
+
+_FLUSH_MESSAGES_DOC = (
+    "oncelog deviation: default 1 (Kafka: 9223372036854775807). Durability comes from fsync, "
+    "not from replicas. With 1, an acks=-1 (all) produce is answered only after an fsync that "
+    "covers its batch; appends waiting at the same time share one fsync (group commit). "
+    "acks=0 and acks=1 are answered after the append without waiting. With "
+    "9223372036854775807 no produce waits for a flush, as in Kafka: data reaches disk every "
+    "log.flush.interval.ms if that is set, else every log.flush.scheduler.interval.ms, and at "
+    "segment roll and clean shutdown. Any other value N keeps Kafka's meaning: the partition is "
+    "flushed once N messages are unflushed, and no produce waits for it."
+)
+
+BROKER_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef("node.id", T.INT, 0, "The id of this broker in Metadata answers. oncelog runs "
+              "one node, so it defaults to 0 (Kafka requires it to be set).", Range(0)),
+    ConfigDef("listeners", T.LIST, ["PLAINTEXT://:9092"],
+              "Comma-separated URIs to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
+    ConfigDef("advertised.listeners", T.LIST, None,
+              "Addresses given to clients in Metadata, if different from listeners."),
+    ConfigDef("log.dir", T.STRING, "/tmp/kafka-logs",
+              "Data directory, used when log.dirs is unset."),
+    ConfigDef("log.dirs", T.LIST, None, "Data directories (oncelog uses the first one)."),
+    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True,
+              "Create a topic when a client asks for metadata of, or produces to, an unknown one."),
+    ConfigDef("num.partitions", T.INT, 1, "Partition count of automatically created topics.",
+              Range(1)),
+    ConfigDef("default.replication.factor", T.INT, 1,
+              "Replication factor of automatically created topics."),
+    ConfigDef("delete.topic.enable", T.BOOLEAN, True,
+              "Whether DeleteTopics deletes; when false it is refused."),
+    ConfigDef("socket.request.max.bytes", T.INT, 104_857_600,
+              "Largest request accepted on a connection; a bigger frame closes it.", Range(1)),
+    ConfigDef("message.max.bytes", T.INT, 1_048_588,
+              "Largest record batch accepted, after compression.", Range(0),
+              topic_key="max.message.bytes"),
+    ConfigDef("fetch.max.bytes", T.INT, 57_671_680,
+              "Upper bound on the bytes returned by one Fetch.", Range(1024)),
+    ConfigDef("compression.type", T.STRING, "producer",
+              "Compression of stored batches; 'producer' keeps what the producer sent.",
+              _COMPRESSION_TYPES, topic_key="compression.type"),
+    ConfigDef("log.segment.bytes", T.INT, 1_073_741_824,
+              "Size at which a partition rolls to a new segment file.", Range(1_048_576),
+              topic_key="segment.bytes"),
+    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment is rolled; overrides "
+              "log.roll.hours.", Range(1), topic_key="segment.ms"),
+    ConfigDef("log.roll.hours", T.INT, 168, "Age in hours at which a segment is rolled, used "
+              "when log.roll.ms is unset.", Range(1), topic_key="segment.ms",
+              to_topic_unit=_HOUR_MS),
+    ConfigDef("log.retention.ms", T.LONG, None, "How long data is kept; overrides "
+              "log.retention.minutes and log.retention.hours. Negative: no time limit.",
+              topic_key="retention.ms"),
+    ConfigDef("log.retention.minutes", T.INT, None, "Retention in minutes, used when "
+              "log.retention.ms is unset.", topic_key="retention.ms", to_topic_unit=_MINUTE_MS),
+    ConfigDef("log.retention.hours", T.INT, 168, "Retention in hours, used when neither "
+              "log.retention.ms nor log.retention.minutes is set.", topic_key="retention.ms",
+              to_topic_unit=_HOUR_MS),
+    ConfigDef("log.retention.bytes", T.LONG, -1, "Size a partition may reach before old "
+              "segments are deleted. Negative: no size limit.", topic_key="retention.bytes"),
+    ConfigDef("log.retention.check.interval.ms", T.LONG, 300_000,
+              "How often retention is enforced.", Range(1)),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "What happens to data past "
+              "retention: delete and/or compact.", _CLEANUP_POLICIES, topic_key="cleanup.policy"),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86_400_000, "How long tombstones "
+              "stay in a compacted topic.", Range(0), topic_key="delete.retention.ms"),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Minimum age before a record "
+              "may be compacted.", Range(0), topic_key="min.compaction.lag.ms"),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Maximum age before a "
+              "record must be eligible for compaction.", Range(1),
+              topic_key="max.compaction.lag.ms"),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "Dirty fraction of a log "
+              "that triggers compaction.", Range(0, 1), topic_key="min.cleanable.dirty.ratio"),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60_000, "Delay before a deleted "
+              "segment's files are removed.", Range(0), topic_key="file.delete.delay.ms"),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10_485_760, "Largest offset index file.",
+              Range(4), topic_key="segment.index.bytes"),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096, "Bytes of log between two offset "
+              "index entries.", Range(0), topic_key="index.interval.bytes"),
+    ConfigDef("log.preallocate", T.BOOLEAN, False, "Preallocate segment files.",
+              topic_key="preallocate"),
+    ConfigDef("log.flush.interval.messages", T.LONG, 1, _FLUSH_MESSAGES_DOC, Range(1),
+              topic_key="flush.messages"),
+    ConfigDef("log.flush.interval.ms", T.LONG, None, "Longest time appended data may stay "
+              "unflushed; when unset, log.flush.scheduler.interval.ms is used.",
+              Range(0), topic_key="flush.ms"),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "How often the flusher "
+              "looks for partitions to fsync; the default never runs it.", Range(0),
+              topic_key="flush.ms"),
+    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "Record timestamps: the "
+              "producer's (CreateTime) or the broker's at append (LogAppendTime).",
+              _TIMESTAMP_TYPES, topic_key="message.timestamp.type"),
+    ConfigDef("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, "With CreateTime, "
+              "how far in the past a batch timestamp may be.", Range(0),
+              topic_key="message.timestamp.before.max.ms"),
+    ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3_600_000, "With CreateTime, "
+              "how far in the future a batch timestamp may be.", Range(0),
+              topic_key="message.timestamp.after.max.ms"),
+    ConfigDef("min.insync.replicas", T.INT, 1, "Replicas that must hold an acks=-1 write. "
+              "oncelog has one replica, so only 1 can be met.", Range(1),
+              topic_key="min.insync.replicas"),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Accepted for "
+              "compatibility; oncelog has no followers to elect.",
+              topic_key="unclean.leader.election.enable"),
+    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets; "
+              "fixed once the topic exists.", Range(1)),
+    ConfigDef("offsets.retention.minutes", T.INT, 10_080, "How long committed offsets of an "
+              "empty group are kept.", Range(1)),
+    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600_000,
+              "How often expired offsets are removed.", Range(1)),
+    ConfigDef("group.min.session.timeout.ms", T.INT, 6000,
+              "Smallest session timeout a consumer may ask for."),
+    ConfigDef("group.max.session.timeout.ms", T.INT, 1_800_000,
+              "Largest session timeout a consumer may ask for."),
+    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "How long the first rebalance "
+              "of an empty group waits for more members."),
+    ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of "
+              "__transaction_state; fixed once the topic exists.", Range(1)),
+    ConfigDef("transaction.max.timeout.ms", T.INT, 900_000, "Largest transaction.timeout.ms "
+              "a producer may ask for; InitProducerId beyond it is refused.", Range(1)),
+    ConfigDef("transactional.id.expiration.ms", T.INT, 604_800_000, "Idle time after which a "
+              "transactional id with no ongoing transaction is forgotten.", Range(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10_000,
+              "How often transactions past their timeout are aborted.", Range(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3_600_000,
+              "How often expired transactional ids are removed.", Range(1)),
+    ConfigDef("producer.id.expiration.ms", T.INT, 86_400_000, "Idle time after which a "
+              "producer id's state is dropped from a partition.", Range(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", T.INT, 600_000,
+              "How often expired producer ids are removed.", Range(1)),
+)
+
+# Topic keys; the value comes from the broker chain unless the topic overrides it. Types and
+# bounds are the topic's own, which can differ from the broker key's (segment.bytes >= 14).
+TOPIC_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef("cleanup.policy", T.LIST, None, "delete and/or compact.", _CLEANUP_POLICIES),
+    ConfigDef("compression.type", T.STRING, None, "Compression of stored batches.",
+              _COMPRESSION_TYPES),
+    ConfigDef("delete.retention.ms", T.LONG, None, "Tombstone retention when compacted.",
+              Range(0)),
+    ConfigDef("file.delete.delay.ms", T.LONG, None, "Delay before deleted segment files are "
+              "removed.", Range(0)),
+    ConfigDef("flush.messages", T.LONG, None, "Per-topic log.flush.interval.messages: 1 makes "
+              "acks=-1 wait for fsync (oncelog default); see the broker key.", Range(1)),
+    ConfigDef("flush.ms", T.LONG, None, "Longest time data may stay unflushed.", Range(0)),
+    ConfigDef("index.interval.bytes", T.INT, None, "Bytes between offset index entries.",
+              Range(0)),
+    ConfigDef("max.compaction.lag.ms", T.LONG, None, "Maximum age before compaction.", Range(1)),
+    ConfigDef("max.message.bytes", T.INT, None, "Largest record batch accepted.", Range(0)),
+    ConfigDef("message.timestamp.after.max.ms", T.LONG, None, "Allowed future skew of "
+              "CreateTime timestamps.", Range(0)),
+    ConfigDef("message.timestamp.before.max.ms", T.LONG, None, "Allowed past skew of "
+              "CreateTime timestamps.", Range(0)),
+    ConfigDef("message.timestamp.type", T.STRING, None, "CreateTime or LogAppendTime.",
+              _TIMESTAMP_TYPES),
+    ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, None, "Dirty fraction that triggers "
+              "compaction.", Range(0, 1)),
+    ConfigDef("min.compaction.lag.ms", T.LONG, None, "Minimum age before compaction.", Range(0)),
+    ConfigDef("min.insync.replicas", T.INT, None, "Replicas that must hold an acks=-1 write.",
+              Range(1)),
+    ConfigDef("preallocate", T.BOOLEAN, None, "Preallocate segment files."),
+    ConfigDef("retention.bytes", T.LONG, None, "Size limit per partition; negative: none."),
+    ConfigDef("retention.ms", T.LONG, None, "Time limit on data; -1: none.", Range(-1)),
+    ConfigDef("segment.bytes", T.INT, None, "Segment size at which the log rolls.", Range(14)),
+    ConfigDef("segment.index.bytes", T.INT, None, "Largest offset index file.", Range(4)),
+    ConfigDef("segment.ms", T.LONG, None, "Segment age at which the log rolls.", Range(1)),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, None, "Accepted for compatibility."),
+)
+
+_BROKER = {d.key: d for d in BROKER_DEFS}
+_TOPIC = {d.key: d for d in TOPIC_DEFS}
+# topic key -> broker keys it falls back to, highest precedence first
+_CHAINS: dict[str, tuple[ConfigDef, ...]] = {
+    t: tuple(d for d in BROKER_DEFS if d.topic_key == t) for t in _TOPIC
+}
+assert all(_CHAINS.values()), "every topic key needs a broker default"
+
+_INT_BITS = {T.SHORT: 16, T.INT: 32, T.LONG: 64}
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(NaN|Infinity)")
+
+
+def parse_value(d: ConfigDef, raw: object) -> Any:
+    """Parse and validate one value as Kafka's ConfigDef would; raise ConfigError."""
+    text = str(raw).strip()
+    value: Any
+    if d.type is T.BOOLEAN:
+        if text.lower() not in ("true", "false"):
+            raise ConfigError(d.key, raw, "expected true or false")
+        value = text.lower() == "true"
+    elif d.type in _INT_BITS:
+        bits = _INT_BITS[d.type]
+        if not _INTEGER.fullmatch(text) or not -(2 ** (bits - 1)) <= int(text) < 2 ** (bits - 1):
+            raise ConfigError(d.key, raw, f"expected a {bits}-bit integer")
+        value = int(text)
+    elif d.type is T.DOUBLE:
+        if not _DECIMAL.fullmatch(text):
+            raise ConfigError(d.key, raw, "expected a number")
+        value = float(text)
+    elif d.type is T.LIST:
+        value = re.split(r"\s*,\s*", text) if text else []
+    else:
+        value = text
+    reason = d.validator.check(value) if d.validator else None
+    if reason:
+        raise ConfigError(d.key, raw, reason)
+    return value
+
+
+def format_value(d: ConfigDef, value: Any) -> str | None:
+    """Render a typed value as Kafka shows it (true, a,b, 0.5); None stays None."""
+    if value is None:
+        return None
+    if d.type is T.BOOLEAN:
+        return "true" if value else "false"
+    if d.type is T.LIST:
+        return ",".join(value)
+    return str(value)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Read a Java properties file: `#`/`!` comments, `=`, `:` or blank separators,
+    backslash line continuation and escapes. Later keys win, as in Java."""
+    props: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for line in lines:
+        line = line.lstrip(" \t\f")
+        if not line or line[0] in "#!":
+            continue
+        while _ends_with_continuation(line):
+            line = line[:-1] + next(lines, "").lstrip(" \t\f")
+        key, value = _split_key_value(line)
+        props[_unescape(key)] = _unescape(value)
+    return props
+
+
+def _ends_with_continuation(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line) and line[i] not in "=: \t\f":
+        i += 2 if line[i] == "\\" else 1
+    key, rest = line[:i], line[i:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return key, rest
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    return re.sub(
+        r"\\(u[0-9a-fA-F]{4}|.)",
+        lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 5 else _ESCAPES.get(m[1], m[1]),
+        s,
+    )
+
+
+V = TypeVar("V")
+
+
+class _Key(Generic[V]):
+    """A typed read-only attribute of BrokerConfig backed by one key."""
+
+    def __init__(self, key: str) -> None:
+        assert key in _BROKER, key
+        self.key = key
+
+    @overload
+    def __get__(self, cfg: None, owner: type) -> _Key[V]: ...
+    @overload
+    def __get__(self, cfg: BrokerConfig, owner: type) -> V: ...
+    def __get__(self, cfg: BrokerConfig | None, owner: type) -> V | _Key[V]:
+        return self if cfg is None else cast(V, cfg.get(self.key))
+
+
+class BrokerConfig:
+    """Static broker configuration: the properties file, then overrides, over defaults."""
+
+    def __init__(self, values: Mapping[str, object] | None = None) -> None:
+        self._values: dict[str, Any] = {}
+        self._unknown: dict[str, str] = {}
+        for key, raw in (values or {}).items():
+            d = _BROKER.get(key)
+            if d is None:
+                log.warning("unknown configuration %s=%r is ignored", key, raw)
+                self._unknown[key] = str(raw)
+            else:
+                self._values[key] = parse_value(d, raw)
+
+    @classmethod
+    def load(
+        cls, properties_file: Path | None = None, overrides: Mapping[str, object] | None = None
+    ) -> BrokerConfig:
+        values: dict[str, object] = {}
+        if properties_file is not None:
+            values.update(parse_properties(Path(properties_file).read_text(encoding="utf-8")))
+        values.update(overrides or {})
+        return cls(values)
+
+    def get(self, key: str) -> Any:
+        """Typed value of a known key (default if unset); raw string of an unknown one."""
+        if key in self._values:
+            return self._values[key]
+        if key in _BROKER:
+            return _BROKER[key].default
+        if key in self._unknown:
+            return self._unknown[key]
+        raise KeyError(key)
+
+    def is_set(self, key: str) -> bool:
+        return key in self._values
+
+    def source(self, key: str) -> ConfigSource:
+        if key in self._values or key in self._unknown:
+            return ConfigSource.STATIC_BROKER_CONFIG
+        if key in _BROKER:
+            return ConfigSource.DEFAULT_CONFIG
+        raise KeyError(key)
+
+    def topic_default(self, topic_key: str) -> Any:
+        """The value a topic without an override gets: the first broker key in the chain
+        with a value, converted to the topic's unit (Kafka's ms > minutes > hours)."""
+        d = next(d for d in _CHAINS[topic_key] if self.get(d.key) is not None)
+        value = self.get(d.key)
+        if d.to_topic_unit != 1:
+            value *= d.to_topic_unit
+        if topic_key == "retention.ms" and value < 0:
+            return -1  # any negative retention means unlimited, reported as -1
+        return value
+
+    node_id = _Key[int]("node.id")
+    listeners = _Key[list[str]]("listeners")
+    advertised_listeners = _Key[list[str] | None]("advertised.listeners")
+    auto_create_topics_enable = _Key[bool]("auto.create.topics.enable")
+    num_partitions = _Key[int]("num.partitions")
+    default_replication_factor = _Key[int]("default.replication.factor")
+    delete_topic_enable = _Key[bool]("delete.topic.enable")
+    socket_request_max_bytes = _Key[int]("socket.request.max.bytes")
+    message_max_bytes = _Key[int]("message.max.bytes")
+    fetch_max_bytes = _Key[int]("fetch.max.bytes")
+    log_segment_bytes = _Key[int]("log.segment.bytes")
+    log_retention_bytes = _Key[int]("log.retention.bytes")
+    log_retention_check_interval_ms = _Key[int]("log.retention.check.interval.ms")
+    log_index_interval_bytes = _Key[int]("log.index.interval.bytes")
+    log_flush_interval_messages = _Key[int]("log.flush.interval.messages")
+    log_flush_scheduler_interval_ms = _Key[int]("log.flush.scheduler.interval.ms")
+    log_message_timestamp_type = _Key[str]("log.message.timestamp.type")
+    log_cleanup_policy = _Key[list[str]]("log.cleanup.policy")
+    min_insync_replicas = _Key[int]("min.insync.replicas")
+    offsets_topic_num_partitions = _Key[int]("offsets.topic.num.partitions")
+    offsets_retention_minutes = _Key[int]("offsets.retention.minutes")
+    offsets_retention_check_interval_ms = _Key[int]("offsets.retention.check.interval.ms")
+    group_min_session_timeout_ms = _Key[int]("group.min.session.timeout.ms")
+    group_max_session_timeout_ms = _Key[int]("group.max.session.timeout.ms")
+    group_initial_rebalance_delay_ms = _Key[int]("group.initial.rebalance.delay.ms")
+    transaction_state_log_num_partitions = _Key[int]("transaction.state.log.num.partitions")
+    transaction_max_timeout_ms = _Key[int]("transaction.max.timeout.ms")
+    transactional_id_expiration_ms = _Key[int]("transactional.id.expiration.ms")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms = _Key[int](
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+    )
+    transaction_remove_expired_transaction_cleanup_interval_ms = _Key[int](
+        "transaction.remove.expired.transaction.cleanup.interval.ms"
+    )
+    producer_id_expiration_ms = _Key[int]("producer.id.expiration.ms")
+    producer_id_expiration_check_interval_ms = _Key[int]("producer.id.expiration.check.interval.ms")
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return cast("list[str] | None", self.get("log.dirs")) or [self.get("log.dir")]
+
+    @property
+    def log_roll_ms(self) -> int:
+        return cast(int, self.topic_default("segment.ms"))
+
+    @property
+    def log_retention_ms(self) -> int:
+        """Resolved from ms, minutes, hours in that order; -1 means unlimited."""
+        return cast(int, self.topic_default("retention.ms"))
+
+    @property
+    def log_flush_interval_ms(self) -> int:
+        """log.flush.interval.ms, or log.flush.scheduler.interval.ms when unset."""
+        return cast(int, self.topic_default("flush.ms"))
+
+
+def _synonyms(cfg: BrokerConfig, chain: tuple[ConfigDef, ...]) -> list[ConfigSynonym]:
+    """Set keys first, then defaults, each in precedence order, as Kafka lists them."""
+    out = [
+        ConfigSynonym(d.key, _shown(d, cfg.get(d.key)), ConfigSource.STATIC_BROKER_CONFIG)
+        for d in chain
+        if cfg.is_set(d.key)
+    ]
+    out += [
+        ConfigSynonym(d.key, _shown(d, d.default), ConfigSource.DEFAULT_CONFIG)
+        for d in chain
+        if d.default is not None
+    ]
+    return out
+
+
+def _shown(d: ConfigDef, value: Any) -> str | None:
+    return None if d.type is T.PASSWORD else format_value(d, value)
+
+
+def describe_broker(cfg: BrokerConfig) -> list[ConfigEntry]:
+    """DescribeConfigs of the broker resource. All read-only: oncelog has no dynamic configs.
+    A key's synonyms are itself and the lower-precedence keys it falls back to."""
+    entries = []
+    for d in BROKER_DEFS:
+        chain = _CHAINS[d.topic_key] if d.topic_key else (d,)
+        synonyms = _synonyms(cfg, chain[chain.index(d):])
+        entries.append(
+            ConfigEntry(d.key, _shown(d, cfg.get(d.key)), cfg.source(d.key), True,
+                        d.type is T.PASSWORD, d.type, d.doc, tuple(synonyms))
+        )
+    return entries
+
+
+class TopicConfig:
+    """A topic's configuration: its validated overrides over the broker's defaults."""
+
+    def __init__(self, broker: BrokerConfig, overrides: Mapping[str, str | None] | None = None):
+        self.broker = broker
+        self.overrides = self.validate(overrides or {})
+
+    @staticmethod
+    def validate(overrides: Mapping[str, str | None]) -> dict[str, str]:
+        """Check names and values of topic overrides (CreateTopics, AlterConfigs); return them
+        in canonical form. Raise ConfigError, which the broker answers with INVALID_CONFIG."""
+        canonical = {}
+        for key, raw in overrides.items():
+            d = _TOPIC.get(key)
+            if d is None:
+                raise ConfigError(key, raw, "unknown topic configuration")
+            if raw is None:
+                raise ConfigError(key, raw, "a topic configuration cannot be null")
+            canonical[key] = cast(str, format_value(d, parse_value(d, raw)))
+        return canonical
+
+    def get(self, key: str) -> Any:
+        if key in self.overrides:
+            return parse_value(_TOPIC[key], self.overrides[key])
+        return self.broker.topic_default(key)
+
+    def entries(self) -> list[ConfigEntry]:
+        """Every topic key for DescribeConfigs, with its source and synonyms."""
+        entries = []
+        for d in TOPIC_DEFS:
+            synonyms = _synonyms(self.broker, _CHAINS[d.key])
+            if d.key in self.overrides:
+                synonyms.insert(
+                    0, ConfigSynonym(d.key, self.overrides[d.key], ConfigSource.TOPIC_CONFIG)
+                )
+            source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
+            entries.append(
+                ConfigEntry(d.key, _shown(d, self.get(d.key)), source, False,
+                            d.type is T.PASSWORD, d.type, d.doc, tuple(synonyms))
+            )
+        return entries
+
+    def to_log_config(self) -> dict[str, int]:
+        """Keyword arguments for oncelog.storage.LogConfig (not imported here: layering)."""
+        return {
+            "segment_bytes": self.get("segment.bytes"),
+            "segment_ms": self.get("segment.ms"),
+            "retention_ms": self.get("retention.ms"),
+            "retention_bytes": self.get("retention.bytes"),
+            "index_interval_bytes": self.get("index.interval.bytes"),
+            "max_message_bytes": self.get("max.message.bytes"),
+        }
+
+
+def effective(
+    broker_cfg: BrokerConfig, overrides: Mapping[str, str | None] | None = None
+) -> list[ConfigEntry]:
+    """DescribeConfigs entries of a topic with these overrides."""
+    return TopicConfig(broker_cfg, overrides).entries()
+
+
+def to_log_config(
+    broker_cfg: BrokerConfig, overrides: Mapping[str, str | None] | None = None
+) -> dict[str, int]:
+    """`LogConfig(**to_log_config(cfg, overrides))` builds the storage config of a topic."""
+    return TopicConfig(broker_cfg, overrides).to_log_config()

@@ -1,0 +1,33 @@
+"""Request handlers, one module per API family.
+
+A handler is `async def handle(broker, header, request) -> dict | None`: it reads the
+versioned kio request and returns the response as a plain dict holding the newest
+version's fields; the codec keeps the ones the client's version has. Handlers that change
+state do so before their first `await`, so pipelined requests on one connection take
+effect in the order they were sent.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from oncelog.broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_id
+from oncelog.protocol.api_versions import ApiKey
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.protocol.codec import RequestHeader
+
+
+def by_api_key() -> dict[int, Callable[["Broker", "RequestHeader", Any], Awaitable[Any]]]:
+    return {
+        ApiKey.API_VERSIONS: api_versions.handle,
+        ApiKey.METADATA: metadata.handle,
+        ApiKey.CREATE_TOPICS: admin.handle_create_topics,
+        ApiKey.DELETE_TOPICS: admin.handle_delete_topics,
+        ApiKey.DESCRIBE_CONFIGS: admin.handle_describe_configs,
+        ApiKey.PRODUCE: produce.handle,
+        ApiKey.FETCH: fetch.handle,
+        ApiKey.LIST_OFFSETS: list_offsets.handle,
+        ApiKey.INIT_PRODUCER_ID: producer_id.handle,
+    }

@@ -1,0 +1,113 @@
+"""Fetch: return stored batches, long-polling until min_bytes arrive or max_wait passes.
+
+Byte limits follow KIP-74: partitions are filled in request order, each up to its
+partition_max_bytes and the response up to max_bytes, except that the first batch
+found is returned whole even when it is larger, so a consumer can always make progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
+    from oncelog.protocol.codec import RequestHeader
+
+READ_COMMITTED = 1
+TOPIC_IDS_FROM_VERSION = 13
+
+
+async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + request.max_wait.total_seconds()
+    by_id = header.api_version >= TOPIC_IDS_FROM_VERSION
+    while True:
+        responses, total_bytes, partitions = _read_all(broker, request, by_id)
+        remaining = deadline - loop.time()
+        if total_bytes >= request.min_bytes or remaining <= 0 or not partitions:
+            return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0,
+                    "responses": responses}
+        await _wait_for_append(partitions, remaining)
+
+
+async def _wait_for_append(partitions: list["Partition"], timeout_s: float) -> None:
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    for partition in partitions:
+        partition.wait_for_append(waiter)
+    try:
+        await asyncio.wait_for(waiter, timeout_s)
+    except asyncio.TimeoutError:
+        pass
+    finally:
+        for partition in partitions:
+            partition.forget_waiter(waiter)
+
+
+def _read_all(
+    broker: "Broker", request: Any, by_id: bool
+) -> tuple[list[dict[str, Any]], int, list["Partition"]]:
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    budget = getattr(request, "max_bytes", 2**31 - 1)
+    total = 0
+    served: list[Partition] = []
+    responses = []
+    for fetch_topic in request.topics:
+        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+        answers = []
+        for wanted in fetch_topic.partitions:
+            if topic is None or not 0 <= wanted.partition < len(topic.partitions):
+                answers.append(_error(wanted.partition, missing))
+                continue
+            partition = topic.partitions[wanted.partition]
+            served.append(partition)
+            limit = min(wanted.partition_max_bytes, max(budget - total, 0))
+            answer = _read_partition(partition, wanted, limit, committed, first=total == 0)
+            total += len(answer["records"])
+            answers.append(answer)
+        entry: dict[str, Any] = {"partitions": answers}
+        entry["topic_id" if by_id else "topic"] = fetch_topic.topic_id if by_id else fetch_topic.topic
+        responses.append(entry)
+    return responses, total, served
+
+
+def _read_partition(
+    partition: "Partition", wanted: Any, limit: int, committed: bool, first: bool
+) -> dict[str, Any]:
+    upper = partition.last_stable_offset if committed else partition.high_watermark
+    try:
+        if wanted.fetch_offset >= upper and wanted.fetch_offset <= partition.log.log_end_offset:
+            records = b""
+        else:
+            records = partition.log.read(
+                wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first
+            ) if limit > 0 or first else b""
+    except KafkaError as exc:
+        return _error(wanted.partition, exc.code, partition)
+    return {
+        "partition_index": wanted.partition,
+        "error_code": ErrorCode.none,
+        "high_watermark": partition.high_watermark,
+        "last_stable_offset": partition.last_stable_offset,
+        "log_start_offset": partition.log_start_offset,
+        "aborted_transactions": [] if committed else None,
+        "preferred_read_replica": -1,
+        "records": records,
+    }
+
+
+def _error(index: int, code: ErrorCode, partition: "Partition | None" = None) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "error_code": code,
+        "high_watermark": partition.high_watermark if partition else -1,
+        "last_stable_offset": partition.last_stable_offset if partition else -1,
+        "log_start_offset": partition.log_start_offset if partition else -1,
+        "aborted_transactions": None,
+        "preferred_read_replica": -1,
+        "records": b"",
+    }

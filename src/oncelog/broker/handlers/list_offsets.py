@@ -1,0 +1,58 @@
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at a timestamp."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
+    from oncelog.protocol.codec import RequestHeader
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+EARLIEST_PENDING_UPLOAD = -5
+READ_COMMITTED = 1
+
+
+async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        answers = []
+        for wanted in topic.partitions:
+            try:
+                partition = broker.topics.partition(topic.name, wanted.partition_index)
+                timestamp, offset = _resolve(partition, wanted.timestamp, committed)
+            except KafkaError as exc:
+                answers.append({"partition_index": wanted.partition_index, "error_code": exc.code,
+                                "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                continue
+            answers.append({"partition_index": wanted.partition_index, "error_code": ErrorCode.none,
+                            "timestamp": timestamp, "offset": offset, "leader_epoch": 0})
+        topics.append({"name": topic.name, "partitions": answers})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _resolve(partition: "Partition", timestamp: int, committed: bool) -> tuple[int, int]:
+    """(timestamp, offset) as Kafka answers them; (-1, -1) when no record matches."""
+    if timestamp == LATEST:
+        return -1, partition.last_stable_offset if committed else partition.high_watermark
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return -1, partition.log_start_offset
+    if timestamp == EARLIEST_PENDING_UPLOAD:
+        return -1, -1  # no tiered storage: nothing is ever pending upload
+    if timestamp == MAX_TIMESTAMP:
+        found = partition.log.max_timestamp()
+        return found if found is not None else (-1, -1)
+    if timestamp < 0:
+        raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {timestamp}")
+    found_at = partition.log.offset_for_timestamp(timestamp)
+    if found_at is None:
+        return -1, -1
+    offset, record_timestamp = found_at
+    return record_timestamp, offset

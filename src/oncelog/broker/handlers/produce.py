@@ -1,0 +1,91 @@
+"""Produce: validate and append each partition's batches, then answer per acks.
+
+acks=0 gets no response, acks=1 is answered after the append, acks=-1 after the append
+is durable when the partition fsyncs before acknowledging (see durability.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
+    from oncelog.protocol.codec import RequestHeader
+
+log = logging.getLogger(__name__)
+
+VALID_ACKS = (-1, 0, 1)
+
+
+async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any] | None:
+    now = broker.now_ms()
+    acks = request.acks
+    durable_waits: list[asyncio.Future[None]] = []
+    topics = []
+    for topic_data in request.topic_data:
+        answers = []
+        for partition_data in topic_data.partition_data:
+            answer, partition, end_offset = _append(broker, topic_data.name, partition_data, acks, now)
+            answers.append(answer)
+            if partition is None:
+                continue
+            if acks == -1 and partition.fsync_before_ack:
+                durable_waits.append(broker.flusher.wait_durable(partition, end_offset))
+            elif partition.flush_due():
+                broker.flusher.request_flush(partition)
+        topics.append({"name": topic_data.name, "partition_responses": answers})
+    if acks == 0:
+        return None
+    if durable_waits:
+        outcomes = await asyncio.gather(*durable_waits, return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            code = failure.code if isinstance(failure, KafkaError) else ErrorCode.kafka_storage_error
+            for topic in topics:
+                for answer in topic["partition_responses"]:
+                    if answer["error_code"] == ErrorCode.none:
+                        answer.update(_error(answer["index"], code, str(failure)))
+    return {"responses": topics, "throttle_time": 0}
+
+
+def _append(
+    broker: "Broker", topic: str, partition_data: Any, acks: int, now_ms: int
+) -> tuple[dict[str, Any], "Partition | None", int]:
+    index = partition_data.index
+    if acks not in VALID_ACKS:
+        return _error(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"), None, 0
+    try:
+        partition = broker.topics.partition(topic, index)
+        if partition_data.records is None:
+            raise KafkaError(ErrorCode.invalid_record, "produce request without records")
+        result = partition.append_records(partition_data.records, now_ms)
+    except KafkaError as exc:
+        log.debug("produce to %s-%d refused: %s", topic, index, exc)
+        return _error(index, exc.code, exc.message), None, 0
+    answer = {
+        "index": index,
+        "error_code": ErrorCode.none,
+        "base_offset": result.base_offset,
+        "log_append_time": result.log_append_time_ms,
+        "log_start_offset": partition.log_start_offset,
+        "record_errors": [],
+        "error_message": None,
+    }
+    return answer, partition, result.last_offset + 1
+
+
+def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": -1,
+        "log_start_offset": -1,
+        "record_errors": [],
+        "error_message": message,
+    }

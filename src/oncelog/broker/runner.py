@@ -1,0 +1,51 @@
+"""Run a broker in the foreground until SIGTERM or SIGINT, then stop it cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from oncelog.broker.broker import Broker
+from oncelog.broker.config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (faster socket handling), else asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+async def serve(
+    config: BrokerConfig, data_dir: Path, host: str, port: int, ready_file: Path | None = None
+) -> None:
+    broker = Broker(config, data_dir, host, port)
+    await broker.start()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    if ready_file is not None:
+        ready_file.write_text(f"{broker.port}\n")
+    log.info("oncelog broker %d serving %s from %s", broker.node_id, broker.bootstrap_servers, data_dir)
+    try:
+        await stopping.wait()
+    finally:
+        log.info("shutting down")
+        await broker.stop()
+
+
+def run_forever(
+    config: BrokerConfig, data_dir: Path, host: str, port: int, ready_file: Path | None = None
+) -> None:
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(serve(config, data_dir, host, port, ready_file))
+    finally:
+        loop.close()

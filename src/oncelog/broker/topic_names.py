@@ -1,0 +1,48 @@
+"""Kafka's topic name rules, so that every name oncelog accepts is one Kafka accepts too."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MAX_NAME_LENGTH = 249  # a partition directory "<topic>-<partition>" must fit in 255 bytes
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+class InvalidTopicName(ValueError):
+    """The broker answers it with INVALID_TOPIC_EXCEPTION (17)."""
+
+
+def validate_topic_name(name: str) -> None:
+    """Raise InvalidTopicName saying what is wrong with `name`, if anything."""
+    if not name:
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"{name!r} is not allowed"
+    elif len(name) > MAX_NAME_LENGTH:
+        reason = f"it is {len(name)} characters long, the maximum is {MAX_NAME_LENGTH}"
+    elif not _LEGAL.fullmatch(name):
+        reason = f"{name!r} has characters other than ASCII letters, digits, '.', '_' and '-'"
+    else:
+        return
+    raise InvalidTopicName(f"Topic name is invalid: {reason}")
+
+
+def is_internal(name: str) -> bool:
+    return name in INTERNAL_TOPICS
+
+
+def collides(a: str, b: str) -> bool:
+    """True if the names differ at most by '.' versus '_': Kafka's metric names map both
+    to the same string, so such topics would share metrics."""
+    return a.replace(".", "_") == b.replace(".", "_")
+
+
+def find_collision(name: str, existing: Iterable[str]) -> str | None:
+    """An existing topic, other than `name` itself, that `name` collides with. Kafka (KRaft)
+    refuses to create such a topic with INVALID_TOPIC_EXCEPTION."""
+    return next((t for t in existing if t != name and collides(name, t)), None)

@@ -1,0 +1,57 @@
+"""The `oncelog` command."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from oncelog.broker.config import BrokerConfig, ConfigError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """oncelog: an event log with exactly-once semantics that speaks Kafka's protocol."""
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@main.command()
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory holding the partition logs and broker state.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9092, show_default=True, type=int, help="Port (0 picks a free one).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Kafka-style properties file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override one configuration key (repeatable; beats --config).")
+@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the listening port to this file once the broker serves.")
+def broker(data_dir: Path, host: str, port: int, config_file: Path | None,
+           overrides: tuple[str, ...], ready_file: Path | None) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    from oncelog.broker.runner import run_forever
+
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("oncelog").setLevel(logging.INFO)
+    try:
+        config = BrokerConfig.load(config_file, _parse_overrides(overrides))
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    run_forever(config, data_dir, host, port, ready_file)
+
+
+def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--set")
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The API versions oncelog advertises.
+
+Each range runs from Kafka 4.x's floor to the highest version the real clients on
+this project pick (librdkafka 2.16, kafka-python 3.0, aiokafka 0.14; DESIGN.md has the
+table). Advertising more would invite clients onto versions nobody tested here.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    ApiKey.PRODUCE: (3, 10),
+    ApiKey.FETCH: (4, 16),
+    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.METADATA: (0, 13),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    span = SUPPORTED_VERSIONS.get(api_key)
+    return span is not None and span[0] <= version <= span[1]

@@ -1,0 +1,415 @@
+"""The partition log: an ordered list of segments in ``<data_dir>/<topic>-<partition>/``.
+
+Single writer: ``append``, ``read``, ``roll``, retention and truncation run on the event
+loop thread. ``flush`` alone may run in a worker thread; it holds ``_lock`` only to take
+duplicated descriptors of dirty segments and note the log end offset, so an append never
+waits for an fsync. Appends take the same lock, briefly, so the snapshot is consistent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import (
+    BatchHeader,
+    CompressionUnavailable,
+    assign_offsets,
+    decode_records,
+)
+from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
+from oncelog.storage.recovery import RecoveryReport, recover_segment
+from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+
+__all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point"
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-topic log settings; Kafka's names in comments."""
+
+    segment_bytes: int = 1 << 30  # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * _DAY_MS  # segment.ms / log.roll.ms
+    retention_ms: int = 7 * _DAY_MS  # retention.ms / log.retention.ms; -1 = forever
+    retention_bytes: int = -1  # retention.bytes / log.retention.bytes; -1 = unlimited
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    max_message_bytes: int = 1048588  # max.message.bytes
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
+    position: int  # byte position in the segment
+    segment_base_offset: int
+
+
+@dataclass(frozen=True)
+class SegmentInfo:
+    base_offset: int
+    size_bytes: int
+    path: Path
+
+
+class PartitionLog:
+    """Append, read, flush, roll, retain and recover one partition's segments."""
+
+    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
+                 recovery_point: int, report: RecoveryReport) -> None:  # fmt: skip
+        self.directory = directory
+        self.config = config
+        self.report = report
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._recovery_point = recovery_point
+        self._lock = threading.Lock()
+        self._dir_dirty = False  # segment files created or deleted since the last flush
+
+    # --- opening ---
+
+    @classmethod
+    def open(cls, directory: Path, config: LogConfig, *, clean_shutdown: bool,
+             now_ms: int) -> PartitionLog:  # fmt: skip
+        """Open (or create) the log. After an unclean shutdown, every segment at or above
+        the recovery point is re-validated and the log cut at the first bad batch."""
+        directory.mkdir(parents=True, exist_ok=True)
+        for stray in directory.glob("*.tmp"):
+            stray.unlink()
+        bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
+        for index in directory.glob("*.index"):
+            if not index.stem.isdigit() or int(index.stem) not in bases:
+                index.unlink()
+        segments = [LogSegment(directory, b, config.index_interval_bytes) for b in bases]
+        if not segments:
+            segments = [LogSegment(directory, 0, config.index_interval_bytes)]
+            fsync_directory(directory)
+        checkpoint = read_checkpoint(directory / RECOVERY_POINT_FILE)
+        recovery_point = checkpoint if checkpoint is not None else segments[0].base_offset
+        if clean_shutdown:
+            for segment in segments:
+                segment.load()
+            report = RecoveryReport()
+            recovery_point = min(recovery_point, segments[-1].next_offset)
+        else:
+            segments, report = _recover(directory, segments, recovery_point)
+            recovery_point = segments[-1].next_offset
+            write_checkpoint(directory / RECOVERY_POINT_FILE, recovery_point)
+        return cls(directory, config, segments, recovery_point, report)
+
+    # --- offsets ---
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    # --- writing ---
+
+    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int,
+               *, log_append_time: bool = False, leader_epoch: int = 0) -> AppendResult:  # fmt: skip
+        """Assign offsets to one validated batch and write it (no fsync, no decoding)."""
+        if header.size > self.config.max_message_bytes:
+            raise KafkaError(
+                ErrorCode.message_too_large,
+                f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}",
+            )
+        append_time = now_ms if log_append_time else None
+        with self._lock:
+            base = self.log_end_offset
+            active = self._segments[-1]
+            if active.size and (
+                active.size + header.size > self.config.segment_bytes
+                or self._aged(active, now_ms)
+                or base + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
+            ):
+                active = self._roll_locked()
+            data = assign_offsets(batch, base, leader_epoch, append_time)
+            written = replace(
+                header, base_offset=base, partition_leader_epoch=leader_epoch,
+                max_timestamp=header.max_timestamp if append_time is None else append_time,
+            )  # fmt: skip
+            position = active.append(data, written, now_ms)
+        return AppendResult(base, written.last_offset, -1 if append_time is None else append_time,
+                            position, active.base_offset)  # fmt: skip
+
+    def maybe_roll(self, now_ms: int) -> None:
+        """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
+        with self._lock:
+            if self._segments[-1].size and self._aged(self._segments[-1], now_ms):
+                self._roll_locked()
+
+    def _aged(self, segment: LogSegment, now_ms: int) -> bool:
+        """segment.ms elapsed since its first batch arrived (after a restart: since that
+        batch's max timestamp, as Kafka does)."""
+        first = segment.first_batch_ms
+        return first is not None and now_ms - first >= self.config.segment_ms
+
+    def _roll_locked(self, base_offset: int | None = None) -> LogSegment:
+        base = self.log_end_offset if base_offset is None else base_offset
+        segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        self._segments.append(segment)
+        self._bases.append(base)
+        self._dir_dirty = True
+        return segment
+
+    def flush(self, up_to: int | None = None) -> int:
+        """fsync every dirty segment; returns the new recovery point. Thread-safe.
+
+        With ``up_to``, return at once if the recovery point already covers it: callers
+        waiting for their own offset share whichever fsync got there first.
+        """
+        with self._lock:
+            if up_to is not None and self._recovery_point >= up_to:
+                return self._recovery_point
+            target = self.log_end_offset
+            dirty = [s for s in self._segments if s.dirty]
+            fds = [os.dup(fd) for s in dirty for fd in (s.fd, s.index.fd)]
+            for s in dirty:
+                s.dirty = False
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+        try:
+            for fd in fds:
+                os.fsync(fd)
+            if dir_dirty:
+                fsync_directory(self.directory)
+        except BaseException:
+            with self._lock:
+                for s in dirty:
+                    s.dirty = True
+                self._dir_dirty |= dir_dirty
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._lock:
+            self._recovery_point = max(self._recovery_point, target)
+            return self._recovery_point
+
+    def write_recovery_checkpoint(self) -> None:
+        """Persist the recovery point (periodically and at close) to shorten recovery."""
+        write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
+
+    # --- reading ---
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> bytes:  # fmt: skip
+        """Stored batches from the one holding ``offset``, bounded by ``max_bytes`` (but at
+        least one whole batch if ``min_one_batch``) and by ``max_offset`` (exclusive: the
+        high watermark or last stable offset; a batch reaching it is left out)."""
+        self._check_offset(offset)
+        if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset):
+            return b""
+        parts: list[bytes] = []
+        remaining = max_bytes
+        i = bisect_right(self._bases, offset) - 1
+        position = self._segments[i].find_position(offset)
+        if position is None:  # offset in a gap after the segment's last batch
+            i, position = i + 1, 0
+        for segment in self._segments[i:]:
+            chunk = segment.read(position, remaining, max_offset, min_one_batch and not parts)
+            parts.append(chunk)
+            remaining -= len(chunk)
+            if position + len(chunk) < segment.size or remaining <= 0:
+                break
+            position = 0
+        return b"".join(parts)
+
+    def _check_offset(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]",
+            )
+
+    def scan_headers(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """``(segment base offset, header)`` of every batch holding ``from_offset`` or
+        later, reading headers only (producer-state rebuild, dump-log)."""
+        i = max(bisect_right(self._bases, from_offset) - 1, 0)
+        for segment in self._segments[i:]:
+            start = segment.find_position(from_offset) if segment is self._segments[i] else 0
+            if start is None:
+                continue
+            for _, header, _ in segment.scan(start):
+                if header.last_offset >= from_offset:
+                    yield segment.base_offset, header
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``, as
+        ListOffsets needs; None if there is none.
+
+        The batch is found from headers (its max timestamp); the record inside it by
+        decoding that one batch. If its codec has no decompressor installed the batch's
+        (base offset, max timestamp) is returned instead.
+        """
+        for segment in self._segments:
+            if segment.max_timestamp()[0] < timestamp_ms:
+                continue
+            for position, header, _ in segment.scan():
+                if header.max_timestamp >= timestamp_ms:
+                    return self._record_at_or_after(segment, position, header, timestamp_ms)
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(timestamp, offset) of the record with the largest timestamp, for ListOffsets
+        MAX_TIMESTAMP; (-1, -1) when the log is empty."""
+        best: tuple[int, LogSegment] | None = None
+        for segment in self._segments:
+            ts = segment.max_timestamp()[0]
+            if ts >= 0 and (best is None or ts > best[0]):
+                best = (ts, segment)
+        if best is None:
+            return -1, -1
+        ts, segment = best
+        offset = segment.max_timestamp()[1]
+        position = segment.find_position(offset)
+        assert position is not None
+        header = next(segment.scan(position))[1]
+        return self._record_at_or_after(segment, position, header, ts)[::-1]
+
+    @staticmethod
+    def _record_at_or_after(segment: LogSegment, position: int, header: BatchHeader,
+                            timestamp_ms: int) -> tuple[int, int]:  # fmt: skip
+        try:
+            records = decode_records(os.pread(segment.fd, header.size, position))
+        except CompressionUnavailable:
+            return header.base_offset, header.max_timestamp
+        for record in records:
+            if record.timestamp >= timestamp_ms:
+                return record.offset, record.timestamp
+        return header.base_offset, header.max_timestamp
+
+    # --- retention and truncation ---
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete whole old segments (never the active one) past retention.ms or beyond
+        retention.bytes, oldest first; the log start moves to the first kept segment."""
+        config = self.config
+        excess = self.size_bytes() - config.retention_bytes if config.retention_bytes >= 0 else 0
+        doomed = 0
+        for segment in self._segments[:-1]:
+            expired = config.retention_ms >= 0 and (
+                now_ms - segment.max_timestamp()[0] > config.retention_ms
+            )
+            if not expired and excess < segment.size:
+                break
+            excess -= segment.size
+            doomed += 1
+        if doomed:
+            self._delete_first(doomed)
+        return doomed
+
+    def _delete_first(self, count: int) -> None:
+        with self._lock:
+            doomed = self._segments[:count]
+            del self._segments[:count]
+            del self._bases[:count]
+            self._recovery_point = max(self._recovery_point, self.log_start_offset)
+            self._dir_dirty = True
+        for segment in doomed:
+            log.info("deleting segment %s", segment.path)
+            segment.delete()
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding ``offset`` or later (whole batches, so the new log
+        end may be below ``offset``). Truncating below the log start empties the log and
+        restarts it at ``offset``."""
+        if offset >= self.log_end_offset:
+            return
+        with self._lock:
+            if offset <= self.log_start_offset:
+                for segment in self._segments:
+                    segment.delete()
+                self._segments, self._bases = [], []
+                self._roll_locked(offset)
+                doomed = []
+            else:
+                i = bisect_right(self._bases, offset) - 1
+                doomed = self._segments[i + 1 :]
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
+                segment = self._segments[i]
+                position = segment.find_position(offset)
+                if position is not None:
+                    new_end = _base_offset_at(segment, position)
+                    segment.truncate(position, new_end)
+            self._recovery_point = min(self._recovery_point, self.log_end_offset)
+            self._dir_dirty = True
+        for segment in doomed:
+            segment.delete()
+
+    # --- describing and closing ---
+
+    def segments(self) -> list[SegmentInfo]:
+        return [SegmentInfo(s.base_offset, s.size, s.path) for s in self._segments]
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def close(self) -> None:
+        """Flush, persist the recovery point, close every descriptor (idempotent)."""
+        if not self._segments:
+            return
+        self.flush()
+        self.write_recovery_checkpoint()
+        for segment in self._segments:
+            segment.close()
+        self._segments = []
+
+    def delete(self) -> None:
+        """Close without flushing and remove the partition directory (topic deletion)."""
+        for segment in self._segments:
+            segment.close()
+        self._segments = []
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _base_offset_at(segment: LogSegment, position: int) -> int:
+    return next(segment.scan(position))[1].base_offset
+
+
+def _recover(directory: Path, segments: list[LogSegment],
+             recovery_point: int) -> tuple[list[LogSegment], RecoveryReport]:  # fmt: skip
+    """Recover the segments that may hold unflushed data; drop everything after a cut."""
+    first = max(bisect_right([s.base_offset for s in segments], recovery_point) - 1, 0)
+    for segment in segments[:first]:
+        segment.load()
+    batches = truncated = recovered = 0
+    for i in range(first, len(segments)):
+        result = recover_segment(segments[i])
+        recovered += 1
+        batches += result.batches
+        truncated += result.bytes_truncated
+        if result.bytes_truncated:
+            later = segments[i + 1 :]
+            for segment in later:
+                truncated += segment.size
+                segment.delete()
+            del segments[i + 1 :]
+            if later:
+                fsync_directory(directory)
+            report = RecoveryReport(recovered, batches, truncated, len(later))
+            log.warning("%s: recovery dropped %d bytes (%d later segments deleted)",
+                        directory, truncated, len(later))  # fmt: skip
+            return segments, report
+    return segments, RecoveryReport(recovered, batches, 0, 0)

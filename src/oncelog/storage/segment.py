@@ -1,0 +1,197 @@
+"""One log segment: a ``.log`` file of whole v2 batches plus its ``.index``.
+
+Writes go through ``os.write`` on an ``O_APPEND`` descriptor and reads through
+``os.pread``, so the event loop never waits on Python-level buffering; fsync is the
+partition log's business (it may run in a worker thread on a duplicated descriptor).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from oncelog.protocol.record_batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    iter_stored_batches,
+    parse_header,
+)
+from oncelog.storage.offset_index import OffsetIndex
+
+__all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "segment_file_name"]
+
+log = logging.getLogger(__name__)
+
+# Kafka keeps offset - base_offset within a signed int32 so index entries always fit.
+MAX_RELATIVE_OFFSET = (1 << 31) - 1
+_SCAN_CHUNK = 1 << 20
+_SEEK_CHUNK = 1 << 16
+_LENGTH_AT = 8
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's name: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}{suffix}"
+
+
+class LogSegment:
+    """Bookkeeping for one segment; callers hold the partition lock when mutating."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / segment_file_name(base_offset, ".log")
+        self.index = OffsetIndex(directory / segment_file_name(base_offset, ".index"), base_offset)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.next_offset = base_offset
+        self.first_batch_ms: int | None = None  # roll timer: when its first batch arrived
+        self.dirty = False  # data written since the last fsync
+        self._interval = index_interval_bytes
+        self._bytes_since_index = 0
+        self._max_ts = (-1, -1)  # (timestamp, offset of the first batch carrying it)
+        self._max_ts_complete = self.size == 0
+
+    # --- building the in-memory state ---
+
+    def note_batch(self, position: int, header: BatchHeader) -> None:
+        """Account for a batch that sits at ``position``: index entry, next offset, max
+        timestamp. Shared by append, index rebuild and recovery so the rule is one."""
+        if self._bytes_since_index > self._interval:
+            self.index.append(header.last_offset, position)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self._max_ts[0]:
+            self._max_ts = (header.max_timestamp, header.base_offset)
+        if self.first_batch_ms is None:
+            self.first_batch_ms = header.max_timestamp
+
+    def reset_state(self) -> None:
+        """Forget the index and counters before re-noting every batch from position 0."""
+        self.index.reset()
+        self._bytes_since_index = 0
+        self.next_offset = self.base_offset
+        self._max_ts = (-1, -1)
+        self._max_ts_complete = True
+        self.first_batch_ms = None
+
+    def load(self) -> None:
+        """Trusting open (clean shutdown): load the index, rebuild it if it fails its
+        checks, then scan only the tail after the last index entry to find the next
+        offset. A torn tail found there is cut off with a warning."""
+        if not self.index.load(self.size):
+            log.warning("rebuilding corrupt or stale index %s", self.index.path)
+            self.reset_state()
+            start = 0
+        else:
+            start = self.index.last_position()
+            self._bytes_since_index = 0
+        end = start
+        for pos, header, _ in self.scan(start):
+            if start == 0 or pos > start:
+                self.note_batch(pos, header)
+            else:
+                self.next_offset = header.next_offset
+                self._bytes_since_index = header.size
+            end = pos + header.size
+        if end:  # Kafka's rule after a restart: age by the first batch's timestamp
+            self.first_batch_ms = parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+        if end < self.size:
+            log.warning(
+                "%s: %d bytes after position %d are not whole batches; truncating",
+                self.path, self.size - end, end,
+            )  # fmt: skip
+            self.truncate(end, self.next_offset)
+
+    # --- I/O ---
+
+    def append(self, data: bytes | bytearray, header: BatchHeader, now_ms: int) -> int:
+        """Write one offset-assigned batch; returns its position."""
+        position = self.size
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        self.size += len(data)
+        self.dirty = True
+        if position == 0:
+            self.first_batch_ms = now_ms
+        self.note_batch(position, header)
+        return position
+
+    def scan(
+        self, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
+    ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
+        """Whole batches from ``start`` on, read in chunks; stops at a torn tail."""
+        pos = start
+        need = chunk
+        while pos < self.size:
+            buf = memoryview(os.pread(self.fd, min(max(chunk, need), self.size - pos), pos))
+            consumed = 0
+            for off, header in iter_stored_batches(buf):
+                yield pos + off, header, (buf[off : off + header.size] if with_data else None)
+                consumed = off + header.size
+            if consumed:
+                pos += consumed
+                need = chunk
+                continue
+            if len(buf) < LOG_OVERHEAD:
+                return
+            whole = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
+            if whole <= len(buf) or pos + whole > self.size:
+                return  # nonsense header or torn tail
+            need = whole  # one batch larger than the chunk: read it whole
+
+    def find_position(self, offset: int) -> int | None:
+        """Position of the batch holding ``offset`` (or the first after it), via the index."""
+        for pos, header, _ in self.scan(self.index.lookup(offset), chunk=_SEEK_CHUNK):
+            if header.last_offset >= offset:
+                return pos
+        return None
+
+    def read(self, position: int, max_bytes: int, max_offset: int | None, min_one: bool) -> bytes:
+        """Whole batches from ``position``: at most ``max_bytes`` (but one whole batch if
+        ``min_one``), none holding an offset at or above ``max_offset``."""
+        available = self.size - position
+        buf = os.pread(self.fd, min(max(max_bytes, HEADER_SIZE), available), position)
+        end = 0
+        for pos, header in iter_stored_batches(buf):
+            if max_offset is not None and header.last_offset >= max_offset:
+                break
+            end = pos + header.size
+        if end == 0 and min_one and len(buf) >= HEADER_SIZE:
+            header = parse_header(buf)
+            if max_offset is None or header.last_offset < max_offset:
+                return os.pread(self.fd, min(header.size, available), position)
+        return buf[:end]
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """(largest batch max timestamp, base offset of the first batch carrying it)."""
+        if not self._max_ts_complete:
+            best = (-1, -1)
+            for _, header, _ in self.scan():
+                if header.max_timestamp > best[0]:
+                    best = (header.max_timestamp, header.base_offset)
+            self._max_ts, self._max_ts_complete = best, True
+        return self._max_ts
+
+    def truncate(self, position: int, next_offset: int) -> None:
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.next_offset = next_offset
+        self.index.truncate_to_position(position)
+        self._max_ts_complete = position == 0
+        self._max_ts = (-1, -1)
+        self.dirty = True
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.index.close()
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+        self.index.path.unlink(missing_ok=True)

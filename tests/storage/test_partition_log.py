@@ -1,0 +1,404 @@
+"""PartitionLog: append/read, rolls, index, reopen, crash recovery, retention, flush."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import oncelog.storage
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import (
+    Record,
+    build_batch,
+    crc_is_valid,
+    decode_records,
+    iter_stored_batches,
+    parse_header,
+    split_batches,
+)
+from oncelog.storage import LogConfig, PartitionLog
+
+SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=200)
+
+
+def make(i: int, n: int = 2, ts: int | None = None) -> bytes:
+    return build_batch(
+        [Record(b"k", b"value-%d-%d" % (i, j)) for j in range(n)],
+        timestamp_ms=1_000 + i if ts is None else ts,
+    )
+
+
+def append(log: PartitionLog, data: bytes, now_ms: int = 0, **kw: bool) -> int:
+    [(header, view)] = split_batches(data)
+    return log.append(view, header, now_ms, **kw).base_offset
+
+
+def opened(path: Path, config: LogConfig = SMALL, clean: bool = True) -> PartitionLog:
+    return PartitionLog.open(path, config, clean_shutdown=clean, now_ms=0)
+
+
+def offsets(data: bytes) -> list[int]:
+    view = memoryview(data)
+    return [
+        r.offset for pos, h in iter_stored_batches(data) for r in decode_records(view[pos : pos + h.size])
+    ]
+
+
+def values(log: PartitionLog) -> list[bytes | None]:
+    data = log.read(log.log_start_offset, 1 << 30)
+    out = []
+    for pos, h in iter_stored_batches(data):
+        assert crc_is_valid(memoryview(data)[pos : pos + h.size])
+        out += [r.value for r in decode_records(memoryview(data)[pos : pos + h.size])]
+    return out
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "topic-0"
+
+
+def test_public_names() -> None:
+    assert set(oncelog.storage.__all__) == {
+        "AppendResult", "LogConfig", "PartitionLog", "RecoveryReport", "SegmentInfo",
+    }  # fmt: skip
+
+
+def test_append_assigns_offsets_and_read_returns_them(path: Path) -> None:
+    log = opened(path, clean=False)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert [append(log, make(i, n=3)) for i in range(4)] == [0, 3, 6, 9]
+    assert log.log_end_offset == 12
+    assert offsets(log.read(0, 1 << 20)) == list(range(12))
+    assert offsets(log.read(4, 1 << 20)) == list(range(3, 12))  # whole batch holding 4
+    assert log.read(12, 100) == b""
+    for bad in (-1, 13):
+        with pytest.raises(KafkaError) as info:
+            log.read(bad, 100)
+        assert info.value.code == ErrorCode.offset_out_of_range
+    assert (path / "00000000000000000000.log").exists()
+    assert (path / "00000000000000000000.index").exists()
+    log.close()
+
+
+def test_stored_batch_keeps_crc_and_gets_leader_epoch(path: Path) -> None:
+    log = opened(path, clean=False)
+    data = make(0)
+    [(header, view)] = split_batches(data)
+    log.append(view, header, 0, leader_epoch=5)
+    stored = log.read(0, 1000)
+    assert crc_is_valid(stored) and parse_header(stored).partition_leader_epoch == 5
+    assert parse_header(stored).crc == header.crc
+    log.close()
+
+
+def test_log_append_time(path: Path) -> None:
+    log = opened(path, clean=False)
+    [(header, view)] = split_batches(make(0))
+    result = log.append(view, header, 777_777, log_append_time=True)
+    assert result.log_append_time_ms == 777_777
+    assert {r.timestamp for r in decode_records(log.read(0, 1000))} == {777_777}
+    assert log.max_timestamp() == (777_777, 0)
+    log.close()
+
+
+def test_max_message_bytes(path: Path) -> None:
+    log = opened(path, LogConfig(max_message_bytes=100), clean=False)
+    with pytest.raises(KafkaError) as info:
+        append(log, make(0, n=10))
+    assert info.value.code == ErrorCode.message_too_large
+    log.close()
+
+
+def test_read_max_bytes_and_one_whole_batch_rule(path: Path) -> None:
+    log = opened(path, LogConfig(), clean=False)
+    sizes = []
+    for i in range(5):
+        data = make(i)
+        sizes.append(len(data))
+        append(log, data)
+    assert len(log.read(0, sizes[0] + sizes[1])) == sizes[0] + sizes[1]
+    assert len(log.read(0, sizes[0] + sizes[1] - 1)) == sizes[0]
+    assert len(log.read(0, 1)) == sizes[0]  # larger than max_bytes, still returned whole
+    assert log.read(0, 1, min_one_batch=False) == b""
+    log.close()
+
+
+def test_read_max_offset_is_exclusive(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(5):
+        append(log, make(i, n=2))  # batches [0,1] [2,3] [4,5] ...
+    assert offsets(log.read(0, 1 << 20, max_offset=4)) == [0, 1, 2, 3]
+    assert offsets(log.read(0, 1 << 20, max_offset=5)) == [0, 1, 2, 3]  # 5 is inside [4,5]
+    assert log.read(4, 1 << 20, max_offset=4) == b""
+    assert log.read(0, 1, max_offset=1) == b""  # not even the one-batch rule crosses it
+    log.close()
+
+
+def test_roll_by_size_and_reads_across_segments(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(60):
+        append(log, make(i))
+    infos = log.segments()
+    assert len(infos) > 2
+    assert all(s.size_bytes <= SMALL.segment_bytes for s in infos)
+    assert [s.path.name for s in infos][1] == f"{infos[1].base_offset:020d}.log"
+    assert sum(s.size_bytes for s in infos) == log.size_bytes()
+    assert offsets(log.read(0, 1 << 20)) == list(range(120))
+    for offset in range(0, 120, 7):  # index + scan finds every batch, in every segment
+        assert offsets(log.read(offset, 1))[0] == offset - offset % 2
+    log.close()
+
+
+def test_roll_by_time(path: Path) -> None:
+    log = opened(path, LogConfig(segment_ms=1000), clean=False)
+    append(log, make(0), now_ms=10_000)
+    append(log, make(1), now_ms=10_999)
+    assert len(log.segments()) == 1
+    append(log, make(2), now_ms=11_000)
+    assert [s.base_offset for s in log.segments()] == [0, 4]
+    log.maybe_roll(11_500)
+    assert len(log.segments()) == 2
+    log.maybe_roll(12_000)
+    assert [s.base_offset for s in log.segments()] == [0, 4, 6]
+    log.maybe_roll(99_000)  # an empty active segment never rolls
+    assert len(log.segments()) == 3
+    log.close()
+
+
+def test_index_lookups_across_many_batches(path: Path) -> None:
+    config = LogConfig(index_interval_bytes=64)
+    log = opened(path, config, clean=False)
+    for i in range(500):
+        append(log, make(i, n=1))
+    index_size = (path / "00000000000000000000.index").stat().st_size
+    assert index_size > 8 * 100
+    for offset in (0, 1, 63, 64, 250, 498, 499):
+        assert offsets(log.read(offset, 1)) == [offset]
+    log.close()
+    log = opened(path, config)
+    for offset in (0, 77, 499):
+        assert offsets(log.read(offset, 1)) == [offset]
+    log.close()
+
+
+def test_reopen_clean(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(40):
+        append(log, make(i))
+    before = log.read(0, 1 << 20)
+    log.close()
+    log = opened(path)
+    assert log.log_end_offset == 80 and log.recovery_point == 80
+    assert log.read(0, 1 << 20) == before
+    assert log.report.bytes_truncated == 0
+    assert append(log, make(40)) == 80
+    log.close()
+
+
+def test_clean_open_rebuilds_a_corrupt_index(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(30):
+        append(log, make(i))
+    log.close()
+    first_index = path / "00000000000000000000.index"
+    first_index.write_bytes(b"\x00" * 13)
+    log = opened(path)
+    assert offsets(log.read(11, 1)) == [10, 11]
+    log.close()
+    assert first_index.stat().st_size % 8 == 0 and first_index.stat().st_size > 0
+
+
+def _crashed_log(path: Path, batches: int = 40, config: LogConfig = SMALL) -> list[bytes]:
+    """A log written without close(): as after kill -9 (page cache survives)."""
+    log = opened(path, config, clean=False)
+    for i in range(batches):
+        append(log, make(i))
+    data = [log.read(2 * i, 1) for i in range(batches)]
+    for segment in log._segments:  # drop descriptors without flush or checkpoint
+        segment.close()
+    return data
+
+
+@pytest.mark.parametrize("damage", ["garbage", "torn", "crc"])
+def test_crash_recovery_truncates_at_first_bad_batch(
+    path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    stored = _crashed_log(path)
+    last = sorted(path.glob("*.log"))[-1]
+    size = last.stat().st_size
+    if damage == "garbage":
+        with last.open("ab") as f:
+            f.write(b"\x00\x00\x00\x07garbage-bytes-after-a-crash" * 3)
+        kept = 40
+    elif damage == "torn":
+        os.truncate(last, size - 10)
+        kept = 39
+    else:  # flip a byte inside the last batch's records: CRC mismatch
+        with last.open("r+b") as f:
+            f.seek(size - 3)
+            byte = f.read(1)
+            f.seek(size - 3)
+            f.write(bytes([byte[0] ^ 0x55]))
+        kept = 39
+    with caplog.at_level(logging.WARNING):
+        log = opened(path, clean=False)
+    assert log.report.bytes_truncated > 0 and "truncating" in caplog.text
+    assert log.log_end_offset == 2 * kept
+    assert log.read(0, 1 << 20) == b"".join(stored[:kept])
+    assert append(log, make(99)) == 2 * kept
+    log.close()
+    log = opened(path)
+    assert log.log_end_offset == 2 * kept + 2
+    log.close()
+
+
+def test_recovery_deletes_segments_after_a_cut(path: Path) -> None:
+    stored = _crashed_log(path, config=LogConfig(segment_bytes=600))
+    logs = sorted(path.glob("*.log"))
+    assert len(logs) > 3
+    with logs[1].open("r+b") as f:  # corrupt the second segment's second batch
+        first_size = parse_header(f.read(61)).size
+        f.seek(first_size + 40)
+        f.write(b"\xff\xff")
+    log = opened(path, LogConfig(segment_bytes=600), clean=False)
+    assert len(log.segments()) == 2
+    assert log.report.segments_deleted == len(logs) - 2
+    assert log.read(0, 1 << 20) == b"".join(stored[: log.log_end_offset // 2])
+    assert not any(p.exists() for p in logs[2:])
+    log.close()
+
+
+def test_unclean_open_skips_segments_below_the_recovery_point(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(40):
+        append(log, make(i))
+    log.flush()
+    log.write_recovery_checkpoint()
+    for segment in log._segments:
+        segment.close()
+    log = opened(path, clean=False)
+    assert log.report.segments_recovered == 1 and log.log_end_offset == 80
+    log.close()
+
+
+def test_retention_by_time(path: Path) -> None:
+    log = opened(path, LogConfig(segment_bytes=600, retention_ms=10_000), clean=False)
+    for i in range(30):
+        append(log, make(i, ts=i * 1_000))
+    bases = [s.base_offset for s in log.segments()]
+    assert len(bases) > 3
+    assert log.apply_retention(now_ms=5_000) == 0
+    deleted = log.apply_retention(now_ms=25_000)  # timestamps < 15_000 expire
+    assert deleted > 0
+    assert log.log_start_offset == bases[deleted]
+    for segment in log.segments()[:-1]:
+        assert log.read(segment.base_offset, 1 << 20)
+    with pytest.raises(KafkaError):
+        log.read(0, 100)
+    remaining = len(log.segments())
+    assert log.apply_retention(now_ms=10**12) == remaining - 1
+    assert len(log.segments()) == 1  # the active segment is never deleted
+    start = log.log_start_offset
+    assert start == log.segments()[0].base_offset and log.log_end_offset == 60
+    log.close()
+    assert opened(path).log_start_offset == start
+
+
+def test_retention_by_bytes(path: Path) -> None:
+    config = LogConfig(segment_bytes=600, retention_ms=-1, retention_bytes=1500)
+    log = opened(path, config, clean=False)
+    for i in range(30):
+        append(log, make(i, ts=0))
+    assert log.apply_retention(now_ms=10**12) > 0
+    assert log.size_bytes() <= 1500 + 600
+    assert log.size_bytes() - log.segments()[0].size_bytes < 1500 <= log.size_bytes()
+    assert values(log)[-1] == b"value-29-1"
+    log.close()
+
+
+def test_offset_for_timestamp_and_max_timestamp(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(20):  # batch i holds offsets 2i (ts 100i) and 2i+1 (ts 100i+50)
+        data = build_batch(
+            [Record(None, b"a", timestamp_ms=100 * i), Record(None, b"b", timestamp_ms=100 * i + 50)],
+            timestamp_ms=0,
+        )
+        append(log, data)
+    assert log.offset_for_timestamp(0) == (0, 0)
+    assert log.offset_for_timestamp(501) == (11, 550)
+    assert log.offset_for_timestamp(550) == (11, 550)
+    assert log.offset_for_timestamp(551) == (12, 600)
+    assert log.offset_for_timestamp(10**9) is None
+    assert log.max_timestamp() == (1950, 39)
+    log.close()
+    assert opened(path / "empty").max_timestamp() == (-1, -1)
+
+
+def test_truncate_to(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(40):
+        append(log, make(i))
+    log.truncate_to(31)  # inside batch [30, 31]: the whole batch goes
+    assert log.log_end_offset == 30 and log.recovery_point <= 30
+    assert offsets(log.read(0, 1 << 20)) == list(range(30))
+    assert append(log, make(50)) == 30
+    log.truncate_to(0)
+    assert (log.log_start_offset, log.log_end_offset) == (0, 0)
+    assert append(log, make(51)) == 0
+    log.close()
+
+
+def test_scan_headers(path: Path) -> None:
+    log = opened(path, clean=False)
+    for i in range(30):
+        append(log, make(i))
+    headers = list(log.scan_headers(21))
+    assert [h.base_offset for _, h in headers] == list(range(20, 60, 2))
+    assert all(base <= h.base_offset for base, h in headers)
+    log.close()
+
+
+def test_delete_removes_the_directory(path: Path) -> None:
+    log = opened(path, clean=False)
+    append(log, make(0))
+    log.delete()
+    assert not path.exists()
+
+
+def test_flush_from_a_thread_while_appending(path: Path) -> None:
+    log = opened(path, LogConfig(segment_bytes=200_000), clean=False)
+    stop = threading.Event()
+    points: list[int] = []
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            while not stop.is_set():
+                points.append(log.flush())
+        except BaseException as exc:  # surfaced to the main thread below
+            errors.append(exc)
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        for i in range(10_000):
+            assert append(log, make(i, n=1)) == i
+            if i % 2500 == 0:
+                assert log.flush(up_to=0) == log.recovery_point  # covered: no fsync
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors
+    assert points == sorted(points) and len(points) > 1
+    assert log.flush() == 10_000
+    for segment in log._segments:  # crash: no close(), no checkpoint
+        segment.close()
+    log = opened(path, clean=False)
+    assert log.log_end_offset == 10_000 and log.report.bytes_truncated == 0
+    assert values(log) == [b"value-%d-0" % i for i in range(10_000)]
+    log.close()
