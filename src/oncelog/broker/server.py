@@ -107,13 +107,10 @@ class KafkaServer:
         except asyncio.CancelledError:
             pass
         finally:
+            # No awaiting here: this also runs when the server cancels the connection
+            # at shutdown, and a second cancellation must not skip the close.
             responder.cancel()
-            await asyncio.gather(responder, return_exceptions=True)
             writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, OSError):
-                pass
             self._connections.discard(task)
 
     async def _read_requests(

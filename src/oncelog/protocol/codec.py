@@ -111,10 +111,8 @@ def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
         raise
     except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ...
         raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
-    if size + body_size != len(frame):
-        raise MalformedRequest(
-            f"{len(frame) - size - body_size} trailing bytes after the request body"
-        )
+    # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
+    # sends three of them after some Metadata v13 requests.
     return (
         RequestHeader(header.request_api_key, header.request_api_version,
                       header.correlation_id, header.client_id),

@@ -47,8 +47,7 @@ def _resolve(partition: "Partition", timestamp: int, committed: bool) -> tuple[i
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1  # no tiered storage: nothing is ever pending upload
     if timestamp == MAX_TIMESTAMP:
-        found = partition.log.max_timestamp()
-        return found if found is not None else (-1, -1)
+        return partition.log.max_timestamp()
     if timestamp < 0:
         raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {timestamp}")
     found_at = partition.log.offset_for_timestamp(timestamp)
