@@ -11,6 +11,7 @@ from oncelog.broker import handlers
 from oncelog.clock import wall_clock_ms
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.durability import GroupCommitFlusher
+from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
 from oncelog.broker.topics import TopicRegistry
 from oncelog.producers.pid_allocator import ProducerIdAllocator
@@ -89,7 +90,10 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
         await self._server.start()
-        self._maintenance = asyncio.create_task(self._run_maintenance(), name="log-maintenance")
+        maintenance = Maintenance(
+            self.topics, self.flusher, self.config.log_retention_check_interval_ms, self.now_ms
+        )
+        self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
@@ -101,24 +105,6 @@ class Broker:
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
         log.info("broker stopped cleanly")
-
-    async def _run_maintenance(self) -> None:
-        """Time-based segment rolls, retention and scheduled flushes."""
-        interval_s = min(self.config.log_retention_check_interval_ms, 30_000) / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            now = self.now_ms()
-            for partition in self.topics.partitions():
-                try:
-                    partition.log.maybe_roll(now)
-                    deleted = partition.log.apply_retention(now)
-                except OSError:
-                    log.exception("maintenance of %r failed", partition)
-                    continue
-                if deleted:
-                    log.info("retention deleted %d segment(s) of %r", deleted, partition)
-                if partition.log.log_end_offset > partition.log.recovery_point:
-                    self.flusher.request_flush(partition)
 
     # -- dispatch ------------------------------------------------------------------------
 

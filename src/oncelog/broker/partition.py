@@ -21,6 +21,7 @@ class Partition:
         max_message_bytes: int,
         log_append_time: bool,
         flush_messages: int,
+        flush_ms: int,
     ) -> None:
         self.topic = topic
         self.index = index
@@ -28,6 +29,8 @@ class Partition:
         self.max_message_bytes = max_message_bytes
         self.log_append_time = log_append_time
         self.flush_messages = flush_messages
+        self.flush_ms = flush_ms
+        self._unflushed_since_ms: int | None = None
         self._waiters: list[asyncio.Future[None]] = []
 
     def __repr__(self) -> str:
@@ -46,6 +49,15 @@ class Partition:
     def flush_due(self) -> bool:
         """More unflushed messages than `flush.messages` allows."""
         return self.log.log_end_offset - self.log.recovery_point >= self.flush_messages
+
+    def flush_overdue(self, now_ms: int) -> bool:
+        """Unflushed data older than `flush.ms` (checked by the maintenance task)."""
+        if self.log.log_end_offset <= self.log.recovery_point:
+            self._unflushed_since_ms = None
+            return False
+        if self._unflushed_since_ms is None:
+            self._unflushed_since_ms = now_ms
+        return now_ms - self._unflushed_since_ms >= self.flush_ms
 
     @property
     def last_stable_offset(self) -> int:

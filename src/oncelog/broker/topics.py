@@ -144,6 +144,7 @@ class TopicRegistry:
         log_config = LogConfig(**topic_config.to_log_config())
         log_append_time = topic_config.get("message.timestamp.type") == "LogAppendTime"
         flush_messages = int(topic_config.get("flush.messages"))
+        flush_ms = int(topic_config.get("flush.ms"))
         for index in range(count):
             directory = self._data_dir / f"{topic.name}-{index}"
             partition_log = PartitionLog.open(
@@ -157,6 +158,7 @@ class TopicRegistry:
                     max_message_bytes=log_config.max_message_bytes,
                     log_append_time=log_append_time,
                     flush_messages=flush_messages,
+                    flush_ms=flush_ms,
                 )
             )
 

@@ -1,0 +1,70 @@
+"""Periodic partition upkeep: time-based rolls, retention, scheduled flushes, checkpoints.
+
+Each job has its own period (Kafka's keys); one task ticks once a second and runs the
+jobs that are due, so an idle broker does almost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from oncelog.broker.durability import GroupCommitFlusher
+    from oncelog.broker.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0
+# Kafka's log.flush.offset.checkpoint.interval.ms default: how often recovery points
+# are persisted, which bounds how much log an unclean start has to rescan.
+CHECKPOINT_INTERVAL_MS = 60_000
+
+
+class Maintenance:
+    def __init__(
+        self,
+        topics: "TopicRegistry",
+        flusher: "GroupCommitFlusher",
+        retention_check_interval_ms: int,
+        clock_ms: Callable[[], int],
+    ) -> None:
+        self._topics = topics
+        self._flusher = flusher
+        self._retention_interval_ms = retention_check_interval_ms
+        self._clock_ms = clock_ms
+        self._next_retention_ms = 0
+        self._next_checkpoint_ms = 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            await self.tick(self._clock_ms())
+
+    async def tick(self, now_ms: int) -> None:
+        retention_due = now_ms >= self._next_retention_ms
+        checkpoint_due = now_ms >= self._next_checkpoint_ms
+        for partition in self._topics.partitions():
+            try:
+                partition.log.maybe_roll(now_ms)
+                if retention_due:
+                    deleted = partition.log.apply_retention(now_ms)
+                    if deleted:
+                        log.info("retention deleted %d segment(s) of %r", deleted, partition)
+            except OSError:
+                log.exception("maintenance of %r failed", partition)
+            if partition.flush_overdue(now_ms):
+                self._flusher.request_flush(partition)
+        if retention_due:
+            self._next_retention_ms = now_ms + self._retention_interval_ms
+        if checkpoint_due:
+            self._next_checkpoint_ms = now_ms + CHECKPOINT_INTERVAL_MS
+            await asyncio.to_thread(self._write_checkpoints)
+
+    def _write_checkpoints(self) -> None:
+        for partition in self._topics.partitions():
+            try:
+                partition.log.write_recovery_checkpoint()
+            except OSError:
+                log.exception("could not write the recovery checkpoint of %r", partition)
