@@ -31,7 +31,7 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
         flusher = GroupCommitFlusher()
         flusher.start()
         maintenance = Maintenance(registry, flusher, retention_check_interval_ms=60_000,
-                                  clock_ms=lambda: 0)
+                                  producer_id_expiration_ms=86_400_000, clock_ms=lambda: 0)
         partition = registry.partition("old", 0)
         append(registry, "old", 30, timestamp_ms=1_000)
         assert len(partition.log.segments()) > 2

@@ -9,11 +9,11 @@ from typing import Any, Awaitable, Callable
 
 from oncelog.broker import handlers
 from oncelog.clock import wall_clock_ms
-from oncelog.broker.config import BrokerConfig
+from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
-from oncelog.broker.topics import TopicRegistry
+from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.producers.pid_allocator import ProducerIdAllocator
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
@@ -47,6 +47,8 @@ class Broker:
         self.producer_ids: ProducerIdAllocator | None = None
         self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
         self._host = host
+        if advertised_host is None and advertised_port is None and config.advertised_listeners:
+            advertised_host, advertised_port = _parse_advertised_listener(config.advertised_listeners)
         self._advertised = (advertised_host, advertised_port)
         self._handlers: dict[int, Handler] = handlers.by_api_key()
         self._maintenance: asyncio.Task[None] | None = None
@@ -81,7 +83,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
-        if not clean and any(self.data_dir.iterdir()):
+        if not clean and (self.data_dir / CATALOGUE_FILE).exists():
             log.warning("no clean-shutdown marker in %s: recovering logs", self.data_dir)
         # The marker is removed before anything is written, so a crash from here on is
         # seen as unclean at the next start.
@@ -91,7 +93,11 @@ class Broker:
         self.flusher.start()
         await self._server.start()
         maintenance = Maintenance(
-            self.topics, self.flusher, self.config.log_retention_check_interval_ms, self.now_ms
+            self.topics,
+            self.flusher,
+            self.config.log_retention_check_interval_ms,
+            self.config.producer_id_expiration_ms,
+            self.now_ms,
         )
         self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
 
@@ -112,3 +118,23 @@ class Broker:
         self, header: RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any]:
         return self._handlers[header.api_key](self, header, request)
+
+
+def _parse_advertised_listener(listeners: list[str]) -> tuple[str | None, int]:
+    """The one `advertised.listeners` entry, ``PLAINTEXT://host:port``, as (host, port).
+
+    oncelog has a single plaintext listener, so exactly one entry is accepted. An empty
+    host (``PLAINTEXT://:9093``) keeps the listen host, as Kafka uses its default there;
+    a port is required and cannot be 0 (clients cannot connect to port 0)."""
+    raw = ",".join(listeners)
+    if len(listeners) != 1:
+        raise ConfigError("advertised.listeners", raw, "oncelog has one listener: give one entry")
+    name, sep, address = listeners[0].partition("://")
+    host, colon, port_text = address.rpartition(":")
+    if not sep or name.upper() != "PLAINTEXT" or not colon:
+        raise ConfigError("advertised.listeners", raw, "expected PLAINTEXT://host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 address
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        raise ConfigError("advertised.listeners", raw, "the port must be 1..65535")
+    return host or None, int(port_text)

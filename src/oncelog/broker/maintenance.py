@@ -1,4 +1,5 @@
-"""Periodic partition upkeep: time-based rolls, retention, scheduled flushes, checkpoints.
+"""Periodic partition upkeep: time-based rolls, retention, producer expiry, scheduled
+flushes and checkpoints.
 
 Each job has its own period (Kafka's keys); one task ticks once a second and runs the
 jobs that are due, so an idle broker does almost nothing.
@@ -28,11 +29,13 @@ class Maintenance:
         topics: "TopicRegistry",
         flusher: "GroupCommitFlusher",
         retention_check_interval_ms: int,
+        producer_id_expiration_ms: int,
         clock_ms: Callable[[], int],
     ) -> None:
         self._topics = topics
         self._flusher = flusher
         self._retention_interval_ms = retention_check_interval_ms
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._clock_ms = clock_ms
         self._next_retention_ms = 0
         self._next_checkpoint_ms = 0
@@ -52,6 +55,10 @@ class Maintenance:
                     deleted = partition.log.apply_retention(now_ms)
                     if deleted:
                         log.info("retention deleted %d segment(s) of %r", deleted, partition)
+                        partition.after_retention()
+                    expired = partition.expire_producers(now_ms, self._producer_id_expiration_ms)
+                    if expired:
+                        log.info("%r: producer ids %s expired", partition, expired)
             except OSError:
                 log.exception("maintenance of %r failed", partition)
             if partition.flush_overdue(now_ms):

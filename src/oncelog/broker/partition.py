@@ -1,14 +1,58 @@
-"""One topic-partition as the broker sees it: its log, its offsets and who waits on it.
+"""One topic-partition as the broker sees it: its log, its producers, its offsets and
+who waits on it.
 
 All writes to a partition happen on the event loop, one after another (one writer per
-partition); only the fsync runs on a worker thread (see durability.py).
+partition): a batch is validated against the producer state, appended, and the state
+committed, with no await in between. Only the fsync runs on a worker thread (see
+durability.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from dataclasses import dataclass
+
+from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
+from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import BatchHeader, split_batches
 from oncelog.storage import AppendResult, PartitionLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSettings:
+    """The topic configuration a partition acts on at append and flush time."""
+
+    max_message_bytes: int
+    log_append_time: bool
+    flush_messages: int
+    flush_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceOutcome:
+    """Where a produced batch is (or, for a retried duplicate, already was) in the log."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time_ms: int
+    duplicate: bool
+
+
+def _check_transactional(transactional_id: str | None) -> None:
+    """Transactional batches need a transaction, which this broker cannot run yet."""
+    if transactional_id is None:
+        raise KafkaError(
+            ErrorCode.transactional_id_authorization_failed,
+            "a transactional batch needs the request's transactional id",
+        )
+    raise KafkaError(
+        ErrorCode.transactional_id_authorization_failed,
+        f"transactional id {transactional_id!r}: this broker has no transaction coordinator yet",
+    )
 
 
 class Partition:
@@ -17,47 +61,27 @@ class Partition:
         topic: str,
         index: int,
         log: PartitionLog,
-        *,
-        max_message_bytes: int,
-        log_append_time: bool,
-        flush_messages: int,
-        flush_ms: int,
+        producers: ProducerStateManager,
+        settings: PartitionSettings,
     ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
-        self.max_message_bytes = max_message_bytes
-        self.log_append_time = log_append_time
-        self.flush_messages = flush_messages
-        self.flush_ms = flush_ms
+        self.producers = producers
+        self.settings = settings
         self._unflushed_since_ms: int | None = None
         self._waiters: list[asyncio.Future[None]] = []
+        log.on_roll = self._snapshot_producers
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
+
+    # -- offsets -------------------------------------------------------------------------
 
     @property
     def high_watermark(self) -> int:
         """On a single node every appended batch is committed: the HW is the log end."""
         return self.log.log_end_offset
-
-    @property
-    def fsync_before_ack(self) -> bool:
-        """acks=-1 waits for an fsync when every message is to be flushed (the default)."""
-        return self.flush_messages <= 1
-
-    def flush_due(self) -> bool:
-        """More unflushed messages than `flush.messages` allows."""
-        return self.log.log_end_offset - self.log.recovery_point >= self.flush_messages
-
-    def flush_overdue(self, now_ms: int) -> bool:
-        """Unflushed data older than `flush.ms` (checked by the maintenance task)."""
-        if self.log.log_end_offset <= self.log.recovery_point:
-            self._unflushed_since_ms = None
-            return False
-        if self._unflushed_since_ms is None:
-            self._unflushed_since_ms = now_ms
-        return now_ms - self._unflushed_since_ms >= self.flush_ms
 
     @property
     def last_stable_offset(self) -> int:
@@ -67,15 +91,82 @@ class Partition:
     def log_start_offset(self) -> int:
         return self.log.log_start_offset
 
-    def append_records(self, records: bytes, now_ms: int) -> AppendResult:
-        """Validate the one batch a produce request carries for a partition, then append it."""
-        ((header, batch),) = split_batches(records, max_message_bytes=self.max_message_bytes)
-        return self.append_batch(batch, header, now_ms)
+    # -- producing -----------------------------------------------------------------------
+
+    def append_records(
+        self, records: bytes, now_ms: int, transactional_id: str | None = None
+    ) -> ProduceOutcome:
+        """Validate the one batch a produce request carries for this partition and append
+        it, unless its producer already appended it (a retry), or its sequence or epoch
+        is refused (KafkaError)."""
+        ((header, batch),) = split_batches(records, max_message_bytes=self.settings.max_message_bytes)
+        if header.is_transactional:
+            _check_transactional(transactional_id)
+        if not header.has_producer_id:
+            return self._outcome(self.append_batch(batch, header, now_ms))
+        decision = self.producers.validate(header)
+        if isinstance(decision, Refuse):
+            raise KafkaError(decision.error_code, decision.message)
+        if isinstance(decision, Duplicate):
+            log.debug("%r: duplicate of batch at %d..%d from producer %d", self,
+                      decision.first_offset, decision.last_offset, header.producer_id)
+            return ProduceOutcome(decision.first_offset, decision.last_offset,
+                                  decision.timestamp, duplicate=True)
+        assert isinstance(decision, Append)
+        result = self.append_batch(batch, header, now_ms)
+        append_time = result.log_append_time_ms if self.settings.log_append_time else None
+        self.producers.commit(decision.pending, result.base_offset, result.last_offset,
+                              timestamp=append_time)
+        return self._outcome(result)
 
     def append_batch(self, batch: bytes | memoryview, header: BatchHeader, now_ms: int) -> AppendResult:
-        result = self.log.append(batch, header, now_ms, log_append_time=self.log_append_time)
+        result = self.log.append(batch, header, now_ms, log_append_time=self.settings.log_append_time)
         self._wake_waiters()
         return result
+
+    @staticmethod
+    def _outcome(result: AppendResult) -> ProduceOutcome:
+        return ProduceOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
+                              duplicate=False)
+
+    # -- producer state upkeep -------------------------------------------------------------
+
+    def _snapshot_producers(self, offset: int) -> None:
+        write_snapshot(self.log.directory, offset, self.producers)
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
+        return self.producers.remove_expired(now_ms, expiration_ms)
+
+    def after_retention(self) -> None:
+        """Snapshots below the log start describe batches that are gone: delete them."""
+        delete_snapshots_below(self.log.directory, self.log.log_start_offset)
+
+    def close(self) -> None:
+        """Snapshot the producers at the log end (a clean start then replays nothing)."""
+        self._snapshot_producers(self.log.log_end_offset)
+        self.log.close()
+
+    # -- durability --------------------------------------------------------------------------
+
+    @property
+    def fsync_before_ack(self) -> bool:
+        """acks=-1 waits for an fsync when every message is to be flushed (the default)."""
+        return self.settings.flush_messages <= 1
+
+    def flush_due(self) -> bool:
+        """More unflushed messages than `flush.messages` allows."""
+        return self.log.log_end_offset - self.log.recovery_point >= self.settings.flush_messages
+
+    def flush_overdue(self, now_ms: int) -> bool:
+        """Unflushed data older than `flush.ms` (checked by the maintenance task)."""
+        if self.log.log_end_offset <= self.log.recovery_point:
+            self._unflushed_since_ms = None
+            return False
+        if self._unflushed_since_ms is None:
+            self._unflushed_since_ms = now_ms
+        return now_ms - self._unflushed_since_ms >= self.settings.flush_ms
+
+    # -- long polls ----------------------------------------------------------------------------
 
     def wait_for_append(self, waiter: asyncio.Future[None]) -> None:
         """Resolve `waiter` at the next append (used by long-polling fetches)."""

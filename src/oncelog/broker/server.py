@@ -98,10 +98,15 @@ class KafkaServer:
         )
         responder = asyncio.create_task(self._write_responses(pending, writer, peer))
         try:
-            await self._read_requests(reader, pending, info)
-            await pending.join()
-        except ProtocolViolation as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
+            try:
+                await self._read_requests(reader, pending, info)
+            except ProtocolViolation as exc:
+                log.warning("closing connection from %s: %s", peer, exc)
+            # Whether the peer closed its side or broke the protocol, the requests read
+            # before that point are answered, in order, before the connection closes: a
+            # pipelined produce that was appended gets its acknowledgement, as it would
+            # from Kafka (which reads one request at a time per connection).
+            await _all_answered(pending, responder)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -189,6 +194,15 @@ class KafkaServer:
                 return
             finally:
                 pending.task_done()
+
+
+async def _all_answered(pending: asyncio.Queue[Any], responder: asyncio.Task[None]) -> None:
+    """Wait until every queued request is answered, or the responder gave up."""
+    joined = asyncio.ensure_future(pending.join())
+    try:
+        await asyncio.wait((joined, responder), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        joined.cancel()
 
 
 def _drain_queue(pending: asyncio.Queue[Any]) -> None:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.broker import config as cfg
-from oncelog.broker.partition import Partition
+from oncelog.broker.partition import Partition, PartitionSettings
 from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
+from oncelog.producers.loader import load_producer_state
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.storage.atomic_file import write_atomically
@@ -129,7 +130,7 @@ class TopicRegistry:
 
     def close(self) -> None:
         for partition in self.partitions():
-            partition.log.close()
+            partition.close()
 
     # -- internals --------------------------------------------------------------------
 
@@ -142,25 +143,21 @@ class TopicRegistry:
     ) -> None:
         topic_config = cfg.TopicConfig(self._config, topic.configs)
         log_config = LogConfig(**topic_config.to_log_config())
-        log_append_time = topic_config.get("message.timestamp.type") == "LogAppendTime"
-        flush_messages = int(topic_config.get("flush.messages"))
-        flush_ms = int(topic_config.get("flush.ms"))
+        settings = PartitionSettings(
+            max_message_bytes=log_config.max_message_bytes,
+            log_append_time=topic_config.get("message.timestamp.type") == "LogAppendTime",
+            flush_messages=int(topic_config.get("flush.messages")),
+            flush_ms=int(topic_config.get("flush.ms")),
+        )
         for index in range(count):
             directory = self._data_dir / f"{topic.name}-{index}"
             partition_log = PartitionLog.open(
                 directory, log_config, clean_shutdown=clean_shutdown, now_ms=now_ms
             )
-            topic.partitions.append(
-                Partition(
-                    topic.name,
-                    index,
-                    partition_log,
-                    max_message_bytes=log_config.max_message_bytes,
-                    log_append_time=log_append_time,
-                    flush_messages=flush_messages,
-                    flush_ms=flush_ms,
-                )
+            producers = load_producer_state(
+                directory, partition_log, now_ms, self._config.producer_id_expiration_ms
             )
+            topic.partitions.append(Partition(topic.name, index, partition_log, producers, settings))
 
     def _persist(self) -> None:
         entries = [

@@ -8,6 +8,13 @@ from pathlib import Path
 import click
 
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.cli.consume import consume
+from oncelog.cli.demo import demo
+from oncelog.cli.dump_log import dump_log
+from oncelog.cli.output import parse_key_values
+from oncelog.cli.produce import produce
+from oncelog.cli.producers import producers
+from oncelog.cli.topics import topics
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,20 +44,14 @@ def broker(data_dir: Path, host: str, port: int, config_file: Path | None,
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("oncelog").setLevel(logging.INFO)
     try:
-        config = BrokerConfig.load(config_file, _parse_overrides(overrides))
+        config = BrokerConfig.load(config_file, parse_key_values(overrides, "--set"))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
     run_forever(config, data_dir, host, port, ready_file)
 
 
-def _parse_overrides(pairs: tuple[str, ...]) -> dict[str, str]:
-    parsed = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--set")
-        parsed[key.strip()] = value.strip()
-    return parsed
+for command in (topics, produce, consume, dump_log, demo, producers):
+    main.add_command(command)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,13 @@ class ProtocolClientError(Exception):
 class KafkaConnection:
     def __init__(self, bootstrap: str, *, client_id: str = "oncelog-cli", timeout_s: float = 10.0) -> None:
         host, _, port = bootstrap.split(",")[0].rpartition(":")
+        if not port.isdigit():
+            raise ProtocolClientError(f"{bootstrap!r} is not HOST:PORT")
         self.client_id = client_id
         try:
-            self._sock = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
+            self._sock = socket.create_connection(
+                (host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s
+            )
         except OSError as exc:
             raise ProtocolClientError(f"cannot connect to {bootstrap}: {exc}") from exc
         self._correlation_id = 0
@@ -52,8 +56,11 @@ class KafkaConnection:
         version = self.version_for(api_key) if version is None else version
         api = codec.api_codec(api_key, version)
         self._correlation_id += 1
-        self.send_raw(codec.encode_request(api, self._correlation_id, self.client_id, body))
-        frame = self.receive_frame()
+        try:
+            self.send_raw(codec.encode_request(api, self._correlation_id, self.client_id, body))
+            frame = self.receive_frame()
+        except OSError as exc:  # timeouts and resets: the caller sees one error type
+            raise ProtocolClientError(f"{ApiKey(api_key).name} request failed: {exc}") from exc
         correlation_id, response = codec.decode_response(api, frame)
         if correlation_id != self._correlation_id:
             raise ProtocolClientError(

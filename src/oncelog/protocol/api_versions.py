@@ -20,6 +20,8 @@ class ApiKey(IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
+    DESCRIBE_PRODUCERS = 61
 
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
@@ -32,6 +34,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
 }
 
 

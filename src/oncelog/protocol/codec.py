@@ -1,6 +1,7 @@
 """The one adapter between oncelog and the `kio` schema package.
 
-Everything that knows kio's entity classes, readers and writers lives here, so the
+Everything that knows kio's entity classes, readers and writers lives here (and in
+:mod:`oncelog.protocol.tagged_fields`, its helper for unknown tagged fields), so the
 codec can be swapped without touching the broker. Handlers describe responses as plain
 nested dicts holding every field of the newest version; :func:`build` turns such a dict
 into the entity of the version the client asked for, dropping fields that version lacks.
@@ -25,6 +26,8 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity
+
+from oncelog.protocol.tagged_fields import strip_unknown_tags
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
@@ -100,16 +103,19 @@ def peek_api(frame: bytes) -> tuple[int, int, int]:
 
 
 def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
-    """Decode header and body; any decoding failure becomes MalformedRequest."""
+    """Decode header and body; any decoding failure becomes MalformedRequest.
+
+    Unknown tagged fields are skipped, as Kafka does (KIP-482).
+    """
     try:
         if codec.flexible_request:
             header, size = _read_header_v2(frame, 0)
         else:
             header, size = _read_header_v1(frame, 0)
-        body, body_size = codec.read_request(frame, size)
-    except MalformedRequest:
-        raise
-    except Exception as exc:  # kio raises KeyError, ValueError, BufferUnderflow, ...
+        body, _ = codec.read_request(frame, size)
+    except KeyError as exc:  # kio: "Unknown tagged field tag: N"
+        header, body = _decode_without_unknown_tags(frame, codec, exc)
+    except Exception as exc:  # kio raises ValueError, BufferUnderflow, ...
         raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
     # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
     # sends three of them after some Metadata v13 requests.
@@ -118,6 +124,21 @@ def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
                       header.correlation_id, header.client_id),
         body,
     )
+
+
+def _decode_without_unknown_tags(frame: bytes, codec: ApiCodec, cause: KeyError) -> tuple[Any, Any]:
+    """The slow path: copy header and body without their unknown tags, then decode the copy."""
+    if not codec.flexible_request:  # no tagged fields here: the KeyError means something else
+        raise MalformedRequest(f"KeyError: {cause}") from cause
+    try:
+        header_bytes, header_size = strip_unknown_tags(RequestHeaderV2, frame, 0)
+        body_bytes, _ = strip_unknown_tags(codec.request_type, frame, header_size)
+        clean = header_bytes + body_bytes
+        header, size = _read_header_v2(clean, 0)
+        body, _ = codec.read_request(clean, size)
+    except Exception as exc:  # sizes past the end, bad varints, ... as on the fast path
+        raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
+    return header, body
 
 
 def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:

@@ -565,9 +565,9 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[DecodedRecord]
     return records
 
 
-def describe_control(batch: bytes | bytearray | memoryview) -> str | None:
-    """``"COMMIT"`` or ``"ABORT"`` for a transaction marker, else None (data batches and
-    other control types, e.g. KRaft's)."""
+def control_marker(batch: bytes | bytearray | memoryview) -> tuple[bool, int] | None:
+    """(committed, coordinator epoch) of a transaction marker batch, else None (data
+    batches and other control types, e.g. KRaft's)."""
     header = parse_header(batch)
     if not header.is_control:
         return None
@@ -575,4 +575,16 @@ def describe_control(batch: bytes | bytearray | memoryview) -> str | None:
     if not records or records[0].key is None or len(records[0].key) < 4:
         return None
     _version, kind = struct.unpack_from(">hh", records[0].key)
-    return {_CONTROL_ABORT: "ABORT", _CONTROL_COMMIT: "COMMIT"}.get(kind)
+    if kind not in (_CONTROL_ABORT, _CONTROL_COMMIT):
+        return None
+    value = records[0].value or b""
+    coordinator_epoch = struct.unpack_from(">i", value, 2)[0] if len(value) >= 6 else -1
+    return kind == _CONTROL_COMMIT, coordinator_epoch
+
+
+def describe_control(batch: bytes | bytearray | memoryview) -> str | None:
+    """``"COMMIT"`` or ``"ABORT"`` for a transaction marker, else None."""
+    marker = control_marker(batch)
+    if marker is None:
+        return None
+    return "COMMIT" if marker[0] else "ABORT"

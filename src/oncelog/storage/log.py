@@ -13,7 +13,7 @@ import os
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -77,6 +77,10 @@ class PartitionLog:
         self._recovery_point = recovery_point
         self._lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
+        # Called with the new segment's base offset just before a roll (under the log's
+        # lock, before the batch that triggered it is written): the producer state is
+        # snapshotted there, as Kafka does, so a restart replays only the active segment.
+        self.on_roll: Callable[[int], None] | None = None
 
     # --- opening ---
 
@@ -167,6 +171,8 @@ class PartitionLog:
 
     def _roll_locked(self, base_offset: int | None = None) -> LogSegment:
         base = self.log_end_offset if base_offset is None else base_offset
+        if self.on_roll is not None:
+            self.on_roll(base)
         segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
         self._segments.append(segment)
         self._bases.append(base)

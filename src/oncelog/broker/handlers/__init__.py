@@ -11,7 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from oncelog.broker.handlers import admin, api_versions, fetch, list_offsets, metadata, produce, producer_id
+from oncelog.broker.handlers import (
+    admin,
+    api_versions,
+    fetch,
+    list_offsets,
+    log_dirs,
+    metadata,
+    produce,
+    producer_id,
+    producers,
+)
 from oncelog.protocol.api_versions import ApiKey
 
 if TYPE_CHECKING:
@@ -30,4 +40,6 @@ def by_api_key() -> dict[int, Callable[["Broker", "RequestHeader", Any], Awaitab
         ApiKey.FETCH: fetch.handle,
         ApiKey.LIST_OFFSETS: list_offsets.handle,
         ApiKey.INIT_PRODUCER_ID: producer_id.handle,
+        ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
+        ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle,
     }

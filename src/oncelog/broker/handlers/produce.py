@@ -30,7 +30,9 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
     for topic_data in request.topic_data:
         answers = []
         for partition_data in topic_data.partition_data:
-            answer, partition, end_offset = _append(broker, topic_data.name, partition_data, acks, now)
+            answer, partition, end_offset = _append(
+                broker, topic_data.name, partition_data, acks, request.transactional_id, now
+            )
             answers.append(answer)
             if partition is None:
                 continue
@@ -54,7 +56,12 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
 
 
 def _append(
-    broker: "Broker", topic: str, partition_data: Any, acks: int, now_ms: int
+    broker: "Broker",
+    topic: str,
+    partition_data: Any,
+    acks: int,
+    transactional_id: str | None,
+    now_ms: int,
 ) -> tuple[dict[str, Any], "Partition | None", int]:
     index = partition_data.index
     if acks not in VALID_ACKS:
@@ -63,20 +70,20 @@ def _append(
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
-        result = partition.append_records(partition_data.records, now_ms)
+        outcome = partition.append_records(partition_data.records, now_ms, transactional_id)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
         return _error(index, exc.code, exc.message), None, 0
     answer = {
         "index": index,
         "error_code": ErrorCode.none,
-        "base_offset": result.base_offset,
-        "log_append_time": result.log_append_time_ms,
+        "base_offset": outcome.base_offset,
+        "log_append_time": outcome.log_append_time_ms,
         "log_start_offset": partition.log_start_offset,
         "record_errors": [],
         "error_message": None,
     }
-    return answer, partition, result.last_offset + 1
+    return answer, partition, outcome.last_offset + 1
 
 
 def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:

@@ -1,0 +1,354 @@
+"""Throughput benchmark: 1 KiB records through a broker subprocess with confluent-kafka.
+
+    .venv/bin/python bench/throughput.py                 # 1,000,000 records per phase
+    .venv/bin/python bench/throughput.py --records 200000 --partitions 3
+
+A benchmark, not a test: it starts `python -m oncelog broker` on a free port of 127.0.0.1
+with a temporary data directory, produces N records of 1 KiB at acks=1 into one topic and
+N at acks=all into another (idempotence off), consumes each topic back from the beginning
+with assign(), prints one table, and always stops the broker (SIGTERM, then SIGKILL),
+including on Ctrl-C and errors. Every phase is bounded by --phase-timeout.
+
+Compare figures as ratios within one run (acks=all / acks=1): absolute numbers depend on
+the machine, and the client runs on the same cores as the broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+RECORD_SIZE = 1024
+# Producer settings (stated in the output): librdkafka's own defaults for batching,
+# spelled out so a change of default cannot move the figures silently.
+PRODUCER_SETTINGS = {
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "max.in.flight.requests.per.connection": 5,
+    "compression.type": "none",
+    "enable.idempotence": False,
+    "queue.buffering.max.messages": 500_000,
+    "queue.buffering.max.kbytes": 1_048_576,
+}
+CONSUMER_SETTINGS = {
+    "fetch.max.bytes": 52_428_800,
+    "max.partition.fetch.bytes": 1_048_576,
+    "fetch.wait.max.ms": 500,
+}
+
+# Seed 001 ("Idempotence and Transactions: The Cost and Boundaries of EOS"), for context only.
+SEED_REFERENCE = {
+    "acks=1": "650K TPS (acks=1, no idempotence)",
+    "acks=all": "420K TPS (acks=all, idempotence)",
+}
+
+
+@dataclass
+class Phase:
+    name: str
+    records: int
+    seconds: float
+    broker_cpu_s: float | None
+    complete: bool
+
+    @property
+    def rps(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def mbps(self) -> float:
+        return self.rps * RECORD_SIZE / 1e6
+
+
+class _Stop(Exception):
+    """SIGTERM/SIGHUP to the benchmark: unwind so the broker is stopped."""
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise _Stop(f"signal {signum}")
+
+
+# --- the broker subprocess -----------------------------------------------------------------
+
+
+class BrokerProcess:
+    def __init__(self, work: Path, extra_sets: list[str]) -> None:
+        self.work = work
+        self.data_dir = work / "data"
+        self.ready_file = work / "ready"
+        self.log_path = work / "broker.log"
+        self.extra_sets = extra_sets
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        cmd = [sys.executable, "-m", "oncelog", "broker", "--data-dir", str(self.data_dir),
+               "--host", "127.0.0.1", "--port", "0", "--ready-file", str(self.ready_file)]
+        for kv in self.extra_sets:
+            cmd += ["--set", kv]
+        with open(self.log_path, "wb") as log:
+            # Own session: a Ctrl-C in the terminal reaches only us; we stop the broker.
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            text = self.ready_file.read_text() if self.ready_file.exists() else ""
+            if text.endswith("\n"):
+                self.port = int(text)
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"broker not ready after {timeout_s} s:\n{self.log_tail()}")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of the broker so far (Linux /proc), None elsewhere."""
+        if self.proc is None:
+            return None
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        """SIGTERM by pid (clean shutdown), SIGKILL if it lingers. Safe to call twice."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+# --- the phases --------------------------------------------------------------------------
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names],
+                                  operation_timeout=30)
+    for future in futures.values():
+        future.result(60)
+
+
+def produce(bootstrap: str, topic: str, acks: str, count: int, timeout_s: float,
+            broker: BrokerProcess) -> Phase:  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS})
+    payload = os.urandom(RECORD_SIZE)
+    delivered = 0
+    failed: list[str] = []
+
+    def on_delivery(err: KafkaError | None, _msg: object) -> None:
+        nonlocal delivered
+        if err is None:
+            delivered += 1
+        elif len(failed) < 5:
+            failed.append(str(err))
+
+    # Warm-up: connection, metadata and the first batch are not part of the figures.
+    producer.produce(topic, payload)
+    if producer.flush(30) != 0:
+        raise RuntimeError(f"warm-up record to {topic} not delivered")
+    cpu0 = broker.cpu_seconds()
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    sent = 0
+    while sent < count and time.perf_counter() < deadline:
+        try:
+            producer.produce(topic, payload, on_delivery=on_delivery)
+            sent += 1
+        except BufferError:
+            producer.poll(0.01)
+        if sent % 1000 == 0:
+            producer.poll(0)
+    while producer.flush(0.5) and time.perf_counter() < deadline:
+        pass
+    seconds = time.perf_counter() - start
+    cpu1 = broker.cpu_seconds()
+    if failed:
+        raise RuntimeError(f"deliveries to {topic} failed: {failed}")
+    return Phase(f"produce acks={acks}", delivered, seconds,
+                 None if cpu0 is None or cpu1 is None else cpu1 - cpu0, delivered == count)
+
+
+def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float,
+            broker: BrokerProcess) -> Phase:  # fmt: skip
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-bench",
+                         "enable.auto.commit": False, **CONSUMER_SETTINGS})
+    consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(partitions)])
+    # Untimed: wait for the warm-up record at offset 0 (librdkafka spends about 0.5 s
+    # looking up the start offset before its first fetch); the N records after it are timed.
+    first_deadline = time.perf_counter() + 60
+    while not (msgs := consumer.consume(num_messages=1, timeout=1.0)):
+        if time.perf_counter() > first_deadline:
+            raise RuntimeError(f"no record from {topic} within 60 s")
+    if msgs[0].error() is not None:
+        raise KafkaException(msgs[0].error())
+    cpu0 = broker.cpu_seconds()
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    got = 0
+    try:
+        while got < expected and time.perf_counter() < deadline:
+            for msg in consumer.consume(num_messages=10_000, timeout=1.0):
+                if msg.error() is not None:
+                    raise KafkaException(msg.error())
+                got += 1
+    finally:
+        seconds = time.perf_counter() - start
+        cpu1 = broker.cpu_seconds()
+        consumer.close()
+    return Phase(f"consume ({topic.rsplit('-', 1)[1]})", got, seconds,
+                 None if cpu0 is None or cpu1 is None else cpu1 - cpu0, got == expected)
+
+
+# --- report ------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"nproc {nproc}, {cpu}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0] if isinstance(confluent_kafka.version(), tuple) else confluent_kafka.version()}"
+            f" / librdkafka {confluent_kafka.libversion()[0]}")
+
+
+def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
+    out = []
+    out.append("oncelog throughput benchmark")
+    out.append(f"command:  {shlex.join([Path(sys.executable).name] + sys.argv)}")
+    out.append(f"machine:  {machine()}")
+    out.append(f"workload: {args.records:,} records x {RECORD_SIZE} B values (no key) per phase, "
+               f"{args.partitions} partition(s) per topic, broker and client on 127.0.0.1")
+    out.append("producer: " + ", ".join(f"{k}={v}" for k, v in PRODUCER_SETTINGS.items()
+                                        if not k.startswith("queue.")).replace("False", "false"))
+    out.append("consumer: assign() from the beginning, " + ", ".join(
+        f"{k}={v}" for k, v in CONSUMER_SETTINGS.items()))
+    out.append("broker:   defaults (log.flush.interval.messages=1: acks=all waits for fsync, "
+               "group commit)" + (f"; --set {' '.join(args.set)}" if args.set else ""))
+    out.append("timing: produce from the first timed record to the last delivery report (one "
+               "warm-up record first); consume from the first record (librdkafka's ~0.5 s "
+               "start-up excluded) to the Nth")
+    out.append("MB = 10^6 bytes of record values; broker CPU = broker process user+sys seconds "
+               "per wall second (client and broker share the same CPUs)")
+    out.append("")
+    header = f"{'phase':<24}{'records':>10}{'seconds':>9}{'records/s':>12}{'MB/s':>8}" \
+             f"{'broker CPU':>12}  seed 001 (Kafka, JVM cluster)"
+    out.append(header)
+    out.append("-" * len(header))
+    for p in phases[:rows]:
+        cpu = f"{p.broker_cpu_s / p.seconds:.0%}" if p.broker_cpu_s is not None else "n/a"
+        ref = SEED_REFERENCE.get(p.name.split()[-1], "") if p.name.startswith("produce") else ""
+        flag = "" if p.complete else "  (INCOMPLETE: timed out)"
+        out.append(f"{p.name:<24}{p.records:>10,}{p.seconds:>9.2f}{p.rps:>12,.0f}{p.mbps:>8.1f}"
+                   f"{cpu:>12}  {ref}{flag}")
+    by_name = {p.name: p for p in phases}
+    ratios = []
+    for what in ("produce", "consume"):
+        one = by_name.get("produce acks=1" if what == "produce" else "consume (acks1)")
+        full = by_name.get("produce acks=all" if what == "produce" else "consume (acksall)")
+        if one and full and one.rps:
+            ratios.append(f"{what}: {full.rps / one.rps:.2f}")
+    out.append("")
+    out.append("ratio acks=all / acks=1 (records/s, this run): " + "; ".join(ratios)
+               + "   seed 001: 420K / 650K = 0.65 (that one with idempotence on)")
+    out.append("Seed 001's figures are Apache Kafka's on a larger multi-broker JVM cluster with "
+               "replication; they are context, not a like-for-like comparison.")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    # 1M rather than 200k: at 200k a phase lasts under a second here, and the consume
+    # figure is then dominated by what librdkafka prefetches around the first record.
+    parser.add_argument("--records", type=int, default=1_000_000,
+                        help="records per phase (1 KiB each; about 1 GB per topic on disk)")
+    parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
+    parser.add_argument("--phase-timeout", type=float, default=300.0,
+                        help="seconds allowed per phase (a phase cut short is flagged)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="broker configuration override (repeatable)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args(argv)
+    if args.records < 1:
+        parser.error("--records must be positive")
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started ignoring it
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    work = Path(tempfile.mkdtemp(prefix="oncelog-bench-"))
+    broker = BrokerProcess(work, args.set)
+    phases: list[Phase] = []
+    try:
+        broker.start()
+        topics = {"1": "bench-acks1", "all": "bench-acksall"}
+        create_topics(broker.bootstrap, list(topics.values()), args.partitions)
+        for acks, topic in topics.items():
+            print(f"producing {args.records:,} records at acks={acks} ...", file=sys.stderr)
+            phases.append(produce(broker.bootstrap, topic, acks, args.records,
+                                  args.phase_timeout, broker))
+        for acks, topic in topics.items():
+            print(f"consuming {topic} ...", file=sys.stderr)
+            phases.append(consume(broker.bootstrap, topic, args.partitions,
+                                  _produced(phases, acks),
+                                  args.phase_timeout, broker))
+        print(report(args, phases, len(phases)))
+        return 0 if all(p.complete for p in phases) else 1
+    except (KeyboardInterrupt, _Stop):
+        print("interrupted; stopping the broker", file=sys.stderr)
+        return 130
+    except Exception:
+        tail = broker.log_tail()
+        if tail:
+            print(f"broker log tail ({broker.log_path}):\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        broker.stop()
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _produced(phases: list[Phase], acks: str) -> int:
+    return next(p.records for p in phases if p.name == f"produce acks={acks}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Run the whole test suite. On a fresh machine this first creates .venv (Python 3.11+)
+# and installs oncelog with its test dependencies. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS='[test]' source scripts/venv.sh
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,55 @@
+"""DescribeLogDirs: the one data directory and each partition's size on disk.
+
+Sizes are not in any other Kafka API, so admin tools (``oncelog topics describe``,
+Kafka's ``kafka-log-dirs.sh``) read them from here. Following Kafka's
+``ReplicaManager.describeLogDirs``: a null topic list means every partition, and
+requested partitions this broker does not host are left out rather than reported as
+errors. A single node has no replica lag and no future logs.
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
+    from oncelog.protocol.codec import RequestHeader
+
+
+async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for partition in _wanted(broker, request.topics):
+        by_topic.setdefault(partition.topic, []).append(
+            {"partition_index": partition.index, "partition_size": partition.log.size_bytes(),
+             "offset_lag": 0, "is_future_key": False}
+        )
+    log_dir = str(broker.data_dir.resolve())
+    usage = shutil.disk_usage(log_dir)
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "results": [{
+            "error_code": ErrorCode.none,
+            "log_dir": log_dir,
+            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+            "total_bytes": usage.total,
+            "usable_bytes": usage.free,
+        }],
+    }
+
+
+def _wanted(broker: "Broker", topics: Any) -> list["Partition"]:
+    if topics is None:
+        return broker.topics.partitions()
+    found = []
+    for wanted in topics:
+        topic = broker.topics.get(wanted.topic)
+        if topic is None:
+            continue
+        indexes = set(wanted.partitions)
+        found += [p for p in topic.partitions if p.index in indexes]
+    return found

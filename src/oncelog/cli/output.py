@@ -1,0 +1,99 @@
+"""What every CLI command shares: `--json` for scripts, rich tables for people, and
+turning expected failures into one clear line and a non-zero exit (never a traceback)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from oncelog.client.connection import ProtocolClientError
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(Exception):
+    """An expected failure (the broker refused, input is wrong) worth one line, not a trace."""
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table."
+)
+
+bootstrap_option = click.option(
+    "--bootstrap-server", "bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True,
+    metavar="HOST:PORT", help="Broker to connect to.",
+)
+
+
+class _LibrdkafkaLog:
+    """librdkafka's own log lines (refused connections, retries) demoted to INFO, so they
+    show only with -v: the commands report the failures that matter in one line."""
+
+    _log = logging.getLogger("oncelog.cli.librdkafka")
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        self._log.log(min(level, logging.INFO), message, *args)
+
+
+def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
+    """confluent-kafka configuration shared by the console producer and consumer."""
+    return {"bootstrap.servers": bootstrap, "logger": _LibrdkafkaLog(), **settings}
+
+
+def reports_errors(command: F) -> F:
+    """Show CliError and connection failures as `Error: ...` with exit status 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except (CliError, ProtocolClientError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_key_values(pairs: Sequence[str], option: str) -> dict[str, str]:
+    """`KEY=VALUE` options (repeatable) as a dict; a malformed one is a usage error."""
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
+        parsed[key.strip()] = value.strip()
+    return parsed
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]],
+                *, right: Sequence[str] = ()) -> None:
+    """A rich table; the columns named in `right` (numbers) are right-aligned, None is '-'."""
+    table = Table()
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*("-" if cell is None else str(cell) for cell in row))
+    console = Console(soft_wrap=False)
+    if not console.is_terminal:  # piped: rich would assume 80 columns and squeeze the table
+        console.width = 200
+    console.print(table)
+
+
+def render_bytes(data: bytes | None, *, binary: bool = False) -> str | None:
+    """Bytes as text for JSON: utf-8 with bad bytes replaced, or base64 when asked."""
+    if data is None:
+        return None
+    return base64.b64encode(data).decode("ascii") if binary else data.decode("utf-8", "replace")

@@ -1,0 +1,309 @@
+"""A broker in a child process, for crash and chaos tests.
+
+    with BrokerProcess(tmp_path / "data") as broker:
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
+        ...
+        broker.kill()      # SIGKILL: no flush, no clean-shutdown marker
+        broker.restart()   # same data directory, same port when it is still free
+
+The child runs ``python -m oncelog broker --data-dir D --port P --ready-file F`` in its own
+process group (a Ctrl-C in the terminal does not reach it), with stdout and stderr
+appended to ``broker.log`` in the data directory, where each start is headed by a marker
+line. Every start is paired with a stop of that very pid: leaving the ``with`` block,
+:meth:`stop`, :meth:`kill`, :meth:`terminate`, or (a last resort) interpreter exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+from typing import Mapping
+
+__all__ = ["BrokerProcess", "BrokerProcessError"]
+
+log = logging.getLogger(__name__)
+
+READY_FILE = ".oncelog-ready"
+LOG_FILE = "broker.log"
+_POLL_S = 0.02
+
+
+class BrokerProcessError(RuntimeError):
+    """The broker process did not start, did not stop in time, or stopped with an error."""
+
+
+class BrokerProcess:
+    """One broker subprocess on a data directory that outlives it.
+
+    ``config`` holds broker keys passed as ``--set key=value``. ``port=0`` lets the first
+    start pick a free port; :meth:`restart` then asks for the same port again (the server
+    listens with SO_REUSEADDR, so connections in TIME_WAIT do not block it) and falls back
+    to a fresh one only if another process took it meanwhile.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        config: Mapping[str, str] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        start_timeout_s: float = 30.0,
+        stop_timeout_s: float = 30.0,
+        python: str = sys.executable,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = dict(config or {})
+        self.host = host
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._python = python
+        self._extra_args = tuple(extra_args)
+        self._requested_port = port
+        self._port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reaper: weakref.finalize | None = None
+        self._starts = 0
+        self._log_start = 0  # where the current run's output begins in the log file
+        self.returncode: int | None = None  # of the last process stopped
+
+    # -- what tests need ------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise BrokerProcessError("the broker process is not running")
+        return self._proc.pid
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise BrokerProcessError("the broker process has not started")
+        return self._port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_FILE
+
+    @property
+    def ready_path(self) -> Path:
+        return self.data_dir / READY_FILE
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def read_log(self, *, current_run: bool = False) -> str:
+        """The broker's output: all runs, or only the one started last."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_start if current_run else 0)
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> "BrokerProcess":
+        """Start the broker and wait (bounded) until it serves; raise with its log if not."""
+        if self._proc is not None:
+            raise BrokerProcessError(f"the broker process {self._proc.pid} is already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn(self._requested_port)
+        return self
+
+    def restart(self, *, reuse_port: bool = True) -> "BrokerProcess":
+        """Start again on the same data directory; a running process is first stopped
+        cleanly (use :meth:`kill` before to simulate a crash)."""
+        if self._proc is not None:
+            self.terminate()
+        if self._port is None or not reuse_port:
+            return self.start()
+        old = self._port
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._spawn(old)
+        except BrokerProcessError:
+            if "address already in use" not in self.read_log(current_run=True).lower():
+                raise
+            log.warning("port %d was taken while the broker was down; using a new one", old)
+            self._spawn(0)
+        return self
+
+    def kill(self) -> int:
+        """SIGKILL the process (a crash: nothing flushed, no marker) and reap it."""
+        proc = self._take_process()
+        if proc is None:
+            return self.returncode if self.returncode is not None else 0
+        _signal(proc, signal.SIGKILL)
+        self.returncode = _wait(proc, self.stop_timeout_s)
+        return self.returncode
+
+    def terminate(self, *, check: bool = True) -> int:
+        """SIGTERM and wait for the clean shutdown (bounded). If it does not end in time
+        the process is killed and BrokerProcessError raised; with ``check`` a nonzero
+        exit status raises too."""
+        proc = self._take_process()
+        if proc is None:
+            return self.returncode if self.returncode is not None else 0
+        _signal(proc, signal.SIGTERM)
+        try:
+            self.returncode = proc.wait(self.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            _signal(proc, signal.SIGKILL)
+            self.returncode = _wait(proc, self.stop_timeout_s)
+            raise BrokerProcessError(
+                f"broker {proc.pid} did not stop within {self.stop_timeout_s} s of SIGTERM; "
+                f"killed it\n{self._log_tail()}"
+            ) from None
+        if check and self.returncode != 0:
+            raise BrokerProcessError(
+                f"broker {proc.pid} exited with status {self.returncode} on SIGTERM\n"
+                f"{self._log_tail()}"
+            )
+        return self.returncode
+
+    def stop(self) -> None:
+        """Clean stop if running; nothing otherwise."""
+        self.terminate()
+
+    def __enter__(self) -> "BrokerProcess":
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.terminate()
+        except BrokerProcessError:
+            if exc_type is None:
+                raise
+            log.exception("stopping the broker after a failure also failed")
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _command(self, port: int) -> list[str]:
+        command = [
+            self._python, "-m", "oncelog", "broker",
+            "--data-dir", str(self.data_dir),
+            "--host", self.host,
+            "--port", str(port),
+            "--ready-file", str(self.ready_path),
+        ]  # fmt: skip
+        for key, value in self.config.items():
+            command += ["--set", f"{key}={value}"]
+        return command + list(self._extra_args)
+
+    def _spawn(self, port: int) -> None:
+        self.ready_path.unlink(missing_ok=True)
+        self._starts += 1
+        command = self._command(port)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(self.log_path, "ab") as log_file:
+            self._log_start = log_file.tell()
+            log_file.write(f"=== BrokerProcess start {self._starts}: {' '.join(command)}\n".encode())
+            log_file.flush()
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # own session and process group
+                close_fds=True,
+            )
+        self._proc = proc
+        self.returncode = None
+        # Last resort: a test that forgets to stop us must not leave a broker behind.
+        self._reaper = weakref.finalize(self, _reap, proc, self.stop_timeout_s)
+        try:
+            self._port = self._wait_ready(proc)
+        except BaseException:
+            self.kill()
+            raise
+        log.info("broker process %d serving %s", proc.pid, self.bootstrap_servers)
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> int:
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            port = _read_port(self.ready_path)
+            if port is not None:
+                return port
+            status = proc.poll()
+            if status is not None:
+                raise BrokerProcessError(
+                    f"broker process {proc.pid} exited with status {status} before serving\n"
+                    f"{self._log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise BrokerProcessError(
+                    f"broker process {proc.pid} did not serve within {self.start_timeout_s} s\n"
+                    f"{self._log_tail()}"
+                )
+            time.sleep(_POLL_S)
+
+    def _take_process(self) -> subprocess.Popen[bytes] | None:
+        proc, self._proc = self._proc, None
+        if self._reaper is not None:
+            self._reaper.detach()
+            self._reaper = None
+        return proc
+
+    def _log_tail(self, lines: int = 40) -> str:
+        tail = self.read_log(current_run=True).splitlines()[-lines:]
+        return "broker log:\n" + "\n".join("  " + line for line in tail)
+
+
+def _read_port(path: Path) -> int | None:
+    """The port once the ready file is completely written (it ends with a newline)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    if not text.endswith("\n"):
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal this pid only (never a group or a name); quiet if it already ended."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.kill(proc.pid, signum)
+    except ProcessLookupError:
+        pass
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired as exc:  # SIGKILL not honoured: a stuck kernel wait
+        raise BrokerProcessError(f"broker process {proc.pid} survived SIGKILL for {timeout_s} s") from exc
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    if proc.poll() is None:
+        _signal(proc, signal.SIGKILL)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
