@@ -4,13 +4,15 @@
     .venv/bin/python bench/throughput.py --records 200000 --partitions 3
 
 A benchmark, not a test: it starts `python -m oncelog broker` on a free port of 127.0.0.1
-with a temporary data directory, produces N records of 1 KiB at acks=1 into one topic and
-N at acks=all into another (idempotence off), consumes each topic back from the beginning
-with assign(), prints one table, and always stops the broker (SIGTERM, then SIGKILL),
-including on Ctrl-C and errors. Every phase is bounded by --phase-timeout.
+with a temporary data directory, produces N records of 1 KiB into each of three topics --
+acks=1 and acks=all with idempotence off, then acks=all with enable.idempotence=true (the
+broker validates every batch's producer id, epoch and sequence) -- consumes each topic back
+from the beginning with assign(), prints one table, and always stops the broker (SIGTERM,
+then SIGKILL), including on Ctrl-C and errors. Every phase is bounded by --phase-timeout.
 
-Compare figures as ratios within one run (acks=all / acks=1): absolute numbers depend on
-the machine, and the client runs on the same cores as the broker.
+Compare figures as ratios within one run (idempotent / acks=1, idempotent / acks=all,
+acks=all / acks=1): absolute numbers depend on the machine, and the client runs on the
+same cores as the broker.
 """
 
 from __future__ import annotations
@@ -52,9 +54,16 @@ CONSUMER_SETTINGS = {
 
 # Seed 001 ("Idempotence and Transactions: The Cost and Boundaries of EOS"), for context only.
 SEED_REFERENCE = {
-    "acks=1": "650K TPS (acks=1, no idempotence)",
-    "acks=all": "420K TPS (acks=all, idempotence)",
+    "produce acks=1": "650K TPS (acks=1, no idempotence)",
+    "produce idempotent acks=all": "420K TPS (acks=all, idempotence)",
 }
+SEED_IDEMPOTENT_OVER_ACKS1 = 420 / 650
+# The produce phases: (name, topic, acks, enable.idempotence), in the order they run.
+PRODUCE_PHASES = [
+    ("produce acks=1", "bench-acks1", "1", False),
+    ("produce acks=all", "bench-acksall", "all", False),
+    ("produce idempotent acks=all", "bench-idempotent", "all", True),
+]
 
 
 @dataclass
@@ -158,9 +167,10 @@ def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
         future.result(60)
 
 
-def produce(bootstrap: str, topic: str, acks: str, count: int, timeout_s: float,
-            broker: BrokerProcess) -> Phase:  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": acks, **PRODUCER_SETTINGS})
+def produce(name: str, bootstrap: str, topic: str, acks: str, idempotent: bool, count: int,
+            timeout_s: float, broker: BrokerProcess) -> Phase:  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, "acks": acks,
+                         "enable.idempotence": idempotent})
     payload = os.urandom(RECORD_SIZE)
     delivered = 0
     failed: list[str] = []
@@ -194,7 +204,7 @@ def produce(bootstrap: str, topic: str, acks: str, count: int, timeout_s: float,
     cpu1 = broker.cpu_seconds()
     if failed:
         raise RuntimeError(f"deliveries to {topic} failed: {failed}")
-    return Phase(f"produce acks={acks}", delivered, seconds,
+    return Phase(name, delivered, seconds,
                  None if cpu0 is None or cpu1 is None else cpu1 - cpu0, delivered == count)
 
 
@@ -226,7 +236,7 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_
         seconds = time.perf_counter() - start
         cpu1 = broker.cpu_seconds()
         consumer.close()
-    return Phase(f"consume ({topic.rsplit('-', 1)[1]})", got, seconds,
+    return Phase(f"consume ({topic.split('-', 1)[1]})", got, seconds,
                  None if cpu0 is None or cpu1 is None else cpu1 - cpu0, got == expected)
 
 
@@ -256,37 +266,44 @@ def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
     out.append(f"workload: {args.records:,} records x {RECORD_SIZE} B values (no key) per phase, "
                f"{args.partitions} partition(s) per topic, broker and client on 127.0.0.1")
     out.append("producer: " + ", ".join(f"{k}={v}" for k, v in PRODUCER_SETTINGS.items()
-                                        if not k.startswith("queue.")).replace("False", "false"))
+                                        if not k.startswith("queue.")).replace("False", "false")
+               + " (true in the idempotent phase)")
     out.append("consumer: assign() from the beginning, " + ", ".join(
         f"{k}={v}" for k, v in CONSUMER_SETTINGS.items()))
-    out.append("broker:   defaults (log.flush.interval.messages=1: acks=all waits for fsync, "
-               "group commit)" + (f"; --set {' '.join(args.set)}" if args.set else ""))
+    if args.set:
+        out.append(f"broker:   defaults except --set {' '.join(args.set)}")
+    else:
+        out.append("broker:   defaults (log.flush.interval.messages=1: acks=all waits for fsync, "
+                   "group commit)")
     out.append("timing: produce from the first timed record to the last delivery report (one "
                "warm-up record first); consume from the first record (librdkafka's ~0.5 s "
                "start-up excluded) to the Nth")
     out.append("MB = 10^6 bytes of record values; broker CPU = broker process user+sys seconds "
                "per wall second (client and broker share the same CPUs)")
     out.append("")
-    header = f"{'phase':<24}{'records':>10}{'seconds':>9}{'records/s':>12}{'MB/s':>8}" \
+    header = f"{'phase':<29}{'records':>10}{'seconds':>9}{'records/s':>12}{'MB/s':>8}" \
              f"{'broker CPU':>12}  seed 001 (Kafka, JVM cluster)"
     out.append(header)
     out.append("-" * len(header))
     for p in phases[:rows]:
         cpu = f"{p.broker_cpu_s / p.seconds:.0%}" if p.broker_cpu_s is not None else "n/a"
-        ref = SEED_REFERENCE.get(p.name.split()[-1], "") if p.name.startswith("produce") else ""
+        ref = SEED_REFERENCE.get(p.name, "")
         flag = "" if p.complete else "  (INCOMPLETE: timed out)"
-        out.append(f"{p.name:<24}{p.records:>10,}{p.seconds:>9.2f}{p.rps:>12,.0f}{p.mbps:>8.1f}"
+        out.append(f"{p.name:<29}{p.records:>10,}{p.seconds:>9.2f}{p.rps:>12,.0f}{p.mbps:>8.1f}"
                    f"{cpu:>12}  {ref}{flag}")
     by_name = {p.name: p for p in phases}
-    ratios = []
-    for what in ("produce", "consume"):
-        one = by_name.get("produce acks=1" if what == "produce" else "consume (acks1)")
-        full = by_name.get("produce acks=all" if what == "produce" else "consume (acksall)")
-        if one and full and one.rps:
-            ratios.append(f"{what}: {full.rps / one.rps:.2f}")
+
+    def ratio(top: str, bottom: str) -> str:
+        a, b = by_name.get(top), by_name.get(bottom)
+        return f"{a.rps / b.rps:.2f}" if a and b and b.rps else "n/a"
+
+    seed = f"{SEED_IDEMPOTENT_OVER_ACKS1:.2f}"
     out.append("")
-    out.append("ratio acks=all / acks=1 (records/s, this run): " + "; ".join(ratios)
-               + "   seed 001: 420K / 650K = 0.65 (that one with idempotence on)")
+    out.append("produce ratios (records/s, this run)          this run   seed 001 (420K / 650K)")
+    out.append(f"  idempotent acks=all / acks=1                {ratio('produce idempotent acks=all', 'produce acks=1'):>8}   {seed}")
+    out.append(f"  idempotent acks=all / acks=all              {ratio('produce idempotent acks=all', 'produce acks=all'):>8}   n/a (not in the seed)")
+    out.append(f"  acks=all / acks=1 (both without idempotence){ratio('produce acks=all', 'produce acks=1'):>8}   n/a (not in the seed)")
+    out.append("consume ratio (acksall) / (acks1): " + ratio("consume (acksall)", "consume (acks1)"))
     out.append("Seed 001's figures are Apache Kafka's on a larger multi-broker JVM cluster with "
                "replication; they are context, not a like-for-like comparison.")
     return "\n".join(out)
@@ -298,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     # 1M rather than 200k: at 200k a phase lasts under a second here, and the consume
     # figure is then dominated by what librdkafka prefetches around the first record.
     parser.add_argument("--records", type=int, default=1_000_000,
-                        help="records per phase (1 KiB each; about 1 GB per topic on disk)")
+                        help="records per phase (1 KiB each; about 1 GB per topic on disk, 3 topics)")
     parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
     parser.add_argument("--phase-timeout", type=float, default=300.0,
                         help="seconds allowed per phase (a phase cut short is flagged)")
@@ -317,16 +334,16 @@ def main(argv: list[str] | None = None) -> int:
     phases: list[Phase] = []
     try:
         broker.start()
-        topics = {"1": "bench-acks1", "all": "bench-acksall"}
-        create_topics(broker.bootstrap, list(topics.values()), args.partitions)
-        for acks, topic in topics.items():
-            print(f"producing {args.records:,} records at acks={acks} ...", file=sys.stderr)
-            phases.append(produce(broker.bootstrap, topic, acks, args.records,
-                                  args.phase_timeout, broker))
-        for acks, topic in topics.items():
+        create_topics(broker.bootstrap, [topic for _, topic, _, _ in PRODUCE_PHASES],
+                      args.partitions)
+        for name, topic, acks, idempotent in PRODUCE_PHASES:
+            print(f"{name}: {args.records:,} records ...", file=sys.stderr)
+            phases.append(produce(name, broker.bootstrap, topic, acks, idempotent,
+                                  args.records, args.phase_timeout, broker))
+        for name, topic, _, _ in PRODUCE_PHASES:
             print(f"consuming {topic} ...", file=sys.stderr)
             phases.append(consume(broker.bootstrap, topic, args.partitions,
-                                  _produced(phases, acks),
+                                  _produced(phases, name),
                                   args.phase_timeout, broker))
         print(report(args, phases, len(phases)))
         return 0 if all(p.complete for p in phases) else 1
@@ -346,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _produced(phases: list[Phase], acks: str) -> int:
-    return next(p.records for p in phases if p.name == f"produce acks={acks}")
+def _produced(phases: list[Phase], name: str) -> int:
+    return next(p.records for p in phases if p.name == name)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.producers.pid_allocator import ProducerIdAllocator
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
 
@@ -111,6 +112,20 @@ class Broker:
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
         log.info("broker stopped cleanly")
+
+    # -- transactions --------------------------------------------------------------------
+
+    def check_transactional_write(self, transactional_id: str | None, topic: str, partition: int) -> None:
+        """Refuse a transactional batch that is not part of an ongoing transaction."""
+        if transactional_id is None:
+            raise KafkaError(
+                ErrorCode.transactional_id_authorization_failed,
+                "a transactional batch needs the request's transactional id",
+            )
+        raise KafkaError(
+            ErrorCode.transactional_id_authorization_failed,
+            f"transactional id {transactional_id!r}: this broker has no transaction coordinator yet",
+        )
 
     # -- dispatch ------------------------------------------------------------------------
 

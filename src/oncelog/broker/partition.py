@@ -14,10 +14,11 @@ import logging
 from dataclasses import dataclass
 
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
-from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse
-from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.protocol.record_batch import BatchHeader, split_batches
+from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
+from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.record_batch import BatchHeader, build_control_batch, parse_header, split_batches
 from oncelog.storage import AppendResult, PartitionLog
+from oncelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +41,6 @@ class ProduceOutcome:
     last_offset: int
     log_append_time_ms: int
     duplicate: bool
-
-
-def _check_transactional(transactional_id: str | None) -> None:
-    """Transactional batches need a transaction, which this broker cannot run yet."""
-    if transactional_id is None:
-        raise KafkaError(
-            ErrorCode.transactional_id_authorization_failed,
-            "a transactional batch needs the request's transactional id",
-        )
-    raise KafkaError(
-        ErrorCode.transactional_id_authorization_failed,
-        f"transactional id {transactional_id!r}: this broker has no transaction coordinator yet",
-    )
 
 
 class Partition:
@@ -85,7 +73,12 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """First offset of the oldest open transaction, or the high watermark: what a
+        read_committed consumer may read up to."""
+        first_unstable = self.producers.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
 
     @property
     def log_start_offset(self) -> int:
@@ -93,15 +86,12 @@ class Partition:
 
     # -- producing -----------------------------------------------------------------------
 
-    def append_records(
-        self, records: bytes, now_ms: int, transactional_id: str | None = None
-    ) -> ProduceOutcome:
+    def append_records(self, records: bytes, now_ms: int) -> ProduceOutcome:
         """Validate the one batch a produce request carries for this partition and append
         it, unless its producer already appended it (a retry), or its sequence or epoch
-        is refused (KafkaError)."""
+        is refused (KafkaError). Whether a transactional batch belongs to an ongoing
+        transaction is the caller's check (it needs the transaction coordinator)."""
         ((header, batch),) = split_batches(records, max_message_bytes=self.settings.max_message_bytes)
-        if header.is_transactional:
-            _check_transactional(transactional_id)
         if not header.has_producer_id:
             return self._outcome(self.append_batch(batch, header, now_ms))
         decision = self.producers.validate(header)
@@ -128,6 +118,34 @@ class Partition:
     def _outcome(result: AppendResult) -> ProduceOutcome:
         return ProduceOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
                               duplicate=False)
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+    ) -> int:
+        """Write a COMMIT or ABORT marker ending `producer_id`'s transaction; its offset.
+
+        An abort is also recorded in the aborted-transaction index, with the stable offset
+        right after it, so read_committed fetches can tell consumers what to skip.
+        """
+        decision = self.producers.validate_marker(
+            producer_id, producer_epoch, TxnMarker(commit, coordinator_epoch), now_ms
+        )
+        if isinstance(decision, Refuse):
+            raise KafkaError(decision.error_code, decision.message)
+        assert isinstance(decision, Append)
+        marker = build_control_batch(commit, producer_id=producer_id, producer_epoch=producer_epoch,
+                                     coordinator_epoch=coordinator_epoch, base_offset=0,
+                                     timestamp_ms=now_ms)  # fmt: skip
+        result = self.append_batch(marker, parse_header(marker), now_ms)
+        completed = self.producers.commit(decision.pending, result.base_offset, result.last_offset)
+        if completed is not None and completed.aborted:
+            self.log.append_aborted_txn(AbortedTxn(
+                completed.producer_id, completed.first_offset, completed.last_offset,
+                self.last_stable_offset))  # fmt: skip
+        return result.base_offset
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        return self.log.aborted_txns(start_offset, end_offset)
 
     # -- producer state upkeep -------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from oncelog.producers.snapshot import (
 from oncelog.producers.state import ProducerStateManager, TxnMarker
 from oncelog.protocol.record_batch import control_marker
 from oncelog.storage import PartitionLog
+from oncelog.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -44,14 +45,21 @@ def load_producer_state(
         replay_from = max(offset, partition_log.log_start_offset)
         break
     replayed = 0
+    indexed_until = partition_log.last_aborted_marker_offset()
     for _, header in partition_log.scan_headers(replay_from):
         if header.base_offset < replay_from:
             continue
         marker = None
         if header.is_control and header.has_producer_id:
             marker = _read_marker(partition_log, header.base_offset, header.size)
-        manager.replay(header, marker=marker)
+        completed = manager.replay(header, marker=marker)
         replayed += 1
+        if completed is not None and completed.aborted and completed.last_offset > indexed_until:
+            # The marker survived a crash that its index entry did not: write it again.
+            stable = manager.first_unstable_offset()
+            partition_log.append_aborted_txn(AbortedTxn(
+                completed.producer_id, completed.first_offset, completed.last_offset,
+                completed.last_offset + 1 if stable is None else stable))  # fmt: skip
     if replayed:
         log.info("%s: rebuilt producer state from offset %d (%d batches replayed)",
                  directory.name, replay_from, replayed)

@@ -27,6 +27,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
 from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
 
@@ -93,7 +94,7 @@ class PartitionLog:
         for stray in directory.glob("*.tmp"):
             stray.unlink()
         bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
-        for index in directory.glob("*.index"):
+        for index in (*directory.glob("*.index"), *directory.glob("*.txnindex")):
             if not index.stem.isdigit() or int(index.stem) not in bases:
                 index.unlink()
         segments = [LogSegment(directory, b, config.index_interval_bytes) for b in bases]
@@ -190,7 +191,7 @@ class PartitionLog:
                 return self._recovery_point
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
-            fds = [os.dup(fd) for s in dirty for fd in (s.fd, s.index.fd)]
+            fds = [os.dup(fd) for s in dirty for fd in s.sync_fds()]
             for s in dirty:
                 s.dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
@@ -363,6 +364,39 @@ class PartitionLog:
             self._dir_dirty = True
         for segment in doomed:
             segment.delete()
+
+    # --- aborted transactions ---
+
+    def append_aborted_txn(self, entry: AbortedTxn) -> None:
+        """Record an aborted transaction in the segment holding its ABORT marker."""
+        with self._lock:
+            segment = self._segments[bisect_right(self._bases, entry.last_offset) - 1]
+            segment.txn_index.append(entry)
+            segment.dirty = True
+
+    def last_aborted_marker_offset(self) -> int:
+        """Offset of the newest ABORT marker in the index, -1 if none."""
+        for segment in reversed(self._segments):
+            if segment.txn_index.entries:
+                return segment.txn_index.entries[-1].last_offset
+        return -1
+
+    def aborted_txns(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions with records in [start_offset, end_offset), oldest first.
+
+        An entry lives in the segment of its marker, which is never before the segment
+        holding `start_offset` for a transaction that reaches it, but may be after the
+        one holding `end_offset`.
+        """
+        first = max(bisect_right(self._bases, start_offset) - 1, 0)
+        found: list[AbortedTxn] = []
+        for segment in self._segments[first:]:
+            found.extend(segment.txn_index.overlapping(start_offset, end_offset))
+            # Kafka's stop rule: once a transaction ended with the stable offset past
+            # `end_offset`, no transaction open before `end_offset` can end later.
+            if any(e.last_stable_offset > end_offset for e in segment.txn_index.entries):
+                break
+        return found
 
     # --- describing and closing ---
 

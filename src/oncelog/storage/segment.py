@@ -20,6 +20,7 @@ from oncelog.protocol.record_batch import (
     parse_header,
 )
 from oncelog.storage.offset_index import OffsetIndex
+from oncelog.storage.txn_index import TransactionIndex
 
 __all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "segment_file_name"]
 
@@ -44,6 +45,7 @@ class LogSegment:
         self.base_offset = base_offset
         self.path = directory / segment_file_name(base_offset, ".log")
         self.index = OffsetIndex(directory / segment_file_name(base_offset, ".index"), base_offset)
+        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, ".txnindex"))
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
@@ -183,6 +185,7 @@ class LogSegment:
         self.size = position
         self.next_offset = next_offset
         self.index.truncate_to_position(position)
+        self.txn_index.truncate_to(next_offset)
         self._max_ts_complete = position == 0
         self._max_ts = (-1, -1)
         self.dirty = True
@@ -190,8 +193,17 @@ class LogSegment:
     def close(self) -> None:
         os.close(self.fd)
         self.index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
         self.index.path.unlink(missing_ok=True)
+        self.txn_index.delete()
+
+    def sync_fds(self) -> list[int]:
+        """Descriptors an fsync of this segment must cover."""
+        fds = [self.fd, self.index.fd]
+        if self.txn_index.fd is not None:
+            fds.append(self.txn_index.fd)
+        return fds

@@ -11,6 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import iter_stored_batches
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -88,16 +89,29 @@ def _read_partition(
             ) if limit > 0 or first else b""
     except KafkaError as exc:
         return _error(wanted.partition, exc.code, partition)
+    aborted = None
+    if committed:
+        end = _end_offset(records) if records else wanted.fetch_offset
+        aborted = [{"producer_id": t.producer_id, "first_offset": t.first_offset}
+                   for t in partition.aborted_transactions(wanted.fetch_offset, end)]
     return {
         "partition_index": wanted.partition,
         "error_code": ErrorCode.none,
         "high_watermark": partition.high_watermark,
         "last_stable_offset": partition.last_stable_offset,
         "log_start_offset": partition.log_start_offset,
-        "aborted_transactions": [] if committed else None,
+        "aborted_transactions": aborted,
         "preferred_read_replica": -1,
         "records": records,
     }
+
+
+def _end_offset(records: bytes) -> int:
+    """The offset after the last whole batch of `records`."""
+    end = 0
+    for _, header in iter_stored_batches(records):
+        end = header.next_offset
+    return end
 
 
 def _error(index: int, code: ErrorCode, partition: "Partition | None" = None) -> dict[str, Any]:

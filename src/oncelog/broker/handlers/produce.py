@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import HEADER_SIZE, parse_header
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -70,7 +71,9 @@ def _append(
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
-        outcome = partition.append_records(partition_data.records, now_ms, transactional_id)
+        if _is_transactional(partition_data.records):
+            broker.check_transactional_write(transactional_id, topic, index)
+        outcome = partition.append_records(partition_data.records, now_ms)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
         return _error(index, exc.code, exc.message), None, 0
@@ -84,6 +87,10 @@ def _append(
         "error_message": None,
     }
     return answer, partition, outcome.last_offset + 1
+
+
+def _is_transactional(records: bytes) -> bool:
+    return len(records) >= HEADER_SIZE and parse_header(records).is_transactional
 
 
 def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:

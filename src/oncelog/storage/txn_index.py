@@ -1,0 +1,84 @@
+"""The aborted-transaction index of one segment (Kafka's ``.txnindex``).
+
+One fixed-size entry per transaction whose ABORT marker sits in the segment: producer id,
+first and last offset of the transaction, and the last stable offset right after it ended.
+A read_committed fetch lists the entries that overlap what it returns, so the consumer
+can drop those producers' records. The file is created at the first abort only: most
+segments never have one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+_VERSION = 0
+_ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the ABORT marker's offset
+    last_stable_offset: int
+
+
+class TransactionIndex:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self.entries: list[AbortedTxn] = []
+        if path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        whole = len(data) - len(data) % _ENTRY.size  # a torn last entry is dropped
+        for position in range(0, whole, _ENTRY.size):
+            version, producer_id, first, last, lso = _ENTRY.unpack_from(data, position)
+            if version != _VERSION:
+                break
+            self.entries.append(AbortedTxn(producer_id, first, last, lso))
+        if whole != len(data):
+            self._rewrite()
+
+    def append(self, entry: AbortedTxn) -> None:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        os.write(self.fd, _encode(entry))
+        self.entries.append(entry)
+
+    def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """Entries of transactions that have records in [start_offset, end_offset)."""
+        return [e for e in self.entries if e.last_offset >= start_offset and e.first_offset < end_offset]
+
+    def truncate_to(self, offset: int) -> None:
+        """Forget transactions whose marker is at or after `offset` (the log was cut)."""
+        kept = [e for e in self.entries if e.last_offset < offset]
+        if len(kept) != len(self.entries):
+            self.entries = kept
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        self.close()
+        if self.entries:
+            self.path.write_bytes(b"".join(_encode(e) for e in self.entries))
+        else:
+            self.path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _encode(entry: AbortedTxn) -> bytes:
+    return _ENTRY.pack(_VERSION, entry.producer_id, entry.first_offset, entry.last_offset,
+                       entry.last_stable_offset)
