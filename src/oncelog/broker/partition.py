@@ -109,6 +109,20 @@ class Partition:
                               timestamp=append_time)
         return self._outcome(result)
 
+    def append_from_coordinator(self, batch: bytes, now_ms: int) -> ProduceOutcome:
+        """Append a batch a coordinator built (no sequence numbers: Kafka's coordinator
+        origin checks only the producer epoch of transactional offset commits)."""
+        header = parse_header(batch)
+        if not header.has_producer_id:
+            return self._outcome(self.append_batch(batch, header, now_ms))
+        decision = self.producers.validate(header, is_client=False)
+        if isinstance(decision, Refuse):
+            raise KafkaError(decision.error_code, decision.message)
+        assert isinstance(decision, Append)
+        result = self.append_batch(batch, header, now_ms)
+        self.producers.commit(decision.pending, result.base_offset, result.last_offset)
+        return self._outcome(result)
+
     def append_batch(self, batch: bytes | memoryview, header: BatchHeader, now_ms: int) -> AppendResult:
         result = self.log.append(batch, header, now_ms, log_append_time=self.settings.log_append_time)
         self._wake_waiters()
