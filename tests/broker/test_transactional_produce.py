@@ -1,4 +1,4 @@
-"""Transactional batches without a transaction are refused, as Kafka refuses them."""
+"""Transactional batches outside a transaction are refused, as Kafka refuses them."""
 
 from __future__ import annotations
 
@@ -13,8 +13,17 @@ from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
 
 
-@pytest.mark.parametrize("transactional_id", [None, "never-registered"])
-def test_transactional_batch_is_refused_and_appends_nothing(transactional_id: str | None) -> None:
+@pytest.mark.parametrize(
+    ("transactional_id", "expected"),
+    [
+        (None, ErrorCode.transactional_id_authorization_failed),
+        # KIP-890 part 1: the partition is not in an ongoing transaction of this producer
+        ("never-registered", ErrorCode.invalid_txn_state),
+    ],
+)
+def test_transactional_batch_is_refused_and_appends_nothing(
+    transactional_id: str | None, expected: ErrorCode
+) -> None:
     with EmbeddedBroker() as embedded, KafkaConnection(embedded.bootstrap_servers) as conn:
         pid = conn.request(ApiKey.INIT_PRODUCER_ID, {
             "transactional_id": None, "transaction_timeout": 60_000,
@@ -28,6 +37,6 @@ def test_transactional_batch_is_refused_and_appends_nothing(transactional_id: st
             "transactional_id": transactional_id, "acks": -1, "timeout": 10_000,
             "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]})
         (partition,) = answer.responses[0].partition_responses
-        assert partition.error_code == ErrorCode.transactional_id_authorization_failed
+        assert partition.error_code == expected
         assert embedded.broker is not None
         assert embedded.broker.topics.partition("t", 0).log.log_end_offset == 0

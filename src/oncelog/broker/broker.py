@@ -11,13 +11,16 @@ from oncelog.broker import handlers
 from oncelog.clock import wall_clock_ms
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.durability import GroupCommitFlusher
+from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
+from oncelog.broker.transaction_coordinator import TransactionCoordinator
 from oncelog.producers.pid_allocator import ProducerIdAllocator
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
+from oncelog.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ class Broker:
         self.topics = TopicRegistry(data_dir, config)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
+        self.transactions = TransactionCoordinator(self)
+        self.groups = GroupCoordinator(self)
         self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
@@ -92,6 +97,9 @@ class Broker:
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
+        for loading in (self.groups.load_if_present(), self.transactions.load_if_present()):
+            if loading is not None:
+                await loading
         await self._server.start()
         maintenance = Maintenance(
             self.topics,
@@ -105,6 +113,8 @@ class Broker:
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
         await self._server.stop()
+        await self.transactions.stop()
+        await self.groups.stop()
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
@@ -115,16 +125,17 @@ class Broker:
 
     # -- transactions --------------------------------------------------------------------
 
-    def check_transactional_write(self, transactional_id: str | None, topic: str, partition: int) -> None:
+    def check_transactional_write(
+        self, transactional_id: str | None, header: BatchHeader, topic: str, partition: int
+    ) -> None:
         """Refuse a transactional batch that is not part of an ongoing transaction."""
         if transactional_id is None:
             raise KafkaError(
                 ErrorCode.transactional_id_authorization_failed,
                 "a transactional batch needs the request's transactional id",
             )
-        raise KafkaError(
-            ErrorCode.transactional_id_authorization_failed,
-            f"transactional id {transactional_id!r}: this broker has no transaction coordinator yet",
+        self.transactions.check_write(
+            transactional_id, header.producer_id, header.producer_epoch, topic, partition
         )
 
     # -- dispatch ------------------------------------------------------------------------

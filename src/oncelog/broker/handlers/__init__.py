@@ -19,8 +19,10 @@ from oncelog.broker.handlers import (
     log_dirs,
     metadata,
     produce,
-    producer_id,
+    find_coordinator,
+    groups,
     producers,
+    transactions,
 )
 from oncelog.protocol.api_versions import ApiKey
 
@@ -39,7 +41,20 @@ def by_api_key() -> dict[int, Callable[["Broker", "RequestHeader", Any], Awaitab
         ApiKey.PRODUCE: produce.handle,
         ApiKey.FETCH: fetch.handle,
         ApiKey.LIST_OFFSETS: list_offsets.handle,
-        ApiKey.INIT_PRODUCER_ID: producer_id.handle,
+        ApiKey.INIT_PRODUCER_ID: transactions.handle_init_producer_id,
+        ApiKey.FIND_COORDINATOR: find_coordinator.handle,
+        ApiKey.ADD_PARTITIONS_TO_TXN: transactions.handle_add_partitions,
+        ApiKey.ADD_OFFSETS_TO_TXN: transactions.handle_add_offsets,
+        ApiKey.END_TXN: transactions.handle_end_txn,
+        ApiKey.TXN_OFFSET_COMMIT: groups.handle_txn_offset_commit,
+        ApiKey.JOIN_GROUP: groups.handle_join_group,
+        ApiKey.SYNC_GROUP: groups.handle_sync_group,
+        ApiKey.HEARTBEAT: groups.handle_heartbeat,
+        ApiKey.LEAVE_GROUP: groups.handle_leave_group,
+        ApiKey.OFFSET_COMMIT: groups.handle_offset_commit,
+        ApiKey.OFFSET_FETCH: groups.handle_offset_fetch,
+        ApiKey.LIST_GROUPS: groups.handle_list_groups,
+        ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
         ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
         ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle,
     }

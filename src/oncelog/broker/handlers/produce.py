@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.protocol.record_batch import HEADER_SIZE, parse_header
+from oncelog.protocol.record_batch import HEADER_SIZE, BatchHeader, parse_header
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -71,8 +71,9 @@ def _append(
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
-        if _is_transactional(partition_data.records):
-            broker.check_transactional_write(transactional_id, topic, index)
+        header = _header(partition_data.records)
+        if header is not None and header.is_transactional:
+            broker.check_transactional_write(transactional_id, header, topic, index)
         outcome = partition.append_records(partition_data.records, now_ms)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
@@ -89,8 +90,9 @@ def _append(
     return answer, partition, outcome.last_offset + 1
 
 
-def _is_transactional(records: bytes) -> bool:
-    return len(records) >= HEADER_SIZE and parse_header(records).is_transactional
+def _header(records: bytes) -> BatchHeader | None:
+    """The first batch's header, to route transactional batches before validation."""
+    return parse_header(records) if len(records) >= HEADER_SIZE else None
 
 
 def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:

@@ -1,0 +1,51 @@
+"""FindCoordinator: on one node this broker coordinates every group and transactional id.
+
+Finding a coordinator creates the internal topic it keeps its state in, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.protocol.codec import RequestHeader
+
+GROUP = 0
+TRANSACTION = 1
+BATCHED_FROM_VERSION = 4
+
+
+async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", GROUP)
+    if header.api_version >= BATCHED_FROM_VERSION:
+        keys = list(request.coordinator_keys)
+    else:
+        keys = [request.key]
+    answers = [await _find(broker, key_type, key) for key in keys]
+    if header.api_version >= BATCHED_FROM_VERSION:
+        return {"throttle_time": 0, "coordinators": answers}
+    (answer,) = answers
+    return {"throttle_time": 0, **{k: v for k, v in answer.items() if k != "key"}}
+
+
+async def _find(broker: "Broker", key_type: int, key: str) -> dict[str, Any]:
+    host, port = broker.advertised_address
+    found = {"key": key, "node_id": broker.node_id, "host": host, "port": port,
+             "error_code": ErrorCode.none, "error_message": None}
+    if key_type == TRANSACTION:
+        if not key:
+            return _failed(key, ErrorCode.invalid_request, "an empty transactional id has no coordinator")
+        await broker.transactions.ready()
+    elif key_type == GROUP:
+        await broker.groups.ready()
+    else:
+        return _failed(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    return found
+
+
+def _failed(key: str, code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
+            "error_message": message}

@@ -1,0 +1,55 @@
+"""Consumer group coordinator: classic groups and committed offsets, backed by
+``__consumer_offsets`` (pure cores; the broker wires them to sockets and the log)."""
+
+from oncelog.groups.classic import (
+    ClassicGroupManager,
+    Completion,
+    GroupConfig,
+    GroupState,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    LeavingMember,
+    Protocol,
+    Result,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from oncelog.groups.coordinator import GroupCoordinatorShard, group_partition, java_string_hash
+from oncelog.groups.offsets import (
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    OffsetFetchResponse,
+    OffsetManager,
+    TxnOffsetCommitRequest,
+)
+from oncelog.groups.records import CoordinatorRecord, decode_record
+
+__all__ = [
+    "ClassicGroupManager",
+    "Completion",
+    "CoordinatorRecord",
+    "GroupConfig",
+    "GroupCoordinatorShard",
+    "GroupState",
+    "HeartbeatRequest",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "LeavingMember",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetFetchResponse",
+    "OffsetManager",
+    "Protocol",
+    "Result",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "TxnOffsetCommitRequest",
+    "decode_record",
+    "group_partition",
+    "java_string_hash",
+]

@@ -1,0 +1,1162 @@
+"""Classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): a pure state machine.
+
+No I/O, no clock, no asyncio. Every operation takes ``now_ms`` and returns a :class:`Result`;
+timers are deadlines the broker schedules (:meth:`ClassicGroupManager.next_deadline`) and
+fires by calling :meth:`ClassicGroupManager.tick`. JoinGroup and SyncGroup are parked in
+Kafka until the rebalance moves on: the broker passes an opaque ``request_id`` and gets the
+answer either at once (``Result.response``) or later, from any operation or tick, as a
+:class:`Completion` carrying that id.
+
+Rules follow Kafka 4.x's classic protocol (``group-coordinator/.../GroupMetadataManager.java``
+classicGroup*, ``classic/ClassicGroup.java``, ``ClassicGroupMember.java``,
+``ClassicGroupState.java``, the bounds checks of ``GroupCoordinatorService.joinGroup``):
+
+- States and their valid previous states are :data:`VALID_PREVIOUS_STATES`; any other
+  transition is our bug and raises :class:`IllegalTransition`.
+- JoinGroup v4+ from an unknown member gets MEMBER_ID_REQUIRED and a member id
+  (``client_id-uuid``); that id waits as a *pending* member until it rejoins or its session
+  timeout passes. Before v4 the member is added at once.
+- A member may join only if at least one of its protocols is supported by every member and
+  its protocol type is the group's; else INCONSISTENT_GROUP_PROTOCOL. The protocol of a
+  generation is elected: each member votes for its first preference among the protocols all
+  members support; most votes wins (ties go to the first member's preference order).
+- The first member is the leader; a leader that does not rejoin is replaced by the first
+  member that did. Each completed join phase increments the generation.
+- A rebalance from Empty waits ``group.initial.rebalance.delay.ms``, extended by the same delay
+  while new members keep arriving, up to the rebalance timeout. Other rebalances complete when
+  every member rejoined, or at the rebalance timeout (the largest of the members'), dropping
+  the members that did not rejoin.
+- New members' joins time out after ``new_member_join_timeout_ms`` (5 minutes in Kafka).
+  Session timeouts must lie within ``group.min/max.session.timeout.ms``
+  (INVALID_SESSION_TIMEOUT).
+- The leader's SyncGroup carries the assignment: the group metadata record (with every
+  member's assignment) is written, then all parked SyncGroups are answered and the group is
+  Stable. Members that do not sync within the rebalance timeout are removed.
+- Heartbeat: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID, ILLEGAL_GENERATION checks, then
+  REBALANCE_IN_PROGRESS while preparing a rebalance. A member whose session timeout passes
+  without a heartbeat is removed, which triggers a rebalance. Members parked in a join or
+  sync count as alive (except new members).
+- LeaveGroup removes each listed member (v3+ batches, by member id or, for static members,
+  by group instance id alone) and rebalances.
+- Static membership (KIP-345, ``group.instance.id``): a known instance rejoining with an
+  unknown member id replaces the old member id (the old one is fenced with
+  FENCED_INSTANCE_ID); in a Stable group whose protocol does not change this needs no
+  rebalance. Static members are not dropped for missing a rejoin, only by session timeout or
+  LeaveGroup.
+
+Persistence follows Kafka exactly: the membership is soft state changed in place, and the
+group metadata record is a checkpoint written when the leader's assignment is received, when
+the group becomes Empty, when a static member is replaced without rebalance, and when a new
+group produces no other record. Such results have ``replay_records=False`` (Kafka's
+``CoordinatorResult.replayRecords``): the live state already holds them. Loading replays them
+with :meth:`ClassicGroupManager.replay_group_metadata` into Stable (or Empty) groups, as Kafka
+does; members then have to heartbeat within their session timeout.
+
+Deviation: Kafka answers the leader's SyncGroup only after the record is written and rolls the
+group back if the write fails; here the group moves to Stable at once and the broker must
+write ``records`` before sending any response (and reload the shard if a write fails).
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
+
+from oncelog.groups.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+)
+from oncelog.protocol.errors import ErrorCode
+
+__all__ = [
+    "UNKNOWN_MEMBER_ID",
+    "VALID_PREVIOUS_STATES",
+    "ClassicGroup",
+    "ClassicGroupManager",
+    "ClassicMember",
+    "Completion",
+    "DescribedGroup",
+    "DescribedMember",
+    "GroupConfig",
+    "GroupState",
+    "HeartbeatRequest",
+    "IllegalTransition",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "JoinedMember",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "LeavingMember",
+    "LeftMember",
+    "ListedGroup",
+    "Protocol",
+    "Result",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+]
+
+UNKNOWN_MEMBER_ID = ""
+_E = ErrorCode
+
+
+class GroupState(enum.Enum):
+    """Kafka's ``ClassicGroupState``; ``value`` is the name DescribeGroups/ListGroups show."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+_S = GroupState
+
+VALID_PREVIOUS_STATES: Mapping[GroupState, frozenset[GroupState]] = {
+    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
+    _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+    _S.DEAD: frozenset(GroupState),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A transition the table forbids: always a bug in this module, never the client's."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Kafka's broker settings for classic groups (defaults are Kafka's)."""
+
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+    max_size: int = 2**31 - 1  # group.max.size
+    new_member_join_timeout_ms: int = 300_000  # Kafka's classicGroupNewMemberJoinTimeoutMs
+    offset_metadata_max_bytes: int = 4_096  # offset.metadata.max.bytes
+
+
+# --- requests and responses ---
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupRequest:
+    group_id: str
+    member_id: str
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int = -1  # -1 (JoinGroup v0): the session timeout
+    group_instance_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 5
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinGroupResponse:
+    error_code: ErrorCode
+    member_id: str = UNKNOWN_MEMBER_ID
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[JoinedMember, ...] = ()  # only the leader's response lists them
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    assignments: Mapping[str, bytes] = field(default_factory=dict)  # the leader's only
+    group_instance_id: str | None = None
+    protocol_type: str | None = None  # v5+
+    protocol_name: str | None = None  # v5+
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupResponse:
+    error_code: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeavingMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupRequest:
+    """LeaveGroup v0-2 carry one member id: pass one :class:`LeavingMember`, and answer with
+    its error at the top level."""
+
+    group_id: str
+    members: tuple[LeavingMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeftMember:
+    member_id: str
+    group_instance_id: str | None
+    error_code: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveGroupResponse:
+    error_code: ErrorCode
+    members: tuple[LeftMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes  # the elected protocol's metadata, Stable groups only
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error_code: ErrorCode
+    state: str
+    protocol_type: str
+    protocol_data: str  # the elected protocol, Stable groups only
+    members: tuple[DescribedMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The answer to a parked JoinGroup or SyncGroup, identified by the caller's request id."""
+
+    request_id: object
+    response: JoinGroupResponse | SyncGroupResponse
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[R]):
+    """What an operation decided. The broker writes ``records`` (one batch; transactional
+    with ``producer_id``/``producer_epoch`` when they are set), replays them when
+    ``replay_records``, and only then sends ``response`` and the ``completions``.
+
+    ``response`` is None when the caller's own request is parked. ``abandoned`` lists parked
+    request ids that will never be answered (their member was replaced or removed); Kafka
+    leaves those to the client's request timeout."""
+
+    response: R | None = None
+    records: tuple[CoordinatorRecord, ...] = ()
+    completions: tuple[Completion, ...] = ()
+    abandoned: tuple[object, ...] = ()
+    replay_records: bool = True
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+# --- group state ---
+
+
+@dataclass(slots=True, eq=False)
+class ClassicMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    assignment: bytes = b""
+    join_request: object | None = None  # the parked JoinGroup, if any
+    sync_request: object | None = None  # the parked SyncGroup, if any
+    is_new: bool = False
+    heartbeat_deadline_ms: int | None = None
+
+    @property
+    def awaiting_join(self) -> bool:
+        return self.join_request is not None
+
+    @property
+    def awaiting_sync(self) -> bool:
+        return self.sync_request is not None
+
+    def has_satisfied_heartbeat(self) -> bool:
+        """Parked members are alive, unless new (a new member's join can time out)."""
+        return not self.is_new and (self.awaiting_join or self.awaiting_sync)
+
+    def metadata(self, protocol: str | None) -> bytes:
+        for p in self.protocols:
+            if p.name == protocol:
+                return p.metadata
+        raise ValueError(f"member {self.member_id} does not support protocol {protocol!r}")
+
+    def vote(self, candidates: set[str]) -> str:
+        for p in self.protocols:
+            if p.name in candidates:
+                return p.name
+        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
+
+
+@dataclass(slots=True, eq=False)
+class ClassicGroup:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    previous_state: GroupState | None = None
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    current_state_timestamp: int = -1
+    members: dict[str, ClassicMember] = field(default_factory=dict)  # join order
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
+    pending_members: dict[str, int] = field(default_factory=dict)  # member id -> deadline
+    pending_sync: set[str] = field(default_factory=set)
+    new_member_added: bool = False
+    # timers: the join phase (initial delay or rebalance timeout) and the pending syncs
+    join_deadline_ms: int | None = None
+    initial_delay: tuple[int, int] | None = None  # (delay, remaining) while an initial delay
+    sync_deadline_ms: int | None = None
+    sync_generation: int = -1
+
+    # -- queries --
+
+    def is_in(self, *states: GroupState) -> bool:
+        return self.state in states
+
+    def is_leader(self, member_id: str) -> bool:
+        return self.leader_id == member_id
+
+    def can_rebalance(self) -> bool:
+        return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
+
+    def num_awaiting_join(self) -> int:
+        return sum(1 for m in self.members.values() if m.awaiting_join)
+
+    def has_all_members_joined(self) -> bool:
+        return (
+            all(m.awaiting_join for m in self.members.values()) and not self.pending_members
+        )
+
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def candidate_protocols(self) -> set[str]:
+        counts: dict[str, int] = {}
+        for m in self.members.values():
+            for p in m.protocols:
+                counts[p.name] = counts.get(p.name, 0) + 1
+        return {name for name, n in counts.items() if n == len(self.members)}
+
+    def supports_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
+        """Whether a member with these protocols may join (Kafka's ``supportsProtocols``)."""
+        names = set(names)
+        if self.state is GroupState.EMPTY:
+            return protocol_type != "" and bool(names)
+        if self.protocol_type != protocol_type:
+            return False
+        # With no members left (all gone mid-rebalance) any protocol is common to all.
+        return not self.members or bool(names & self.candidate_protocols())
+
+    def select_protocol(self) -> str:
+        if not self.members:
+            raise ValueError(f"group {self.group_id} has no members to elect a protocol")
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            name = m.vote(candidates)
+            votes[name] = votes.get(name, 0) + 1
+        first = next(iter(self.members.values()))
+        order = [p.name for p in first.protocols]
+        return max(votes, key=lambda n: (votes[n], -order.index(n)))
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ``validateMember``: the instance id (if any) must map to this member id."""
+        if group_instance_id is not None:
+            existing = self.static_members.get(group_instance_id)
+            if existing is None:
+                return _E.unknown_member_id
+            if existing != member_id:
+                return _E.fenced_instance_id
+        if member_id not in self.members:
+            return _E.unknown_member_id
+        return None
+
+    def current_members(self) -> tuple[JoinedMember, ...]:
+        return tuple(
+            JoinedMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+            for m in self.members.values()
+        )
+
+    # -- changes --
+
+    def transition_to(self, target: GroupState, now_ms: int) -> None:
+        if self.state not in VALID_PREVIOUS_STATES[target]:
+            raise IllegalTransition(
+                f"group {self.group_id}: {self.state.value} -> {target.value} is not a valid "
+                f"transition (valid from: "
+                f"{sorted(s.value for s in VALID_PREVIOUS_STATES[target])})"
+            )
+        self.previous_state = self.state
+        self.state = target
+        self.current_state_timestamp = now_ms
+
+    def add(self, member: ClassicMember) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static_members:
+                raise ValueError(f"instance {member.group_instance_id} is already a member")
+            self.static_members[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.protocol_type != member.protocol_type:
+            raise ValueError("the member's protocol type is not the group's")
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        self.pending_members.pop(member.member_id, None)
+
+    def remove(self, member_id: str) -> ClassicMember | None:
+        member = self.members.pop(member_id, None)
+        if member is not None and member.group_instance_id is not None:
+            self.static_members.pop(member.group_instance_id, None)
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.pop(member_id, None)
+        self.pending_sync.discard(member_id)
+        return member
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """True if the leader rejoined or a rejoined member replaced it."""
+        if self.leader_id is None:
+            return False
+        if self.members[self.leader_id].awaiting_join:
+            return True
+        for m in self.members.values():
+            if m.awaiting_join:
+                self.leader_id = m.member_id
+                return True
+        return False
+
+    def init_next_generation(self, now_ms: int) -> None:
+        self.generation_id += 1
+        if self.members:
+            self.protocol_name = self.select_protocol()
+            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
+        else:
+            self.protocol_name = None
+            self.transition_to(GroupState.EMPTY, now_ms)
+        self.pending_sync.clear()
+
+    def metadata_record(self, assignment: Mapping[str, bytes] | None = None) -> CoordinatorRecord:
+        """The group metadata record of the current generation (Kafka's
+        ``newGroupMetadataRecord``): each member's metadata for the elected protocol."""
+        members = tuple(
+            MemberMetadata(
+                member_id=m.member_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                session_timeout=m.session_timeout_ms,
+                subscription=m.metadata(self.protocol_name),
+                assignment=(assignment or {}).get(m.member_id, m.assignment),
+                rebalance_timeout=m.rebalance_timeout_ms,
+                group_instance_id=m.group_instance_id,
+            )
+            for m in self.members.values()
+        )
+        value = GroupMetadataValue(
+            protocol_type=self.protocol_type or "",
+            generation=self.generation_id,
+            protocol=self.protocol_name,
+            leader=self.leader_id,
+            current_state_timestamp=self.current_state_timestamp,
+            members=members,
+        )
+        return CoordinatorRecord(GroupMetadataKey(self.group_id), value)
+
+    def next_deadline(self) -> int | None:
+        deadlines = [d for d in (self.join_deadline_ms, self.sync_deadline_ms) if d is not None]
+        deadlines.extend(self.pending_members.values())
+        deadlines.extend(
+            m.heartbeat_deadline_ms
+            for m in self.members.values()
+            if m.heartbeat_deadline_ms is not None
+        )
+        return min(deadlines, default=None)
+
+
+# --- the manager: operations over the groups of one shard ---
+
+
+class _Out:
+    """Collects what one operation produced."""
+
+    def __init__(self) -> None:
+        self.records: list[CoordinatorRecord] = []
+        self.completions: list[Completion] = []
+        self.abandoned: list[object] = []
+
+    def complete(self, request_id: object, response: JoinGroupResponse | SyncGroupResponse) -> None:
+        self.completions.append(Completion(request_id, response))
+
+    def result(self, response: R | None, own_request: object = None) -> Result[R]:
+        """The result; the caller's own parked request, if completed here, becomes the
+        direct response."""
+        completions = self.completions
+        if response is None and own_request is not None:
+            for i, c in enumerate(completions):
+                if c.request_id == own_request:
+                    response = c.response  # type: ignore[assignment]
+                    completions = completions[:i] + completions[i + 1 :]
+                    break
+        return Result(response, tuple(self.records), tuple(completions),
+                      tuple(self.abandoned), replay_records=False)  # fmt: skip
+
+
+def _join_error(code: ErrorCode, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:
+    return JoinGroupResponse(code, member_id=member_id)
+
+
+class ClassicGroupManager:
+    """The classic groups of one ``__consumer_offsets`` partition."""
+
+    def __init__(self, config: GroupConfig | None = None,
+                 new_uuid: Callable[[], str] | None = None) -> None:  # fmt: skip
+        self.config = config or GroupConfig()
+        self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
+        self._groups: dict[str, ClassicGroup] = {}
+
+    # -- lookups --
+
+    @property
+    def groups(self) -> Mapping[str, ClassicGroup]:
+        return self._groups
+
+    def group(self, group_id: str) -> ClassicGroup | None:
+        return self._groups.get(group_id)
+
+    def get_or_create(self, group_id: str) -> ClassicGroup:
+        group = self._groups.get(group_id)
+        if group is None:
+            group = self._groups[group_id] = ClassicGroup(group_id)
+        return group
+
+    # -- JoinGroup --
+
+    def join(self, request: JoinGroupRequest, request_id: object, now_ms: int) -> Result[JoinGroupResponse]:  # fmt: skip
+        out = _Out()
+        if not request.group_id:
+            return out.result(_join_error(_E.invalid_group_id, request.member_id))
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= request.session_timeout_ms <= cfg.max_session_timeout_ms:
+            return out.result(_join_error(_E.invalid_session_timeout, request.member_id))
+        if request.rebalance_timeout_ms < 0:
+            request = _with_rebalance_timeout(request, request.session_timeout_ms)
+        is_unknown = request.member_id == UNKNOWN_MEMBER_ID
+        is_new_group = request.group_id not in self._groups
+        if is_new_group and not is_unknown:
+            return out.result(_join_error(_E.unknown_member_id, request.member_id))
+        group = self.get_or_create(request.group_id)
+        if not self._accept_joining_member(group, request.member_id):
+            removed = group.remove(request.member_id)
+            if removed is not None:
+                out.abandoned.extend(r for r in (removed.join_request, removed.sync_request)
+                                     if r is not None)  # fmt: skip
+            response: JoinGroupResponse | None = _join_error(_E.group_max_size_reached)
+        elif is_unknown:
+            response = self._join_new_member(group, request, request_id, out, now_ms)
+        else:
+            response = self._join_existing_member(group, request, request_id, out, now_ms)
+        if is_new_group and not out.records:
+            # Kafka writes an empty group record so the new group exists in the log.
+            out.records.append(_empty_group_record(group))
+        return out.result(response, request_id)
+
+    def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
+        max_size = self.config.max_size
+        if group.is_in(_S.EMPTY, _S.DEAD):
+            return True
+        if group.is_in(_S.PREPARING_REBALANCE):
+            member = group.members.get(member_id)
+            return (member is not None and member.awaiting_join) or (
+                group.num_awaiting_join() < max_size
+            )
+        return member_id in group.members or len(group.members) < max_size
+
+    def _join_new_member(self, group: ClassicGroup, req: JoinGroupRequest, request_id: object,
+                         out: _Out, now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+        if group.is_in(_S.DEAD):
+            return _join_error(_E.coordinator_not_available)
+        if not group.supports_protocols(req.protocol_type, (p.name for p in req.protocols)):
+            return _join_error(_E.inconsistent_group_protocol)
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        new_member_id = f"{prefix}-{self._new_uuid()}"
+        if req.group_instance_id is not None:
+            existing = group.static_members.get(req.group_instance_id)
+            if existing is not None:
+                return self._replace_static_member(group, req, request_id, existing,
+                                                   new_member_id, out, now_ms)  # fmt: skip
+            self._add_member_then_rebalance(group, req, request_id, new_member_id, out, now_ms)
+            return None
+        if req.api_version >= 4:  # JoinGroupRequest.requiresKnownMemberId
+            group.pending_members[new_member_id] = now_ms + req.session_timeout_ms
+            return _join_error(_E.member_id_required, new_member_id)
+        self._add_member_then_rebalance(group, req, request_id, new_member_id, out, now_ms)
+        return None
+
+    def _join_existing_member(self, group: ClassicGroup, req: JoinGroupRequest,
+                              request_id: object, out: _Out,
+                              now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+        member_id = req.member_id
+        if group.is_in(_S.DEAD):
+            return _join_error(_E.coordinator_not_available, member_id)
+        if not group.supports_protocols(req.protocol_type, (p.name for p in req.protocols)):
+            return _join_error(_E.inconsistent_group_protocol, member_id)
+        if member_id in group.pending_members:
+            if req.group_instance_id is not None:
+                return _join_error(_E.invalid_request, member_id)  # Kafka: IllegalStateException
+            self._add_member_then_rebalance(group, req, request_id, member_id, out, now_ms)
+            return None
+        error = group.validate_member(member_id, req.group_instance_id)
+        if error is not None:
+            return _join_error(error, member_id)
+        member = group.members[member_id]
+        if group.is_in(_S.PREPARING_REBALANCE):
+            self._update_member_then_rebalance(group, member, req, request_id, out, now_ms)
+            return None
+        if group.is_in(_S.COMPLETING_REBALANCE, _S.STABLE):
+            changed = member.protocols != req.protocols
+            if changed or (group.is_in(_S.STABLE) and group.is_leader(member_id)):
+                # The leader rejoining a Stable group asks for a rebalance (e.g. new topics).
+                self._update_member_then_rebalance(group, member, req, request_id, out, now_ms)
+                return None
+            members = group.current_members() if group.is_leader(member_id) and group.is_in(
+                _S.COMPLETING_REBALANCE) else ()  # fmt: skip
+            return self._join_response(group, member_id, members)
+        # Empty: the member is gone; it must rejoin from scratch.
+        return _join_error(_E.unknown_member_id, member_id)
+
+    def _join_response(self, group: ClassicGroup, member_id: str,
+                       members: tuple[JoinedMember, ...] = (),
+                       skip_assignment: bool = False,
+                       leader: str | None = None) -> JoinGroupResponse:  # fmt: skip
+        return JoinGroupResponse(
+            _E.none,
+            member_id=member_id,
+            generation_id=group.generation_id,
+            protocol_type=group.protocol_type,
+            protocol_name=group.protocol_name,
+            leader=(group.leader_id if leader is None else leader) or "",
+            skip_assignment=skip_assignment,
+            members=members,
+        )
+
+    def _add_member_then_rebalance(self, group: ClassicGroup, req: JoinGroupRequest,
+                                   request_id: object, member_id: str, out: _Out,
+                                   now_ms: int) -> None:  # fmt: skip
+        member = ClassicMember(
+            member_id=member_id,
+            group_instance_id=req.group_instance_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            protocol_type=req.protocol_type,
+            protocols=req.protocols,
+            join_request=request_id,
+            is_new=True,
+        )
+        if group.is_in(_S.PREPARING_REBALANCE) and group.previous_state is _S.EMPTY:
+            group.new_member_added = True  # extends the initial rebalance delay
+        group.add(member)
+        # New members cannot heartbeat yet: their parked join times out on its own.
+        member.heartbeat_deadline_ms = now_ms + self.config.new_member_join_timeout_ms
+        self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
+
+    def _update_member_then_rebalance(self, group: ClassicGroup, member: ClassicMember,
+                                      req: JoinGroupRequest, request_id: object, out: _Out,
+                                      now_ms: int) -> None:  # fmt: skip
+        self._update_member(member, req, request_id, out)
+        self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
+
+    @staticmethod
+    def _update_member(member: ClassicMember, req: JoinGroupRequest, request_id: object,
+                       out: _Out) -> None:  # fmt: skip
+        member.protocols = req.protocols
+        member.rebalance_timeout_ms = req.rebalance_timeout_ms
+        member.session_timeout_ms = req.session_timeout_ms
+        if member.join_request is not None and member.join_request != request_id:
+            out.abandoned.append(member.join_request)
+        member.join_request = request_id
+
+    def _replace_static_member(self, group: ClassicGroup, req: JoinGroupRequest,
+                               request_id: object, old_id: str, new_id: str, out: _Out,
+                               now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+        old = group.members.pop(old_id)
+        if old.join_request is not None:
+            out.complete(old.join_request, JoinGroupResponse(_E.fenced_instance_id, old_id))
+        if old.sync_request is not None:
+            out.complete(old.sync_request, SyncGroupResponse(_E.fenced_instance_id))
+        group.pending_sync.discard(old_id)
+        old_leader = group.leader_id
+        new = ClassicMember(new_id, old.group_instance_id, old.client_id, old.client_host,
+                            old.rebalance_timeout_ms, old.session_timeout_ms, old.protocol_type,
+                            old.protocols, old.assignment)  # fmt: skip
+        group.members[new_id] = new
+        assert old.group_instance_id is not None
+        group.static_members[old.group_instance_id] = new_id
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        new.heartbeat_deadline_ms = now_ms + new.session_timeout_ms
+        self._update_member(new, req, request_id, out)
+        if group.is_in(_S.STABLE):
+            if group.protocol_name == group.select_protocol():
+                # Same protocol: no rebalance; persist the new member id and answer with the
+                # current generation (the leader skips the assignment from v9 on).
+                new.join_request = None
+                out.records.append(group.metadata_record())
+                if req.api_version >= 9:
+                    is_leader = group.is_leader(new_id)
+                    return self._join_response(
+                        group, new_id, group.current_members() if is_leader else (),
+                        skip_assignment=is_leader,
+                    )
+                return self._join_response(group, new_id, leader=old_leader or "")
+            self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
+        elif group.is_in(_S.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, out, now_ms)
+        else:
+            self._maybe_complete_join_phase(group, out, now_ms)
+        return None
+
+    # -- the rebalance machinery --
+
+    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, out: _Out,
+                                                  now_ms: int) -> None:  # fmt: skip
+        if group.can_rebalance():
+            self._prepare_rebalance(group, out, now_ms)
+        else:
+            self._maybe_complete_join_phase(group, out, now_ms)
+
+    def _prepare_rebalance(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
+        if group.is_in(_S.COMPLETING_REBALANCE):
+            # Members waiting for the assignment must rejoin.
+            for m in group.members.values():
+                m.assignment = b""
+            self._propagate_assignment(group, _E.rebalance_in_progress, out, now_ms)
+        group.pending_sync.clear()
+        group.sync_deadline_ms = None
+        initial = group.is_in(_S.EMPTY)
+        if initial:
+            delay = self.config.initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            group.initial_delay = (delay, remaining)
+            group.join_deadline_ms = now_ms + delay
+        group.transition_to(_S.PREPARING_REBALANCE, now_ms)
+        if not initial:
+            self._maybe_complete_join_else_schedule(group, out, now_ms)
+
+    def _maybe_complete_join_else_schedule(self, group: ClassicGroup, out: _Out,
+                                           now_ms: int) -> None:  # fmt: skip
+        if group.has_all_members_joined():
+            self._complete_join(group, out, now_ms)
+        else:
+            group.initial_delay = None
+            group.join_deadline_ms = now_ms + group.rebalance_timeout_ms()
+
+    def _maybe_complete_join_phase(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
+        if (
+            group.is_in(_S.PREPARING_REBALANCE)
+            and group.previous_state is not _S.EMPTY  # the initial delay runs its course
+            and group.has_all_members_joined()
+        ):
+            self._complete_join(group, out, now_ms)
+
+    def _complete_join(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
+        group.join_deadline_ms = None
+        group.initial_delay = None
+        for m in [m for m in group.members.values() if not m.awaiting_join]:
+            if m.group_instance_id is None:  # static members keep their place
+                group.remove(m.member_id)
+                if m.sync_request is not None:
+                    out.abandoned.append(m.sync_request)
+        if group.is_in(_S.DEAD):
+            return
+        if not group.maybe_elect_new_joined_leader() and group.members:
+            # Only static members that did not rejoin: wait for their sessions to expire.
+            group.join_deadline_ms = now_ms + max(group.rebalance_timeout_ms(), 1)
+            return
+        group.init_next_generation(now_ms)
+        if group.is_in(_S.EMPTY):
+            out.records.append(group.metadata_record())
+            return
+        for m in group.members.values():
+            members = group.current_members() if group.is_leader(m.member_id) else ()
+            assert m.join_request is not None
+            out.complete(m.join_request, self._join_response(group, m.member_id, members))
+            m.join_request = None
+            m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+            m.is_new = False
+            group.pending_sync.add(m.member_id)
+        group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
+        group.sync_generation = group.generation_id
+
+    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode, out: _Out,
+                              now_ms: int) -> None:  # fmt: skip
+        ok = error is _E.none
+        for m in group.members.values():
+            if m.sync_request is None:
+                continue
+            out.complete(m.sync_request, SyncGroupResponse(
+                error,
+                assignment=m.assignment,
+                protocol_type=group.protocol_type if ok else None,
+                protocol_name=group.protocol_name if ok else None,
+            ))  # fmt: skip
+            m.sync_request = None
+            m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+
+    def _remove_member(self, group: ClassicGroup, member: ClassicMember, out: _Out,
+                                  now_ms: int) -> None:  # fmt: skip
+        """A member left or failed: answer its parked join, remove it, rebalance."""
+        if member.join_request is not None:
+            out.complete(member.join_request, _join_error(_E.unknown_member_id))
+            member.join_request = None
+        if member.sync_request is not None:
+            out.abandoned.append(member.sync_request)
+        group.remove(member.member_id)
+
+    # -- SyncGroup --
+
+    def sync(self, request: SyncGroupRequest, request_id: object, now_ms: int) -> Result[SyncGroupResponse]:  # fmt: skip
+        out = _Out()
+        if not request.group_id:
+            return out.result(SyncGroupResponse(_E.invalid_group_id))
+        group = self._groups.get(request.group_id)
+        if group is None or group.is_in(_S.EMPTY):
+            return out.result(SyncGroupResponse(_E.unknown_member_id))
+        if group.is_in(_S.DEAD):
+            return out.result(SyncGroupResponse(_E.coordinator_not_available))
+        error = group.validate_member(request.member_id, request.group_instance_id)
+        if error is None and request.generation_id != group.generation_id:
+            error = _E.illegal_generation
+        if error is None and (
+            _inconsistent(request.protocol_type, group.protocol_type)
+            or _inconsistent(request.protocol_name, group.protocol_name)
+        ):
+            error = _E.inconsistent_group_protocol
+        if error is None and group.is_in(_S.PREPARING_REBALANCE):
+            error = _E.rebalance_in_progress
+        if error is not None:
+            return out.result(SyncGroupResponse(error))
+        member = group.members[request.member_id]
+        self._remove_pending_sync(group, request.member_id)
+        if group.is_in(_S.STABLE):
+            return out.result(SyncGroupResponse(_E.none, member.assignment,
+                                                group.protocol_type, group.protocol_name))  # fmt: skip
+        # CompletingRebalance: park; the leader's assignment completes everybody.
+        if member.sync_request is not None and member.sync_request != request_id:
+            out.abandoned.append(member.sync_request)
+        member.sync_request = request_id
+        if group.is_leader(request.member_id):
+            assignment = {m: request.assignments.get(m, b"") for m in group.members}
+            out.records.append(group.metadata_record(assignment))
+            for m in group.members.values():
+                m.assignment = assignment[m.member_id]
+            self._propagate_assignment(group, _E.none, out, now_ms)
+            group.transition_to(_S.STABLE, now_ms)
+        return out.result(None, request_id)
+
+    def _remove_pending_sync(self, group: ClassicGroup, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.is_in(_S.COMPLETING_REBALANCE, _S.STABLE) or not group.pending_sync:
+            group.sync_deadline_ms = None
+
+    # -- Heartbeat --
+
+    def heartbeat(self, request: HeartbeatRequest, now_ms: int) -> Result[ErrorCode]:
+        out = _Out()
+        if not request.group_id:
+            return out.result(_E.invalid_group_id)
+        group = self._groups.get(request.group_id)
+        if group is None:
+            return out.result(_E.unknown_member_id)
+        if group.is_in(_S.DEAD):
+            return out.result(_E.coordinator_not_available)
+        error = group.validate_member(request.member_id, request.group_instance_id)
+        if error is None and request.generation_id != group.generation_id:
+            error = _E.illegal_generation
+        if error is not None:
+            return out.result(error)
+        if group.is_in(_S.EMPTY):
+            return out.result(_E.unknown_member_id)
+        self.reschedule_heartbeat(group, request.member_id, now_ms)
+        if group.is_in(_S.PREPARING_REBALANCE):
+            return out.result(_E.rebalance_in_progress)
+        return out.result(_E.none)
+
+    def reschedule_heartbeat(self, group: ClassicGroup, member_id: str, now_ms: int) -> None:
+        """The member is alive: its session timeout starts again (heartbeats, and offset
+        commits in Stable and PreparingRebalance groups)."""
+        member = group.members[member_id]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+
+    # -- LeaveGroup --
+
+    def leave(self, request: LeaveGroupRequest, now_ms: int) -> Result[LeaveGroupResponse]:
+        out = _Out()
+        if not request.group_id:
+            return out.result(LeaveGroupResponse(_E.invalid_group_id))
+        group = self._groups.get(request.group_id)
+        if group is None:
+            return out.result(LeaveGroupResponse(_E.unknown_member_id))
+        if group.is_in(_S.DEAD):
+            return out.result(LeaveGroupResponse(_E.coordinator_not_available))
+        answers: list[LeftMember] = []
+        left = False
+        for who in request.members:
+            error: ErrorCode | None = None
+            if who.member_id == UNKNOWN_MEMBER_ID:
+                # Admin removal of a static member by instance id alone.
+                target = group.static_members.get(who.group_instance_id or "")
+                if who.group_instance_id is None or target is None:
+                    error = _E.unknown_member_id
+                else:
+                    self._remove_member(group, group.members[target], out, now_ms)
+            elif who.member_id in group.pending_members:
+                group.pending_members.pop(who.member_id)
+            else:
+                error = group.validate_member(who.member_id, who.group_instance_id)
+                if error is None:
+                    self._remove_member(group, group.members[who.member_id], out,
+                                                   now_ms)  # fmt: skip
+            answers.append(LeftMember(who.member_id, who.group_instance_id, error or _E.none))
+            left = left or error is None
+        if left:
+            if group.is_in(_S.STABLE, _S.COMPLETING_REBALANCE):
+                self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
+            elif group.is_in(_S.PREPARING_REBALANCE):
+                self._maybe_complete_join_phase(group, out, now_ms)
+        return out.result(LeaveGroupResponse(_E.none, tuple(answers)))
+
+    # -- timers --
+
+    def next_deadline(self) -> int | None:
+        """The earliest timer of any group; call :meth:`tick` then."""
+        return min(
+            (d for g in self._groups.values() if (d := g.next_deadline()) is not None),
+            default=None,
+        )
+
+    def tick(self, now_ms: int) -> Result[None]:
+        """Fire every timer due at ``now_ms``, earliest first."""
+        out = _Out()
+        while True:
+            due = min(self._due_timers(now_ms), default=None, key=lambda t: t[0])
+            if due is None:
+                break
+            _, fire = due
+            fire(out)
+        return out.result(None)
+
+    def _due_timers(self, now_ms: int) -> Iterator[tuple[int, Callable[[_Out], None]]]:
+        for group in self._groups.values():
+            g = group
+            if g.join_deadline_ms is not None and g.join_deadline_ms <= now_ms:
+                yield g.join_deadline_ms, lambda out, g=g: self._on_join_timer(g, out, now_ms)
+            if g.sync_deadline_ms is not None and g.sync_deadline_ms <= now_ms:
+                yield g.sync_deadline_ms, lambda out, g=g: self._on_sync_timer(g, out, now_ms)
+            for member_id, deadline in g.pending_members.items():
+                if deadline <= now_ms:
+                    yield deadline, lambda out, g=g, m=member_id: self._on_pending_expired(
+                        g, m, out, now_ms)  # fmt: skip
+            for m in g.members.values():
+                if m.heartbeat_deadline_ms is not None and m.heartbeat_deadline_ms <= now_ms:
+                    yield m.heartbeat_deadline_ms, lambda out, g=g, m=m: self._on_session_expired(
+                        g, m, out, now_ms)  # fmt: skip
+
+    def _on_join_timer(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
+        group.join_deadline_ms = None
+        if group.initial_delay is not None:
+            delay, remaining = group.initial_delay
+            if group.new_member_added and remaining != 0:
+                group.new_member_added = False
+                new_delay = min(self.config.initial_rebalance_delay_ms, remaining)
+                group.initial_delay = (new_delay, max(remaining - delay, 0))
+                group.join_deadline_ms = now_ms + new_delay
+                return
+        self._complete_join(group, out, now_ms)
+
+    def _on_sync_timer(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
+        group.sync_deadline_ms = None
+        if group.sync_generation != group.generation_id:
+            return
+        if group.is_in(_S.COMPLETING_REBALANCE, _S.STABLE) and group.pending_sync:
+            for member_id in sorted(group.pending_sync):
+                member = group.members.get(member_id)
+                if member is not None:
+                    self._remove_member(group, member, out, now_ms)
+            self._prepare_rebalance(group, out, now_ms)
+
+    def _on_pending_expired(self, group: ClassicGroup, member_id: str, out: _Out,
+                            now_ms: int) -> None:  # fmt: skip
+        group.pending_members.pop(member_id, None)
+        if group.is_in(_S.PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group, out, now_ms)
+
+    def _on_session_expired(self, group: ClassicGroup, member: ClassicMember, out: _Out,
+                            now_ms: int) -> None:  # fmt: skip
+        member.heartbeat_deadline_ms = None
+        if member.has_satisfied_heartbeat():
+            return
+        self._remove_member(group, member, out, now_ms)
+        if group.is_in(_S.STABLE, _S.COMPLETING_REBALANCE):
+            self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
+        elif group.is_in(_S.PREPARING_REBALANCE) and group.has_all_members_joined():
+            self._complete_join(group, out, now_ms)
+
+    # -- admin --
+
+    def describe(self, group_ids: Sequence[str]) -> tuple[DescribedGroup, ...]:
+        described = []
+        for group_id in group_ids:
+            group = self._groups.get(group_id)
+            if group is None:
+                described.append(DescribedGroup(group_id, _E.none, _S.DEAD.value, "", "", ()))
+                continue
+            stable = group.is_in(_S.STABLE)
+            members = tuple(
+                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                m.metadata(group.protocol_name) if stable else b"",
+                                m.assignment)  # fmt: skip
+                for m in group.members.values()
+            )
+            described.append(DescribedGroup(
+                group_id, _E.none, group.state.value, group.protocol_type or "",
+                (group.protocol_name or "") if stable else "", members,
+            ))  # fmt: skip
+        return tuple(described)
+
+    def list(self, states: Iterable[str] = ()) -> tuple[ListedGroup, ...]:
+        wanted = {s.strip().lower() for s in states}
+        return tuple(
+            ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+            for g in self._groups.values()
+            if not wanted or g.state.value.lower() in wanted
+        )
+
+    def delete(self, group_id: str) -> Result[ErrorCode]:
+        """DeleteGroups for one group: only Empty groups; the tombstone removes it on replay
+        (the caller adds the offsets' tombstones)."""
+        out = _Out()
+        group = self._groups.get(group_id)
+        if group is None or group.is_in(_S.DEAD):
+            return out.result(_E.group_id_not_found)
+        if not group.is_in(_S.EMPTY):
+            return out.result(_E.non_empty_group)
+        out.records.append(CoordinatorRecord(GroupMetadataKey(group_id), None))
+        return Result(_E.none, tuple(out.records))
+
+    # -- load --
+
+    def replay_group_metadata(self, group_id: str, value: GroupMetadataValue | None) -> None:
+        """Apply a stored group metadata record: the group as of its last checkpoint, Stable
+        if it has members (they must heartbeat again), Empty otherwise; a tombstone deletes
+        the group. Only the load path calls this (the live path changed the group already)."""
+        if value is None:
+            group = self._groups.pop(group_id, None)
+            if group is not None:
+                group.state = _S.DEAD
+            return
+        group = ClassicGroup(
+            group_id,
+            state=_S.STABLE if value.members else _S.EMPTY,
+            generation_id=value.generation,
+            protocol_type=value.protocol_type or None,
+            protocol_name=value.protocol,
+            leader_id=value.leader,
+            current_state_timestamp=value.current_state_timestamp,
+        )
+        for m in value.members:
+            member = ClassicMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=(
+                    m.session_timeout if m.rebalance_timeout == -1 else m.rebalance_timeout
+                ),
+                session_timeout_ms=m.session_timeout,
+                protocol_type=value.protocol_type,
+                protocols=(Protocol(value.protocol or "", m.subscription),),
+                assignment=m.assignment,
+            )
+            group.members[m.member_id] = member
+            if m.group_instance_id is not None:
+                group.static_members[m.group_instance_id] = m.member_id
+        self._groups[group_id] = group
+
+    def start_sessions(self, now_ms: int) -> None:
+        """After loading: every loaded member's session timeout starts now."""
+        for group in self._groups.values():
+            for m in group.members.values():
+                if m.heartbeat_deadline_ms is None:
+                    m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
+
+
+def _inconsistent(requested: str | None, current: str | None) -> bool:
+    return requested is not None and current is not None and requested != current
+
+
+def _with_rebalance_timeout(req: JoinGroupRequest, timeout: int) -> JoinGroupRequest:
+    return replace(req, rebalance_timeout_ms=timeout)
+
+
+def _empty_group_record(group: ClassicGroup) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        GroupMetadataKey(group.group_id),
+        GroupMetadataValue("", 0, None, None, group.current_state_timestamp, ()),
+    )

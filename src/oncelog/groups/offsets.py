@@ -1,0 +1,332 @@
+"""Committed offsets of the groups of one ``__consumer_offsets`` partition, plain and
+transactional. Pure: no I/O, no clock.
+
+Following Kafka 4.x ``OffsetMetadataManager``: handlers validate and return the offset commit
+records to write; the state changes only when those records are replayed
+(:meth:`OffsetManager.replay`), on the live path after the append and at load time alike.
+
+- OffsetCommit (``validateOffsetCommit`` + ``ClassicGroup.validateOffsetCommit``): a group
+  that does not exist accepts commits with generation -1 (a "simple" group appears when the
+  record is replayed); else v9+ answers GROUP_ID_NOT_FOUND and older versions
+  ILLEGAL_GENERATION. An Empty group accepts generation -1. Otherwise a member id, instance
+  id or generation >= 0 must name a current member (UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID) of
+  the current generation (ILLEGAL_GENERATION); a commit without any of them is accepted only
+  by an Empty group (UNKNOWN_MEMBER_ID). During CompletingRebalance: REBALANCE_IN_PROGRESS.
+  Metadata longer than ``offset.metadata.max.bytes`` gives OFFSET_METADATA_TOO_LARGE for that
+  partition. A commit keeps a Stable or PreparingRebalance member's session alive.
+- TxnOffsetCommit: the same checks with KIP-447 fencing when the request carries member id,
+  instance id or generation, except that a missing group with generation >= 0 is
+  ILLEGAL_GENERATION, a commit without member information is accepted in any state, and there
+  is no REBALANCE_IN_PROGRESS. Its records are written in a transactional batch of the producer
+  (the broker checks the producer epoch on that append) and replayed as *pending* for that
+  producer id.
+- A transaction marker (:meth:`OffsetManager.replay_end_transaction_marker`): commit moves the
+  producer's pending offsets into the committed ones unless a later record (higher log
+  offset) already committed that partition; abort drops them.
+- OffsetFetch: missing partitions answer offset -1; with ``require_stable`` a partition with
+  pending transactional offsets answers UNSTABLE_OFFSET_COMMIT. A missing group answers -1
+  for every partition (or no topics when all are asked for).
+- An offset tombstone deletes the committed offset and the pending ones of that partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from oncelog.groups.classic import (
+    ClassicGroup,
+    ClassicGroupManager,
+    GroupConfig,
+    GroupState,
+    Result,
+)
+from oncelog.groups.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
+from oncelog.protocol.errors import ErrorCode
+
+__all__ = [
+    "INVALID_OFFSET",
+    "CommittedOffset",
+    "OffsetCommitPartition",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetFetchPartition",
+    "OffsetFetchResponse",
+    "OffsetManager",
+    "PartitionError",
+    "TxnOffsetCommitRequest",
+]
+
+INVALID_OFFSET = -1
+NO_PRODUCER_ID = -1
+_E = ErrorCode
+_S = GroupState
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int
+    expire_timestamp: int = -1
+    record_offset: int = -1  # where its record sits in __consumer_offsets
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    commit_timestamp: int = -1  # OffsetCommit v1 only; -1: the broker's time
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    partitions: tuple[OffsetCommitPartition, ...]
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+    api_version: int = 9
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[OffsetCommitPartition, ...]
+    generation_id: int = -1  # v3+ (KIP-447)
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    topic: str
+    partition: int
+    error_code: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    """Per-partition answers (OffsetCommit and TxnOffsetCommit alike)."""
+
+    partitions: tuple[PartitionError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchPartition:
+    topic: str
+    partition: int
+    offset: int = INVALID_OFFSET
+    leader_epoch: int = -1
+    metadata: str = ""
+    error_code: ErrorCode = _E.none
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    group_id: str
+    partitions: tuple[OffsetFetchPartition, ...]
+    error_code: ErrorCode = _E.none
+
+
+class OffsetManager:
+    """Offsets of the groups of one shard; group checks go through the classic groups."""
+
+    def __init__(self, groups: ClassicGroupManager, config: GroupConfig | None = None) -> None:
+        self._groups = groups
+        self.config = config or groups.config
+        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        self._open_by_group: dict[str, set[int]] = {}
+
+    # -- queries --
+
+    def committed(self, group_id: str) -> Mapping[TopicPartition, CommittedOffset]:
+        return dict(self._offsets.get(group_id, {}))
+
+    def pending(self, producer_id: int) -> Mapping[str, Mapping[TopicPartition, CommittedOffset]]:
+        return {g: dict(o) for g, o in self._pending.get(producer_id, {}).items()}
+
+    def open_transactions(self, group_id: str) -> frozenset[int]:
+        return frozenset(self._open_by_group.get(group_id, ()))
+
+    def has_pending(self, group_id: str, topic: str, partition: int) -> bool:
+        return any(
+            (topic, partition) in self._pending[pid].get(group_id, {})
+            for pid in self._open_by_group.get(group_id, ())
+        )
+
+    def group_ids(self) -> Iterator[str]:
+        return iter(self._offsets)
+
+    # -- OffsetCommit --
+
+    def commit(self, request: OffsetCommitRequest, now_ms: int) -> Result[OffsetCommitResponse]:
+        error = self._validate(request.group_id, request.member_id, request.group_instance_id,
+                               request.generation_id, transactional=False,
+                               api_version=request.api_version)  # fmt: skip
+        if error is not None:
+            return Result(_all_failed(request.partitions, error))
+        group = self._groups.group(request.group_id)
+        if group is not None and group.is_in(_S.STABLE, _S.PREPARING_REBALANCE):
+            self._groups.reschedule_heartbeat(group, request.member_id, now_ms)
+        return self._records(request.group_id, request.partitions, now_ms)
+
+    def commit_transactional(self, request: TxnOffsetCommitRequest,
+                             now_ms: int) -> Result[OffsetCommitResponse]:  # fmt: skip
+        error = self._validate(request.group_id, request.member_id, request.group_instance_id,
+                               request.generation_id, transactional=True)  # fmt: skip
+        if error is not None:
+            return Result(_all_failed(request.partitions, error))
+        result = self._records(request.group_id, request.partitions, now_ms, transactional=True)
+        return Result(result.response, result.records, producer_id=request.producer_id,
+                      producer_epoch=request.producer_epoch)  # fmt: skip
+
+    def _validate(self, group_id: str, member_id: str, instance_id: str | None,
+                  generation_id: int, *, transactional: bool,
+                  api_version: int = 9) -> ErrorCode | None:  # fmt: skip
+        if not group_id:
+            return _E.invalid_group_id
+        group = self._groups.group(group_id)
+        if group is None:
+            if generation_id < 0:
+                return None  # a simple group, created when the record is replayed
+            if transactional or api_version < 9:
+                return _E.illegal_generation
+            return _E.group_id_not_found
+        return _validate_against_group(group, member_id, instance_id, generation_id,
+                                       transactional)  # fmt: skip
+
+    def _records(self, group_id: str, partitions: Sequence[OffsetCommitPartition], now_ms: int,
+                 transactional: bool = False) -> Result[OffsetCommitResponse]:  # fmt: skip
+        answers = []
+        records = []
+        for p in partitions:
+            metadata = "" if p.metadata is None else p.metadata
+            if len(metadata.encode()) > self.config.offset_metadata_max_bytes:
+                answers.append(PartitionError(p.topic, p.partition, _E.offset_metadata_too_large))
+                continue
+            answers.append(PartitionError(p.topic, p.partition, _E.none))
+            ts = p.commit_timestamp if p.commit_timestamp != -1 and not transactional else now_ms
+            value = OffsetCommitValue(p.offset, metadata, ts, p.leader_epoch)
+            records.append(CoordinatorRecord(OffsetCommitKey(group_id, p.topic, p.partition),
+                                             value))  # fmt: skip
+        return Result(OffsetCommitResponse(tuple(answers)), tuple(records))
+
+    # -- OffsetFetch --
+
+    def fetch(self, group_id: str, topics: Mapping[str, Sequence[int]] | None,
+              require_stable: bool = False) -> OffsetFetchResponse:  # fmt: skip
+        """``topics`` None asks for every committed partition of the group."""
+        if not group_id:
+            return OffsetFetchResponse(group_id, (), _E.invalid_group_id)
+        group = self._groups.group(group_id)
+        missing = group is None or group.is_in(_S.DEAD)
+        offsets = {} if missing else self._offsets.get(group_id, {})
+        if topics is None:
+            wanted = sorted(offsets)
+        else:
+            wanted = [(t, p) for t, parts in topics.items() for p in parts]
+        answers = []
+        for topic, partition in wanted:
+            if require_stable and not missing and self.has_pending(group_id, topic, partition):
+                answers.append(OffsetFetchPartition(topic, partition,
+                                                    error_code=_E.unstable_offset_commit))  # fmt: skip
+                continue
+            c = offsets.get((topic, partition))
+            if c is None:
+                answers.append(OffsetFetchPartition(topic, partition))
+            else:
+                answers.append(OffsetFetchPartition(topic, partition, c.offset, c.leader_epoch,
+                                                    c.metadata))  # fmt: skip
+        return OffsetFetchResponse(group_id, tuple(answers))
+
+    # -- delete --
+
+    def tombstones(self, group_id: str) -> tuple[CoordinatorRecord, ...]:
+        """Tombstones for every committed offset of the group (DeleteGroups)."""
+        return tuple(
+            CoordinatorRecord(OffsetCommitKey(group_id, t, p), None)
+            for t, p in sorted(self._offsets.get(group_id, {}))
+        )
+
+    # -- replay: the only way offsets change --
+
+    def replay(self, record_offset: int, producer_id: int, key: OffsetCommitKey,
+               value: OffsetCommitValue | None) -> None:  # fmt: skip
+        tp = (key.topic, key.partition)
+        if value is None:
+            committed = self._offsets.get(key.group)
+            if committed is not None:
+                committed.pop(tp, None)
+                if not committed:
+                    del self._offsets[key.group]
+            for pid in self._open_by_group.get(key.group, ()):
+                self._pending[pid].get(key.group, {}).pop(tp, None)
+            return
+        # Offsets without membership still need a group: a "simple" Empty group.
+        self._groups.get_or_create(key.group)
+        entry = CommittedOffset(value.offset, value.leader_epoch, value.metadata,
+                                value.commit_timestamp, value.expire_timestamp, record_offset)  # fmt: skip
+        if producer_id == NO_PRODUCER_ID:
+            self._offsets.setdefault(key.group, {})[tp] = entry
+        else:
+            self._pending.setdefault(producer_id, {}).setdefault(key.group, {})[tp] = entry
+            self._open_by_group.setdefault(key.group, set()).add(producer_id)
+
+    def replay_end_transaction_marker(self, producer_id: int, committed: bool) -> None:
+        pending = self._pending.pop(producer_id, None)
+        if pending is None:
+            return  # nothing of this producer here
+        for group_id in pending:
+            open_pids = self._open_by_group.get(group_id)
+            if open_pids is not None:
+                open_pids.discard(producer_id)
+                if not open_pids:
+                    del self._open_by_group[group_id]
+        if not committed:
+            return
+        for group_id, offsets in pending.items():
+            current = self._offsets.setdefault(group_id, {})
+            for tp, entry in offsets.items():
+                existing = current.get(tp)
+                # The most recent commit wins, transactional or not (compaction-safe).
+                if existing is None or entry.record_offset > existing.record_offset:
+                    current[tp] = entry
+            if not current:
+                del self._offsets[group_id]
+
+
+def _validate_against_group(group: ClassicGroup, member_id: str, instance_id: str | None,
+                            generation_id: int, transactional: bool) -> ErrorCode | None:  # fmt: skip
+    """Kafka's ``ClassicGroup.validateOffsetCommit``."""
+    if group.is_in(_S.DEAD):
+        return _E.coordinator_not_available
+    if generation_id < 0 and group.is_in(_S.EMPTY):
+        return None  # admin client or a consumer without group management
+    if generation_id >= 0 or member_id or instance_id is not None:
+        error = group.validate_member(member_id, instance_id)
+        if error is not None:
+            return error
+        if generation_id != group.generation_id:
+            return _E.illegal_generation
+    elif not transactional and not group.is_in(_S.EMPTY):
+        return _E.unknown_member_id
+    if not transactional and group.is_in(_S.COMPLETING_REBALANCE):
+        return _E.rebalance_in_progress
+    return None
+
+
+def _all_failed(partitions: Sequence[OffsetCommitPartition],
+                error: ErrorCode) -> OffsetCommitResponse:  # fmt: skip
+    return OffsetCommitResponse(tuple(PartitionError(p.topic, p.partition, error)
+                                      for p in partitions))  # fmt: skip

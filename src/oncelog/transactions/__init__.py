@@ -1,0 +1,59 @@
+"""Transactions: the coordinator's metadata state machine, its ``__transaction_state``
+records and the pure coordinator shard (no I/O: the broker wires it to the log and the
+markers)."""
+
+from oncelog.transactions.coordinator import (
+    CoordinatorResult,
+    MarkerRequest,
+    TransactionCoordinatorShard,
+    TxnDescription,
+    TxnListing,
+    TxnResponse,
+    append_error,
+    client_error,
+    coordinator_partition,
+    java_string_hash,
+)
+from oncelog.transactions.log_records import (
+    TxnLogFormatError,
+    TxnRecord,
+    decode_key,
+    decode_record,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+from oncelog.transactions.state import (
+    IllegalTxnTransition,
+    TransactionMetadata,
+    TxnState,
+    TxnTransition,
+    VALID_PREVIOUS_STATES,
+    is_epoch_exhausted,
+)
+
+__all__ = [
+    "VALID_PREVIOUS_STATES",
+    "CoordinatorResult",
+    "IllegalTxnTransition",
+    "MarkerRequest",
+    "TransactionCoordinatorShard",
+    "TransactionMetadata",
+    "TxnDescription",
+    "TxnListing",
+    "TxnLogFormatError",
+    "TxnRecord",
+    "TxnResponse",
+    "TxnState",
+    "TxnTransition",
+    "append_error",
+    "client_error",
+    "coordinator_partition",
+    "decode_key",
+    "decode_record",
+    "decode_value",
+    "encode_key",
+    "encode_value",
+    "is_epoch_exhausted",
+    "java_string_hash",
+]

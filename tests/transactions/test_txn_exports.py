@@ -1,0 +1,17 @@
+"""Pin the public API of ``oncelog.transactions``: a change here is a deliberate one."""
+
+from __future__ import annotations
+
+import oncelog.transactions as txn
+
+
+def test_exports() -> None:
+    assert sorted(txn.__all__) == sorted([
+        "VALID_PREVIOUS_STATES", "CoordinatorResult", "IllegalTxnTransition", "MarkerRequest",
+        "TransactionCoordinatorShard", "TransactionMetadata", "TxnDescription", "TxnListing",
+        "TxnLogFormatError", "TxnRecord", "TxnResponse", "TxnState", "TxnTransition",
+        "append_error", "client_error", "coordinator_partition", "decode_key", "decode_record",
+        "decode_value", "encode_key", "encode_value", "is_epoch_exhausted", "java_string_hash",
+    ])  # fmt: skip
+    for name in txn.__all__:
+        assert hasattr(txn, name), name
