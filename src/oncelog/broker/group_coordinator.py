@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from oncelog.broker.coordinator_log import StoredMarker, read_records, write_records
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
+from oncelog.broker.load_once import LoadOnce
 from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result, group_partition
 from oncelog.groups.records import RecordDecodeError, UnknownRecordType
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -41,7 +42,7 @@ class GroupCoordinator:
         self._shards: dict[int, GroupCoordinatorShard] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._parked: dict[object, asyncio.Future[Any]] = {}
-        self._loaded: asyncio.Future[None] | None = None
+        self._loading = LoadOnce(self._load)
         self._ticker: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
@@ -56,15 +57,7 @@ class GroupCoordinator:
 
     async def ready(self) -> None:
         """Create and load `__consumer_offsets` once; later calls return at once."""
-        if self._loaded is None:
-            self._loaded = asyncio.get_running_loop().create_future()
-            try:
-                self._load()
-            except BaseException as exc:
-                self._loaded.set_exception(exc)
-                raise
-            self._loaded.set_result(None)
-        await self._loaded
+        await self._loading.wait()
 
     def load_if_present(self) -> asyncio.Future[None] | None:
         if self._broker.topics.get(CONSUMER_OFFSETS) is None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from oncelog.broker.coordinator_log import StoredRecord, read_records, write_records
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, ensure_internal_topic
+from oncelog.broker.load_once import LoadOnce
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import (
     CoordinatorResult,
@@ -40,7 +41,7 @@ class TransactionCoordinator:
     def __init__(self, broker: "Broker") -> None:
         self._broker = broker
         self._shards: dict[int, TransactionCoordinatorShard] = {}
-        self._loaded: asyncio.Future[None] | None = None
+        self._loading = LoadOnce(self._load)
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
@@ -51,15 +52,7 @@ class TransactionCoordinator:
 
     async def ready(self) -> None:
         """Create and load `__transaction_state` once; later calls return at once."""
-        if self._loaded is None:
-            self._loaded = asyncio.get_running_loop().create_future()
-            try:
-                self._load()
-            except BaseException as exc:
-                self._loaded.set_exception(exc)
-                raise
-            self._loaded.set_result(None)
-        await self._loaded
+        await self._loading.wait()
 
     def load_if_present(self) -> asyncio.Future[None] | None:
         """At broker start: load the coordinator state if the topic exists."""
@@ -147,7 +140,7 @@ class TransactionCoordinator:
     ) -> None:
         """KIP-890 part 1: a transactional batch must belong to the producer's ongoing
         transaction and to a partition added to it."""
-        if self._loaded is None or not self._loaded.done():
+        if not self._loading.done:
             raise KafkaError(ErrorCode.invalid_txn_state,
                              f"transactional id {transactional_id!r} has no transaction")  # fmt: skip
         shard, _ = self._shard_of(transactional_id)
