@@ -92,9 +92,20 @@ class Partition:
         is refused (KafkaError). Whether a transactional batch belongs to an ongoing
         transaction is the caller's check (it needs the transaction coordinator)."""
         ((header, batch),) = split_batches(records, max_message_bytes=self.settings.max_message_bytes)
+        return self._append_checked(batch, header, now_ms, from_client=True)
+
+    def append_from_coordinator(self, batch: bytes, now_ms: int) -> ProduceOutcome:
+        """Append a batch a coordinator built (no sequence numbers: Kafka's coordinator
+        origin checks only the producer epoch of transactional offset commits)."""
+        return self._append_checked(batch, parse_header(batch), now_ms, from_client=False)
+
+    def _append_checked(
+        self, batch: bytes | memoryview, header: BatchHeader, now_ms: int, *, from_client: bool
+    ) -> ProduceOutcome:
+        """Validate against the producer state, append, commit the state: no await between."""
         if not header.has_producer_id:
             return self._outcome(self.append_batch(batch, header, now_ms))
-        decision = self.producers.validate(header)
+        decision = self.producers.validate(header, is_client=from_client)
         if isinstance(decision, Refuse):
             raise KafkaError(decision.error_code, decision.message)
         if isinstance(decision, Duplicate):
@@ -107,20 +118,6 @@ class Partition:
         append_time = result.log_append_time_ms if self.settings.log_append_time else None
         self.producers.commit(decision.pending, result.base_offset, result.last_offset,
                               timestamp=append_time)
-        return self._outcome(result)
-
-    def append_from_coordinator(self, batch: bytes, now_ms: int) -> ProduceOutcome:
-        """Append a batch a coordinator built (no sequence numbers: Kafka's coordinator
-        origin checks only the producer epoch of transactional offset commits)."""
-        header = parse_header(batch)
-        if not header.has_producer_id:
-            return self._outcome(self.append_batch(batch, header, now_ms))
-        decision = self.producers.validate(header, is_client=False)
-        if isinstance(decision, Refuse):
-            raise KafkaError(decision.error_code, decision.message)
-        assert isinstance(decision, Append)
-        result = self.append_batch(batch, header, now_ms)
-        self.producers.commit(decision.pending, result.base_offset, result.last_offset)
         return self._outcome(result)
 
     def append_batch(self, batch: bytes | memoryview, header: BatchHeader, now_ms: int) -> AppendResult:
