@@ -35,6 +35,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MARKER_RETRY_S = 0.5
+# Marker refusals that mean the partition needs no marker from this coordinator: it was
+# deleted, or a newer producer epoch or coordinator has written there since.
+_FINAL_MARKER_ERRORS = frozenset({
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.invalid_producer_epoch,
+    ErrorCode.transaction_coordinator_fenced,
+})
 
 
 class TransactionCoordinator:
@@ -178,34 +185,42 @@ class TransactionCoordinator:
     async def _write_markers(
         self, shard: TransactionCoordinatorShard, log_partition: "Partition", marker: MarkerRequest
     ) -> None:
-        """Write the marker to every participant until each holds it durably, then complete."""
+        """Write the marker to every participant until each holds it durably, then complete.
+
+        A partition that refuses the marker as stale (a newer producer epoch or coordinator
+        already wrote there) or that was deleted is done with; any other failure is retried,
+        so no participant is left with an open transaction holding its LSO back.
+        """
         remaining = set(marker.partitions)
         while remaining:
             written = []
             for topic, index in sorted(remaining):
                 try:
                     target = self._broker.topics.partition(topic, index)
-                except KafkaError:  # the topic was deleted: nothing left to mark
-                    log.info("dropping marker for deleted partition %s-%d", topic, index)
-                    remaining.discard((topic, index))
-                    continue
-                try:
                     offset = target.append_marker(marker.producer_id, marker.producer_epoch,
                                                   marker.committed, marker.coordinator_epoch,
                                                   self._broker.now_ms())  # fmt: skip
                 except KafkaError as exc:
-                    log.warning("marker for %s-%d refused: %s", topic, index, exc)
+                    if exc.code not in _FINAL_MARKER_ERRORS:
+                        log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
+                        continue
+                    log.info("marker for %s-%d not needed: %s", topic, index, exc)
                     remaining.discard((topic, index))
+                    continue
+                except OSError as exc:
+                    log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
                     continue
                 if topic == CONSUMER_OFFSETS:
                     self._broker.groups.complete_transaction(index, marker.producer_id, marker.committed)
-                written.append(self._broker.flusher.wait_durable(target, offset + 1))
+                written.append((topic, index, self._broker.flusher.wait_durable(target, offset + 1)))
+            for topic, index, durable in written:
+                try:
+                    await durable
+                except KafkaError as exc:  # appended but not fsynced: the next round retries it
+                    log.warning("marker for %s-%d not durable (%s)", topic, index, exc)
+                    continue
                 remaining.discard((topic, index))
-            try:
-                await asyncio.gather(*written)
-            except KafkaError as exc:
-                log.warning("markers of %r not durable yet (%s); retrying", marker.transactional_id, exc)
-                remaining = set(marker.partitions)
+            if remaining:
                 await asyncio.sleep(MARKER_RETRY_S)
         result = shard.complete(marker.transactional_id, self._broker.now_ms(), marker)
         await self._run(shard, log_partition, result)
