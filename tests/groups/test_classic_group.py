@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Node
+from group_node import Node
 
 from oncelog.groups import GroupConfig
 from oncelog.groups.classic import (

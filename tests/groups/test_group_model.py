@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Node
+from group_node import Node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

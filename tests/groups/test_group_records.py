@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.groups import group_partition, java_string_hash
+from oncelog.coordinator_partitions import java_string_hash, partition_for
 from oncelog.groups.records import (
     CoordinatorRecord,
     GroupMetadataKey,
@@ -133,10 +133,9 @@ def test_java_string_hash(s: str, h: int) -> None:
 
 
 def test_group_partition_like_kafka() -> None:
-    assert group_partition("polygenelubricants", 50) == 0
-    assert group_partition("hello", 50) == 99162322 % 50
-    # negative hashes: sign bit masked, not negated (Kafka's Utils.abs)
-    h = java_string_hash("consumer-group-1")
-    assert group_partition("consumer-group-1", 50) == (h & 0x7FFFFFFF) % 50
-    assert java_string_hash("zzzzzzzz") < 0
-    assert group_partition("zzzzzzzz", 50) == (java_string_hash("zzzzzzzz") + 2**31) % 50
+    assert partition_for("polygenelubricants", 50) == 0  # Utils.abs(Integer.MIN_VALUE) is 0
+    assert partition_for("hello", 50) == 99162322 % 50
+    # negative hashes are negated (Math.abs), not masked
+    assert java_string_hash("my-group") == -1906497762
+    assert partition_for("my-group", 50) == 1906497762 % 50 == 12
+    assert (-1906497762 & 0x7FFFFFFF) % 50 != 12, "masking would pick another partition"

@@ -3,7 +3,7 @@ producer, materialised by the marker), KIP-447 fencing, and load == live."""
 
 from __future__ import annotations
 
-from conftest import Node
+from group_node import Node
 from test_classic_group import join_with_id, stable_group
 
 from oncelog.groups.offsets import (

@@ -6,6 +6,7 @@ import pytest
 from txn_harness import MAX_TIMEOUT, Harness
 
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.coordinator_partitions import java_string_hash, partition_for
 from oncelog.transactions.coordinator import (
     API_ADD_OFFSETS_TO_TXN,
     API_ADD_PARTITIONS_TO_TXN,
@@ -16,8 +17,6 @@ from oncelog.transactions.coordinator import (
     TxnResponse,
     append_error,
     client_error,
-    coordinator_partition,
-    java_string_hash,
 )
 from oncelog.transactions.log_records import decode_record, encode_key, encode_value
 from oncelog.transactions.state import SHORT_MAX, IllegalTxnTransition, TransactionMetadata
@@ -59,15 +58,15 @@ JAVA = [
 @pytest.mark.parametrize(("tid", "hash_code", "partition"), JAVA)
 def test_coordinator_partition_matches_java(tid: str, hash_code: int, partition: int) -> None:
     assert java_string_hash(tid) == hash_code
-    assert coordinator_partition(tid, 50) == partition
+    assert partition_for(tid, 50) == partition
 
 
 def test_utils_abs_is_not_a_mask() -> None:
     # "Hello World" hashes negative: Math.abs gives 26, hash & 0x7fffffff would give 22.
-    assert coordinator_partition("Hello World", 50) == 26
+    assert partition_for("Hello World", 50) == 26
     assert (java_string_hash("Hello World") & 0x7FFFFFFF) % 50 == 22
     with pytest.raises(ValueError):
-        coordinator_partition("x", 0)
+        partition_for("x", 0)
 
 
 # --- error mapping helpers ---

@@ -10,8 +10,8 @@ def test_exports() -> None:
         "VALID_PREVIOUS_STATES", "CoordinatorResult", "IllegalTxnTransition", "MarkerRequest",
         "TransactionCoordinatorShard", "TransactionMetadata", "TxnDescription", "TxnListing",
         "TxnLogFormatError", "TxnRecord", "TxnResponse", "TxnState", "TxnTransition",
-        "append_error", "client_error", "coordinator_partition", "decode_key", "decode_record",
-        "decode_value", "encode_key", "encode_value", "is_epoch_exhausted", "java_string_hash",
+        "append_error", "client_error", "decode_key", "decode_record",
+        "decode_value", "encode_key", "encode_value", "is_epoch_exhausted",
     ])  # fmt: skip
     for name in txn.__all__:
         assert hasattr(txn, name), name

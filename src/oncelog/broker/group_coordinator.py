@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 from oncelog.broker.coordinator_log import StoredMarker, read_records, write_records
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
 from oncelog.broker.load_once import LoadOnce
-from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result, group_partition
+from oncelog.coordinator_partitions import partition_for
+from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result
 from oncelog.groups.records import RecordDecodeError, UnknownRecordType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -51,7 +52,7 @@ class GroupCoordinator:
         return self._broker.config.offsets_topic_num_partitions
 
     def partition_of(self, group_id: str) -> int:
-        return group_partition(group_id, self.num_partitions)
+        return partition_for(group_id, self.num_partitions)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Iterable
 from oncelog.broker.coordinator_log import StoredRecord, read_records, write_records
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, ensure_internal_topic
 from oncelog.broker.load_once import LoadOnce
+from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import (
     CoordinatorResult,
@@ -24,7 +25,6 @@ from oncelog.transactions.coordinator import (
     TransactionCoordinatorShard,
     TxnResponse,
     append_error,
-    coordinator_partition,
 )
 from oncelog.transactions.state import TopicPartition, TxnState
 
@@ -93,7 +93,7 @@ class TransactionCoordinator:
         task.add_done_callback(self._tasks.discard)
 
     def _shard_of(self, transactional_id: str) -> tuple[TransactionCoordinatorShard, "Partition"]:
-        index = coordinator_partition(transactional_id, self.num_partitions)
+        index = partition_for(transactional_id, self.num_partitions)
         return self._shards[index], self._broker.topics.partition(TRANSACTION_STATE, index)
 
     # -- requests ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from oncelog.groups.classic import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from oncelog.groups.coordinator import GroupCoordinatorShard, group_partition, java_string_hash
+from oncelog.groups.coordinator import GroupCoordinatorShard
 from oncelog.groups.offsets import (
     OffsetCommitPartition,
     OffsetCommitRequest,
@@ -50,6 +50,4 @@ __all__ = [
     "SyncGroupResponse",
     "TxnOffsetCommitRequest",
     "decode_record",
-    "group_partition",
-    "java_string_hash",
 ]

@@ -51,25 +51,7 @@ from oncelog.groups.records import (
 )
 from oncelog.protocol.errors import ErrorCode
 
-__all__ = ["GroupCoordinatorShard", "group_partition", "java_string_hash"]
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode``: 31*h + c over the UTF-16 code units, as a signed int32."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def group_partition(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group, as Kafka computes it:
-    ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions`` (``Utils.abs`` masks the
-    sign bit, so Integer.MIN_VALUE maps to 0)."""
-    if num_partitions <= 0:
-        raise ValueError("the number of partitions must be positive")
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % num_partitions
+__all__ = ["GroupCoordinatorShard"]
 
 
 class GroupCoordinatorShard:

@@ -11,8 +11,6 @@ from oncelog.transactions.coordinator import (
     TxnResponse,
     append_error,
     client_error,
-    coordinator_partition,
-    java_string_hash,
 )
 from oncelog.transactions.log_records import (
     TxnLogFormatError,
@@ -48,12 +46,10 @@ __all__ = [
     "TxnTransition",
     "append_error",
     "client_error",
-    "coordinator_partition",
     "decode_key",
     "decode_record",
     "decode_value",
     "encode_key",
     "encode_value",
     "is_epoch_exhausted",
-    "java_string_hash",
 ]

@@ -68,8 +68,6 @@ __all__ = [
     "TxnResponse",
     "append_error",
     "client_error",
-    "coordinator_partition",
-    "java_string_hash",
 ]
 
 API_INIT_PRODUCER_ID = 22
@@ -112,26 +110,6 @@ def append_error(storage_error: ErrorCode) -> ErrorCode:
     """The coordinator error for a failed ``__transaction_state`` append (Kafka's
     ``TransactionStateManager.appendTransactionToLog``)."""
     return _APPEND_ERRORS.get(storage_error, storage_error)
-
-
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, 32-bit wrap-around)."""
-    h = 0
-    raw = s.encode("utf-16-be")
-    for i in range(0, len(raw), 2):
-        h = (31 * h + ((raw[i] << 8) | raw[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def coordinator_partition(transactional_id: str, num_partitions: int) -> int:
-    """The ``__transaction_state`` partition of an id: Kafka's
-    ``Utils.abs(id.hashCode) % n``, where ``Utils.abs(Integer.MIN_VALUE)`` is 0 and any
-    other value is ``Math.abs`` (not ``hash & 0x7fffffff``: they differ for negative
-    hashes)."""
-    if num_partitions <= 0:
-        raise ValueError(f"num_partitions must be positive, got {num_partitions}")
-    h = java_string_hash(transactional_id)
-    return (0 if h == -(1 << 31) else abs(h)) % num_partitions
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,109 @@
+"""A tiny in-memory broker around one GroupCoordinatorShard: it writes every result's records
+to a list standing for the __consumer_offsets partition (as bytes), replays them as the real
+broker must, and keeps the answers to parked requests."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result
+from oncelog.groups.classic import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    LeavingMember,
+    Protocol,
+    SyncGroupRequest,
+)
+
+CONFIG = GroupConfig(initial_rebalance_delay_ms=0)
+
+
+@dataclass
+class Entry:
+    offset: int
+    producer_id: int
+    key: bytes | None  # None: a transaction marker
+    value: bytes | None
+    committed: bool = False
+
+
+@dataclass
+class Node:
+    config: GroupConfig = CONFIG
+    log: list[Entry] = field(default_factory=list)
+    answers: dict[Any, Any] = field(default_factory=dict)
+    abandoned: list[Any] = field(default_factory=list)
+    answered_twice: list[Any] = field(default_factory=list)
+    now: int = 0
+
+    def __post_init__(self) -> None:
+        counter = itertools.count(1)
+        self.shard = GroupCoordinatorShard(0, self.config, lambda: f"uuid{next(counter)}")
+        self._rid = itertools.count(1)
+
+    def apply(self, result: Result[Any], request_id: Any = None) -> Any:
+        base = len(self.log)
+        for record in result.records:
+            key, value = record.encode()
+            self.log.append(Entry(len(self.log), result.producer_id, key, value))
+        self.shard.replay_result(result, base)
+        for c in result.completions:
+            self._answer(c.request_id, c.response)
+        self.abandoned.extend(result.abandoned)
+        if request_id is not None and result.response is not None:
+            self._answer(request_id, result.response)
+        return result.response
+
+    def _answer(self, request_id: Any, response: Any) -> None:
+        if request_id in self.answers:
+            self.answered_twice.append(request_id)
+        self.answers[request_id] = response
+
+    def marker(self, producer_id: int, committed: bool) -> None:
+        self.log.append(Entry(len(self.log), producer_id, None, None, committed))
+        self.shard.complete_transaction(producer_id, committed)
+
+    def tick(self, now: int) -> None:
+        self.now = now
+        self.apply(self.shard.tick(now))
+
+    # -- client-ish helpers --
+
+    def join(self, group: str = "g", member_id: str = "", *, client_id: str = "c",
+             protocols: tuple[Protocol, ...] = (Protocol("range", b"m"),),
+             session: int = 10_000, rebalance: int = 30_000, version: int = 5,
+             instance: str | None = None, protocol_type: str = "consumer") -> Any:  # fmt: skip
+        """Send a JoinGroup; returns its request id (the answer lands in ``answers``)."""
+        rid = ("join", next(self._rid))
+        req = JoinGroupRequest(group, member_id, protocol_type, protocols, session, rebalance,
+                               instance, client_id, "/127.0.0.1", version)  # fmt: skip
+        self.apply(self.shard.join_group(req, rid, self.now), rid)
+        return rid
+
+    def sync(self, group: str, generation: int, member_id: str,
+             assignments: dict[str, bytes] | None = None) -> Any:  # fmt: skip
+        rid = ("sync", next(self._rid))
+        req = SyncGroupRequest(group, generation, member_id, assignments or {})
+        self.apply(self.shard.sync_group(req, rid, self.now), rid)
+        return rid
+
+    def heartbeat(self, group: str, generation: int, member_id: str) -> Any:
+        return self.apply(self.shard.heartbeat(HeartbeatRequest(group, generation, member_id),
+                                               self.now))  # fmt: skip
+
+    def leave(self, group: str, *member_ids: str) -> Any:
+        req = LeaveGroupRequest(group, tuple(LeavingMember(m) for m in member_ids))
+        return self.apply(self.shard.leave_group(req, self.now))
+
+    def reload(self) -> GroupCoordinatorShard:
+        """A fresh shard loaded from this node's log, the way the broker loads it."""
+        shard = GroupCoordinatorShard(0, self.config)
+        for e in self.log:
+            if e.key is None:
+                shard.replay_transaction_marker(e.producer_id, e.committed)
+            else:
+                shard.replay(e.offset, e.producer_id, e.key, e.value)
+        return shard
