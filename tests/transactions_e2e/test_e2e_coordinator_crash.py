@@ -45,7 +45,7 @@ from oncelog.broker.partition import Partition
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import BrokerProcess, EmbeddedBroker
-from oncelog.transactions.coordinator import coordinator_partition
+from oncelog.coordinator_partitions import partition_for
 from oncelog.transactions.state import TxnState
 
 PARTITIONS = 3
@@ -165,7 +165,7 @@ def test_sigkill_between_prepare_commit_and_markers(tmp_path: Path, topic: str,
         assert embedded.broker is not None
         coordinator = embedded.broker.transactions
         tid = f"{topic}-txn"
-        shard = coordinator.shards[coordinator_partition(tid, coordinator.num_partitions)]
+        shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
         assert shard.get(tid).state is TxnState.COMPLETE_COMMIT
         assert all(embedded.broker.topics.partition(topic, p).high_watermark == 4
                    for p in range(PARTITIONS))  # no marker written twice
@@ -199,7 +199,7 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
         wait_until(lambda: bool(reached), timeout_s=5, what="the marker writer")
         assert first.broker is not None
         coordinator = first.broker.transactions
-        shard = coordinator.shards[coordinator_partition(tid, coordinator.num_partitions)]
+        shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
         assert shard.get(tid).state is TxnState.PREPARE_COMMIT
         assert [first.broker.topics.partition(topic, p).last_stable_offset
                 for p in range(PARTITIONS)] == [0] * PARTITIONS  # fmt: skip
@@ -216,7 +216,7 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
         install_group_stand_in(second)
         assert second.broker is not None
         coordinator = second.broker.transactions
-        shard = coordinator.shards[coordinator_partition(tid, coordinator.num_partitions)]
+        shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
         wait_until(lambda: shard.get(tid).state is TxnState.COMPLETE_COMMIT, timeout_s=10,
                    what="COMPLETE_COMMIT after the restart")  # fmt: skip
         partitions = [second.broker.topics.partition(topic, p) for p in range(PARTITIONS)]

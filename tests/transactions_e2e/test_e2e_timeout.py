@@ -27,7 +27,7 @@ from e2e_helpers import (
 )
 
 from oncelog.testing import EmbeddedBroker
-from oncelog.transactions.coordinator import coordinator_partition
+from oncelog.coordinator_partitions import partition_for
 from oncelog.transactions.state import TxnState
 
 PARTITIONS = 2
@@ -49,7 +49,7 @@ def fast_timeout_broker() -> Iterator[EmbeddedBroker]:
 def _state(broker: EmbeddedBroker, tid: str) -> Any:
     assert broker.broker is not None
     coordinator = broker.broker.transactions
-    return coordinator.shards[coordinator_partition(tid, coordinator.num_partitions)].get(tid)
+    return coordinator.shards[partition_for(tid, coordinator.num_partitions)].get(tid)
 
 
 @pytest.mark.parametrize("comes_back_with", ["commit", "produce-then-commit"])

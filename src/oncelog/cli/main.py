@@ -11,10 +11,12 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.cli.consume import consume
 from oncelog.cli.demo import demo
 from oncelog.cli.dump_log import dump_log
+from oncelog.cli.groups import groups
 from oncelog.cli.output import parse_key_values
 from oncelog.cli.produce import produce
 from oncelog.cli.producers import producers
 from oncelog.cli.topics import topics
+from oncelog.cli.transactions import transactions
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,7 +52,7 @@ def broker(data_dir: Path, host: str, port: int, config_file: Path | None,
     run_forever(config, data_dir, host, port, ready_file)
 
 
-for command in (topics, produce, consume, dump_log, demo, producers):
+for command in (topics, produce, consume, dump_log, demo, producers, transactions, groups):
     main.add_command(command)
 
 

@@ -23,6 +23,7 @@ from oncelog.broker.handlers import (
     groups,
     producers,
     transactions,
+    txn_admin,
 )
 from oncelog.protocol.api_versions import ApiKey
 
@@ -57,4 +58,7 @@ def by_api_key() -> dict[int, Callable[["Broker", "RequestHeader", Any], Awaitab
         ApiKey.DESCRIBE_GROUPS: groups.handle_describe_groups,
         ApiKey.DESCRIBE_PRODUCERS: producers.handle_describe_producers,
         ApiKey.DESCRIBE_LOG_DIRS: log_dirs.handle,
+        ApiKey.WRITE_TXN_MARKERS: txn_admin.handle_write_txn_markers,
+        ApiKey.DESCRIBE_TRANSACTIONS: txn_admin.handle_describe_transactions,
+        ApiKey.LIST_TRANSACTIONS: txn_admin.handle_list_transactions,
     }

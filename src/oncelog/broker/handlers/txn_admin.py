@@ -1,0 +1,165 @@
+"""Transaction administration (KIP-664): ListTransactions, DescribeTransactions and
+WriteTxnMarkers.
+
+ListTransactions and DescribeTransactions read the transaction coordinator's shards.
+WriteTxnMarkers is the cluster-internal API a transaction coordinator sends to partition
+leaders; Kafka's admin `abortTransaction` sends it too, to end a hanging transaction on one
+partition. On one node the coordinator writes its markers in-process, so here the API
+serves the admin tools (and a future cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from typing import TYPE_CHECKING, Any
+
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.coordinator_partitions import partition_for
+from oncelog.transactions.coordinator import TxnDescription
+from oncelog.transactions.state import TxnState
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
+    from oncelog.protocol.codec import RequestHeader
+
+log = logging.getLogger(__name__)
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+async def _coordinator_loaded(broker: "Broker") -> bool:
+    """Whether `__transaction_state` exists (then wait until it is loaded). Listing and
+    describing never create it: no topic means no transactional id was ever seen."""
+    if broker.topics.get(TRANSACTION_STATE) is None:
+        return False
+    await broker.transactions.ready()
+    return True
+
+
+# -- ListTransactions (66) -------------------------------------------------------------------
+
+
+async def handle_list_transactions(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    states = tuple(request.state_filters or ())
+    producer_ids = tuple(request.producer_id_filters or ())
+    duration_ms = int(getattr(request, "duration_filter", -1))
+    rows: list[dict[str, Any]] = []
+    unknown: tuple[str, ...] = ()
+    error = ErrorCode.none
+    if await _coordinator_loaded(broker):
+        now = broker.now_ms()
+        for _, shard in sorted(broker.transactions.shards.items()):
+            listing = shard.list_transactions(states, producer_ids, duration_ms, now_ms=now)
+            unknown = listing.unknown_state_filters
+            if listing.error != ErrorCode.none:
+                # Kafka answers COORDINATOR_LOAD_IN_PROGRESS for the whole request while any
+                # coordinator partition is still loading.
+                error, rows = listing.error, []
+                break
+            rows += [{"transactional_id": tid, "producer_id": pid, "transaction_state": state}
+                     for tid, pid, state in listing.transactions]
+    else:
+        unknown = tuple(s for s in states if not _known_state(s))
+    return {"throttle_time": 0, "error_code": error, "unknown_state_filters": list(unknown),
+            "transaction_states": rows}
+
+
+def _known_state(name: str) -> bool:
+    return TxnState.from_kafka_name(name) is not None
+
+
+# -- DescribeTransactions (65) -------------------------------------------------------------
+
+
+async def handle_describe_transactions(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    loaded = await _coordinator_loaded(broker)
+    states = []
+    for tid in request.transactional_ids:
+        if not loaded:
+            code = ErrorCode.invalid_request if not tid else ErrorCode.transactional_id_not_found
+            found = TxnDescription(tid, code)
+        else:
+            index = partition_for(tid, broker.transactions.num_partitions) if tid else 0
+            shard = broker.transactions.shards.get(index)
+            if shard is None:
+                found = TxnDescription(tid, ErrorCode.coordinator_not_available)
+            else:
+                (found,) = shard.describe([tid])
+        states.append(_description(found))
+    return {"throttle_time": 0, "transaction_states": states}
+
+
+def _description(d: TxnDescription) -> dict[str, Any]:
+    return {
+        "error_code": d.error,
+        "transactional_id": d.transactional_id,
+        "transaction_state": d.state,
+        "transaction_timeout": d.timeout_ms,
+        "transaction_start_time": _timestamp(d.start_time_ms),
+        "producer_id": d.producer_id,
+        "producer_epoch": d.producer_epoch,
+        "topics": [{"topic": t, "partitions": list(ps)} for t, ps in sorted(d.topics.items())],
+    }
+
+
+def _timestamp(ms: int) -> datetime.datetime:
+    """The field is a non-nullable int64 in which Kafka sends -1 for "no transaction yet";
+    the codec maps negative milliseconds to None, which kio cannot write there, so pass
+    the datetime itself (-1 ms before the epoch encodes as -1)."""
+    return _EPOCH + datetime.timedelta(milliseconds=ms)
+
+
+# -- WriteTxnMarkers (27) ------------------------------------------------------------------
+
+
+async def handle_write_txn_markers(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+    """Append each marker to each listed partition, then answer once every appended marker
+    is durable. Every append happens before the first await, so markers take effect in
+    request order. Errors are per partition, as Kafka's (UNKNOWN_TOPIC_OR_PARTITION,
+    INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...)."""
+    now = broker.now_ms()
+    results: list[dict[str, Any]] = []
+    # (partition result dict, partition, end offset) for each marker appended
+    durable: list[tuple[dict[str, Any], "Partition", int]] = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            answers = []
+            for index in topic.partition_indexes:
+                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
+                answers.append(answer)
+                try:
+                    partition = broker.topics.partition(topic.name, index)
+                    offset = partition.append_marker(
+                        marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                        marker.coordinator_epoch, now,
+                    )
+                except KafkaError as exc:
+                    log.info("WriteTxnMarkers for producer %d on %s-%d refused: %s",
+                             marker.producer_id, topic.name, index, exc)
+                    answer["error_code"] = exc.code
+                    continue
+                log.info("%s marker written for producer %d epoch %d on %s-%d at offset %d",
+                         "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
+                         marker.producer_epoch, topic.name, index, offset)
+                if topic.name == CONSUMER_OFFSETS:
+                    broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
+                durable.append((answer, partition, offset + 1))
+            topics.append({"name": topic.name, "partitions": answers})
+        results.append({"producer_id": marker.producer_id, "topics": topics})
+    if durable:
+        outcomes = await asyncio.gather(
+            *(broker.flusher.wait_durable(partition, end) for _, partition, end in durable),
+            return_exceptions=True,
+        )
+        for (answer, partition, _), outcome in zip(durable, outcomes):
+            if isinstance(outcome, KafkaError):
+                answer["error_code"] = outcome.code
+            elif isinstance(outcome, BaseException):
+                log.warning("marker on %r not made durable: %r", partition, outcome)
+                answer["error_code"] = ErrorCode.kafka_storage_error
+    return {"markers": results}

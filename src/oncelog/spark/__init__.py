@@ -1,0 +1,21 @@
+"""PySpark data source for Kafka-protocol clusters (oncelog or any Kafka), with an
+exactly-once sink. Needs the `spark` extra: `pip install 'oncelog[spark]'`.
+
+    from oncelog.spark import register
+    register(spark)
+    df = spark.readStream.format("oncelog").option("kafka.bootstrap.servers", ...)...
+
+docs/spark.md documents the options, the guarantee and its limits.
+"""
+
+from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
+from oncelog.spark.source import SCHEMA, OncelogDataSource
+from oncelog.spark.writer import SinkGuaranteeError
+
+__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "SCHEMA", "OncelogDataSource", "OptionError",
+           "SinkGuaranteeError", "register"]  # fmt: skip
+
+
+def register(spark) -> None:  # type: ignore[no-untyped-def]
+    """Register the `oncelog` format on a SparkSession."""
+    spark.dataSource.register(OncelogDataSource)

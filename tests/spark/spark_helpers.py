@@ -1,0 +1,60 @@
+"""Helpers for the Spark tests: topics, transactional producers, an independent verifier."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2, config: dict | None = None) -> str:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name].result(30)
+    return name
+
+
+def produce_transaction(bootstrap: str, topic: str, values: list[bytes], *, commit: bool = True,
+                        txn_id: str | None = None, partition: int | None = None) -> None:  # fmt: skip
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id or unique("txn")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for value in values:
+        kwargs = {} if partition is None else {"partition": partition}
+        producer.produce(topic, value=value, key=value[:3], **kwargs)
+    producer.flush(30)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
+    """Every value in `topic`, read with a plain confluent consumer (not our reader)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("verify"),
+                         "isolation.level": isolation, "enable.partition.eof": True,
+                         "enable.auto.commit": False})  # fmt: skip
+    meta = consumer.list_topics(topic, timeout=30).topics[topic]
+    parts = sorted(meta.partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    values: list[bytes] = []
+    at_end: set[int] = set()
+    idle = 0
+    while len(at_end) < len(parts) and idle < 40:
+        message = consumer.poll(0.25)
+        if message is None:
+            idle += 1
+            continue
+        if message.error():
+            if message.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(message.partition())
+                continue
+            raise RuntimeError(message.error())
+        at_end.discard(message.partition())
+        values.append(message.value())
+    consumer.close()
+    return values

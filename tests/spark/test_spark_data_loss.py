@@ -1,0 +1,44 @@
+"""Offsets lost to retention follow failOnDataLoss (reader code, no Spark session)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+from spark_helpers import create_topic, unique
+
+from oncelog.spark.client import Cluster
+from oncelog.spark.offsets import OffsetRange
+from oncelog.spark.options import parse_read_options
+from oncelog.spark.reader import DataLossError, read_range
+from oncelog.testing import EmbeddedBroker
+
+
+def test_range_below_the_log_start_fails_or_skips_ahead() -> None:
+    with EmbeddedBroker({"log.retention.check.interval.ms": "100"}) as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = create_topic(bootstrap, unique("retained"), partitions=1,
+                             config={"segment.bytes": "1024", "retention.bytes": "1"})  # fmt: skip
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+        for i in range(200):
+            producer.produce(topic, value=b"value-%03d" % i + b"." * 40)
+            producer.flush(10)  # one batch per record: many segments
+        cluster = Cluster({"bootstrap.servers": bootstrap})
+        deadline = time.monotonic() + 20
+        while cluster.offsets([(topic, 0)], "earliest", True)[(topic, 0)] == 0:
+            assert time.monotonic() < deadline, "retention never deleted a segment"
+            time.sleep(0.2)
+        log_start = cluster.offsets([(topic, 0)], "earliest", True)[(topic, 0)]
+        end = cluster.offsets([(topic, 0)], "latest", True)[(topic, 0)]
+        assert 0 < log_start < end == 200
+
+        strict = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False)
+        with pytest.raises(DataLossError, match="below the log start offset"):
+            list(read_range(strict, OffsetRange(topic, 0, 0, end)))
+        lenient = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+                                      "failondataloss": "false"}, False)  # fmt: skip
+        offsets = [o for batch in read_range(lenient, OffsetRange(topic, 0, 0, end))
+                   for o in batch.column("offset").to_pylist()]  # fmt: skip
+        assert offsets[0] >= log_start and offsets[-1] == end - 1
+        assert offsets == list(range(offsets[0], end))
