@@ -81,12 +81,7 @@ def _read_partition(
 ) -> dict[str, Any]:
     upper = partition.last_stable_offset if committed else partition.high_watermark
     try:
-        if wanted.fetch_offset >= upper and wanted.fetch_offset <= partition.log.log_end_offset:
-            records = b""
-        else:
-            records = partition.log.read(
-                wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first
-            ) if limit > 0 or first else b""
+        records = partition.log.read(wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first)
     except KafkaError as exc:
         return _error(wanted.partition, exc.code, partition)
     aborted = None
