@@ -3,5 +3,5 @@
 # (Python 3.11+) and installs oncelog. Extra arguments go to `oncelog demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS='' source scripts/venv.sh
+EXTRAS='[spark]' source scripts/venv.sh
 exec .venv/bin/oncelog demo "$@"

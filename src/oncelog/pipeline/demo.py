@@ -1,0 +1,474 @@
+"""`oncelog demo`: seed 001's order-enrichment pipeline end to end, with injected faults.
+
+1. start a broker (a `BrokerProcess`, so it can be restarted by pid) or use the cluster
+   given by `bootstrap_servers`; create `orders` and `enriched-orders` (3 partitions);
+2. generate N numbered orders with a transactional producer (deterministic from a seed);
+3. run the streaming job as a subprocess (``python -m oncelog.pipeline.job``), with faults:
+   (a) every task's first attempt in the first driver run fails half-way through its
+       writes (the sink's `oncelog.test.fail_after`), and Spark retries it;
+   (b) the first driver is killed with SIGKILL, aimed at the moment after a batch's tasks
+       committed their output and before Spark recorded the batch as done, then started
+       again on the same checkpoint (the batch is replayed);
+   (c) the broker is restarted while the second driver runs;
+   a driver that exits with an error is restarted on its checkpoint (up to 3 times);
+4. verify with a plain consumer under read_committed: orders in, orders out, duplicates,
+   missing, enrichment. Exit code 0 only if out == in with none duplicated or missing.
+
+Every process started is stopped by its pid; the work directory is removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
+from oncelog.pipeline.job import DEFAULT_SINK_ID
+from oncelog.pipeline.orders import produce_orders
+from oncelog.pipeline.verify import Verification, verify
+
+DRIVER_RESTARTS = 3  # unplanned restarts of a failed driver, beyond the planned ones
+PROGRESS_TOPIC = "__oncelog_sink_progress"
+KILL_WINDOW_S = 30.0  # how long to wait for the aimed-at moment before killing anyway
+
+_client_log = logging.getLogger("oncelog.pipeline.client")
+_client_log.addHandler(logging.NullHandler())
+_client_log.propagate = False
+
+
+@dataclass
+class DemoResult:
+    code: int
+    verification: Verification | None = None
+    events: list[str] = field(default_factory=list)
+    task_failures: int = 0
+    driver_runs: int = 0
+    seconds: float = 0.0
+
+
+# -- the driver subprocess ---------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of `pid` (read from /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Driver:
+    """One run of ``python -m oncelog.pipeline.job``: stdout lines parsed into events,
+    stderr (Spark's log) appended to a file."""
+
+    def __init__(self, args: list[str], log_path: Path, run: int) -> None:
+        self.run = run
+        self.log_path = log_path
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable,
+                   PYSPARK_DRIVER_PYTHON=sys.executable)  # fmt: skip
+        with open(log_path, "ab") as log_file:
+            log_file.write(f"=== driver run {run}: {' '.join(args)}\n".encode())
+            log_file.flush()
+            self.proc = subprocess.Popen([sys.executable, "-m", "oncelog.pipeline.job", *args],
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=log_file, env=env, start_new_session=True)  # fmt: skip
+        self._reader = threading.Thread(target=self._read, daemon=True, name=f"driver-{run}-stdout")
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                self.events.put(json.loads(raw))
+            except json.JSONDecodeError:
+                continue
+        self.proc.stdout.close()
+
+    def poll_events(self) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            try:
+                out.append(self.events.get_nowait())
+            except queue.Empty:
+                return out
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        """SIGKILL the driver by pid, then wait for its JVM and Python workers (they end
+        when their parent's pipes close); any still there after `timeout_s` are SIGKILLed
+        by pid too."""
+        descendants = _children(self.pid)
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while any(_alive(p) for p in descendants) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in descendants:
+            if _alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        self._reader.join(5)
+
+    def wait(self, timeout_s: float) -> int:
+        code = self.proc.wait(timeout_s)
+        self._reader.join(5)
+        return code
+
+
+# -- the checkpoint and the sink's progress, as seen from outside ---------------------------
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    try:
+        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def planned_not_committed(checkpoint: Path) -> int | None:
+    """The batch Spark planned (offsets/N) but has not recorded as done (no commits/N)."""
+    planned, done = _batch_ids(checkpoint / "offsets"), _batch_ids(checkpoint / "commits")
+    if planned and (not done or planned[-1] > done[-1]):
+        return planned[-1]
+    return None
+
+
+class SinkProgress:
+    """The committed offsets of the exactly-once sink's progress group: task t's offset
+    N means it has committed its output of batches up to N - 1."""
+
+    def __init__(self, bootstrap: str, sink_id: str, client: dict[str, str]) -> None:
+        from confluent_kafka import Consumer
+
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"oncelog-sink-{sink_id}",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "logger": _client_log, **client})  # fmt: skip
+
+    def tasks_done(self, batch: int, tasks: int = PARTITIONS) -> list[int]:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            committed = self._consumer.committed([TopicPartition(PROGRESS_TOPIC, t) for t in range(tasks)],
+                                                 timeout=2.0)  # fmt: skip
+        except KafkaException:
+            return []
+        return [tp.partition for tp in committed if tp.error is None and tp.offset == batch + 1]
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+# -- the demonstration ---------------------------------------------------------------------
+
+
+class _Broker:
+    """The embedded cluster: a broker subprocess on a data directory in the work dir."""
+
+    def __init__(self, data_dir: Path) -> None:
+        from oncelog.testing.process import BrokerProcess
+
+        self.process = BrokerProcess(data_dir, {"num.partitions": str(PARTITIONS)})
+
+    def start(self) -> str:
+        return self.process.start().bootstrap_servers
+
+    def restart(self) -> tuple[int, int, float]:
+        old = self.process.pid
+        started = time.monotonic()
+        self.process.restart()
+        return old, self.process.pid, time.monotonic() - started
+
+    def stop(self) -> None:
+        try:
+            self.process.terminate(check=False)
+        except Exception:  # noqa: BLE001 - last resort at exit
+            self.process.kill()
+
+
+def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _client_log, **client})
+    futures = admin.create_topics([NewTopic(t, PARTITIONS, -1) for t in topics], request_timeout=60)
+    for topic, future in futures.items():
+        try:
+            future.result(60)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+
+def _source_end(bootstrap: str, topic: str, client: dict[str, str]) -> int:
+    """Sum over partitions of the last stable offset: where the job's offsets end."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _client_log, **client})
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
+                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)  # fmt: skip
+    return sum(f.result().offset for f in futures.values())
+
+
+def run_pipeline_demo(orders: int = 20000, *, faults: bool = True, bootstrap_servers: str | None = None,
+                      guarantee: str = "exactly_once", seed: int = 1, run_id: str | None = None,
+                      max_offsets_per_trigger: int | None = None, console: Console | None = None,
+                      keep_work_dir: bool = False, timeout_s: float = 900.0) -> DemoResult:  # fmt: skip
+    """Run the demonstration; `result.code` is the exit code (0: every order exactly once)."""
+    console = console or Console()
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="oncelog-pipeline-"))
+    external = bootstrap_servers is not None
+    if run_id is None and external:
+        run_id = uuid.uuid4().hex[:8]  # fresh topics on a cluster that may hold older runs
+    suffix = f"-{run_id}" if run_id else ""
+    source, target = ORDERS_TOPIC + suffix, ENRICHED_TOPIC + suffix
+    sink_id = DEFAULT_SINK_ID + suffix
+    client: dict[str, str] = {}
+    broker = None if external else _Broker(work / "broker")
+    result = DemoResult(code=1)
+    drivers: list[Driver] = []
+
+    def event(text: str) -> None:
+        result.events.append(text)
+        console.print(f"  [cyan]•[/] {text}")
+
+    try:
+        bootstrap = bootstrap_servers if external else broker.start()  # type: ignore[union-attr]
+        where = (f"cluster {bootstrap}" if external else
+                 f"broker subprocess pid {broker.process.pid} at {bootstrap}")  # type: ignore[union-attr]
+        console.print(f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
+                      f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}")
+        _create_topics(bootstrap, [source, target], client)
+        per_trigger = max_offsets_per_trigger or max(orders // 10, 20)
+        with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=console, transient=False) as progress:  # fmt: skip
+            gen = progress.add_task(f"generating orders → {source}", total=orders)
+            produce_orders(bootstrap, source, orders, seed=seed,
+                           transactional_id=f"oncelog-order-generator{suffix}",
+                           client_config={"logger": _client_log, **client},  # type: ignore[dict-item]
+                           on_progress=lambda n: progress.update(gen, completed=n))  # fmt: skip
+            total = _source_end(bootstrap, source, client)
+            job = progress.add_task(f"enriching → {target}", total=total)
+            _supervise(result, drivers, progress, job, event, work, bootstrap, source, target, sink_id,
+                       guarantee, per_trigger, faults, broker, total, client, timeout_s)  # fmt: skip
+            check = progress.add_task(f"verifying {target}", total=None)
+            result.verification = verify(bootstrap, source, target, orders, seed=seed, client_config=client)
+            progress.update(check, total=1, completed=1)
+        result.task_failures = _count_task_failures(work / "driver.log")
+        result.seconds = time.monotonic() - started
+        result.code = _report(console, result, orders, guarantee, faults, external)
+        return result
+    except BaseException:
+        log_tail = _tail(work / "driver.log", 40)
+        if log_tail:
+            console.print(f"[red]driver log (last lines):[/]\n{log_tail}")
+        raise
+    finally:
+        for driver in drivers:
+            if driver.proc.poll() is None:
+                driver.kill()
+        if broker is not None:
+            broker.stop()
+        if keep_work_dir:
+            console.print(f"work directory kept: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, job: Any,
+               event: Callable[[str], None], work: Path, bootstrap: str, source: str, target: str,
+               sink_id: str, guarantee: str, per_trigger: int, faults: bool, broker: _Broker | None,
+               total: int, client: dict[str, str], timeout_s: float) -> None:  # fmt: skip
+    checkpoint = work / "checkpoint"
+    base = ["--bootstrap-servers", bootstrap, "--checkpoint", str(checkpoint), "--sink-id", sink_id,
+            "--source-topic", source, "--target-topic", target, "--guarantee", guarantee,
+            "--max-offsets-per-trigger", str(per_trigger)]  # fmt: skip
+    fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
+    sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
+    deadline = time.monotonic() + timeout_s
+    killed = broker_restarted = False
+    unplanned = 0
+    try:
+        while True:
+            run = len(drivers) + 1
+            first_faulty = faults and not killed
+            args = base + (["--fail-after", str(fail_after)] if first_faulty else [])
+            driver = Driver(args, work / "driver.log", run)
+            drivers.append(driver)
+            result.driver_runs = run
+            progress.update(job, description=f"enriching → {target} (driver {run})")
+            if first_faulty:
+                event(f"driver {run} started (pid {driver.pid}); every task's first attempt fails after "
+                      f"{fail_after} of its records (oncelog.test.fail_after) and Spark retries it")
+            elif run > 1:
+                event(f"driver {run} started (pid {driver.pid}) on the same checkpoint")
+            batches_this_run = 0
+            aim_since: float | None = None
+            killed_now = False
+            while True:
+                for line in driver.poll_events():
+                    if line.get("event") == "batch":
+                        batches_this_run += 1
+                        end = line.get("end") or {}
+                        progress.update(job, completed=sum(int(v) for v in end.get(source, {}).values()))
+                    elif line.get("event") == "failed":
+                        event(f"driver {run} reported: {line.get('error', '')[:300]}")
+                code = driver.proc.poll()
+                if code is not None:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the pipeline did not finish within {timeout_s} s")
+                if faults and not killed and batches_this_run >= 2:
+                    aim_since = aim_since or time.monotonic()
+                    state = _kill_moment(checkpoint, sink, aim_since)
+                    if state is not None:
+                        driver.kill()
+                        killed = killed_now = True
+                        event(f"driver {run} (pid {driver.pid}) killed with SIGKILL {state}")
+                        break
+                if (faults and killed and broker is not None and not broker_restarted
+                        and batches_this_run >= 2):  # fmt: skip
+                    old, new, took = broker.restart()
+                    broker_restarted = True
+                    event(f"broker restarted while driver {run} runs (pid {old} → {new}, "
+                          f"{took:.1f} s, same port and data directory)")
+                time.sleep(0.01 if faults and not killed and batches_this_run >= 2 else 0.1)
+            if killed_now:
+                continue  # killed on purpose: start the next run on the same checkpoint
+            code = driver.wait(60)
+            for line in driver.poll_events():
+                if line.get("event") == "batch":
+                    end = line.get("end") or {}
+                    progress.update(job, completed=sum(int(v) for v in end.get(source, {}).values()))
+                elif line.get("event") == "failed":
+                    event(f"driver {run} reported: {line.get('error', '')[:300]}")
+            if code == 0:
+                if faults and not killed:
+                    event(f"driver {run} finished before the planned kill (too few orders for the fault)")
+                progress.update(job, completed=total)
+                return
+            unplanned += 1
+            if unplanned > DRIVER_RESTARTS:
+                raise RuntimeError(f"the streaming driver failed {unplanned} times; see the driver log")
+            event(f"driver {run} exited with status {code}; restarting it on its checkpoint")
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def _kill_moment(checkpoint: Path, sink: SinkProgress | None, since: float) -> str | None:
+    """A description of the driver's state if now is the moment to kill it, else None.
+    The aim: a batch whose tasks committed their output (sink progress says so) and that
+    Spark has not recorded as done (no commits/N in the checkpoint)."""
+    batch = planned_not_committed(checkpoint)
+    waited = time.monotonic() - since
+    if batch is not None:
+        if sink is not None:
+            done = sink.tasks_done(batch)
+            if batch != planned_not_committed(checkpoint):
+                return None  # the batch completed meanwhile
+            if len(done) == PARTITIONS:
+                return (f"after all {PARTITIONS} tasks of batch {batch} committed their output and "
+                        f"before Spark recorded the batch as done: it is replayed on restart")
+            if done and waited > KILL_WINDOW_S / 2:
+                return (f"with batch {batch} half-committed (tasks {done} of {PARTITIONS} done): "
+                        f"the rest is written on restart")
+        elif waited > 1.0:
+            return f"in the middle of batch {batch} (planned, not recorded as done): it is replayed on restart"
+    if waited > KILL_WINDOW_S:
+        return f"between batches (batch {batch} in flight)" if batch is not None else "between batches"
+    return None
+
+
+def _count_task_failures(log_path: Path) -> int:
+    try:
+        with open(log_path, errors="replace") as f:
+            return sum(1 for line in f if "Lost task" in line)
+    except FileNotFoundError:
+        return 0
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def _report(console: Console, result: DemoResult, orders: int, guarantee: str, faults: bool,
+            external: bool) -> int:  # fmt: skip
+    v = result.verification
+    assert v is not None
+    rows = [
+        ("orders in (committed in orders)", v.orders_in, v.orders_in == orders),
+        ("orders out (read_committed)", v.orders_out, v.orders_out == v.orders_in),
+        ("duplicates", v.duplicates, v.duplicates == 0),
+        ("missing", v.missing, v.missing == 0),
+        ("unknown or unreadable", v.unexpected, v.unexpected == 0),
+        ("enriched wrongly", v.wrong, v.wrong == 0),
+    ]
+    faults_text = ("task failures, driver SIGKILL + restart" + ("" if external else ", broker restart")
+                   if faults else "no faults")  # fmt: skip
+    table = Table(title=f"order enrichment, {guarantee}: {faults_text}")
+    table.add_column("check")
+    table.add_column("count", justify="right")
+    table.add_column("ok", justify="center")
+    for label, count, ok in rows:
+        table.add_row(label, f"{count:,}", "[green]yes[/]" if ok else "[bold red]NO[/]")
+    table.add_section()
+    table.add_row("records of failed attempts (aborted txns)", f"{v.uncommitted_out:,}", "-")
+    table.add_row("task attempts failed, retried by Spark", f"{result.task_failures:,}", "-")
+    table.add_row("driver runs", f"{result.driver_runs:,}", "-")
+    console.print(table)
+    good = v.ok
+    verdict = "[bold green]PASS[/]" if good else "[bold red]FAIL[/]"
+    console.print(f"{verdict}: {orders:,} orders in {result.seconds:.1f} s")
+    return 0 if good else 1

@@ -1,0 +1,194 @@
+"""The order-enrichment Structured Streaming job.
+
+    python -m oncelog.pipeline.job --bootstrap-servers HOST:PORT --checkpoint DIR
+
+reads `orders` with `format("oncelog")` under read_committed, joins each order with the
+customer table (name, tier, country), derives `amount_with_tax` and `priority`, and writes
+`enriched-orders` with `format("oncelog")`, exactly once by default (stable `sink.id`,
+checkpoint in DIR). The trigger is availableNow: the query processes every order committed
+when it starts, in micro-batches of `--max-offsets-per-trigger`, then stops. Started again
+on the same checkpoint (after a crash, say) it goes on from the last committed batch and
+replays a batch that was planned but not committed.
+
+One JSON line per finished micro-batch goes to stdout (batch id, rows, end offsets), so a
+supervisor can follow the job; the exit code is 0 when the query ended without an error.
+Nothing here depends on oncelog being the cluster: any Kafka-protocol cluster works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
+from oncelog.pipeline.orders import GOLD_OR_LARGE, TAX_RATES, customers
+
+ORDER_SCHEMA = "order_id long, customer_id int, amount double, ts long"
+DEFAULT_SINK_ID = "order-enrichment"
+
+
+@dataclass
+class JobConfig:
+    bootstrap_servers: str
+    checkpoint: str
+    sink_id: str = DEFAULT_SINK_ID
+    source_topic: str = ORDERS_TOPIC
+    target_topic: str = ENRICHED_TOPIC
+    guarantee: str = "exactly_once"
+    max_offsets_per_trigger: int = 2000
+    fail_after: int | None = None  # the writer's fault injection: every task's first attempt dies
+    trigger: str = "availableNow"  # or a processingTime interval such as "1 second"
+    client: dict[str, str] = field(default_factory=dict)  # extra kafka.* settings
+
+
+def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local[2,3]") -> Any:
+    """A SparkSession for the job: two cores, failed tasks retried (3 attempts)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from oncelog.spark import register
+
+    session = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
+               .getOrCreate())  # fmt: skip
+    register(session)
+    return session
+
+
+def enrich(spark: Any, orders: Any) -> Any:
+    """orders (the Kafka source's rows) -> rows for the Kafka sink (key, value)."""
+    from pyspark.sql import functions as F
+
+    table = spark.createDataFrame(
+        [(c["customer_id"], c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
+         for c in customers()],
+        "customer_id int, name string, tier string, country string, tax_rate double")  # fmt: skip
+    parsed = orders.select(F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o")).select("o.*")
+    joined = parsed.join(F.broadcast(table), "customer_id", "left")
+    enriched = (joined
+                .withColumn("amount_with_tax", F.round(F.col("amount") * (1 + F.col("tax_rate")), 2))
+                .withColumn("priority", F.when((F.col("tier") == "gold") | (F.col("amount") >= GOLD_OR_LARGE),
+                                               F.lit("high")).otherwise(F.lit("normal"))))  # fmt: skip
+    columns = ["order_id", "customer_id", "amount", "ts", "name", "tier", "country",
+               "amount_with_tax", "priority"]  # fmt: skip
+    return enriched.select(F.col("order_id").cast("string").alias("key"),
+                           F.to_json(F.struct(*columns)).alias("value"))  # fmt: skip
+
+
+def start_query(spark: Any, config: JobConfig) -> Any:
+    reader = (spark.readStream.format("oncelog")
+              .option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("subscribe", config.source_topic)
+              .option("startingOffsets", "earliest")
+              .option("kafka.isolation.level", "read_committed")
+              .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger)))  # fmt: skip
+    for key, value in config.client.items():
+        reader = reader.option(f"kafka.{key}", value)
+    writer = (enrich(spark, reader.load()).writeStream.format("oncelog")
+              .option("kafka.bootstrap.servers", config.bootstrap_servers)
+              .option("topic", config.target_topic)
+              .option("delivery.guarantee", config.guarantee)
+              .option("sink.id", config.sink_id)
+              .option("checkpointLocation", config.checkpoint)
+              .queryName(f"order-enrichment-{config.sink_id}"))  # fmt: skip
+    for key, value in config.client.items():
+        writer = writer.option(f"kafka.{key}", value)
+    if config.fail_after is not None:
+        writer = writer.option("oncelog.test.fail_after", str(config.fail_after))
+    if config.trigger == "availableNow":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=config.trigger)
+    return writer.start()
+
+
+def _progress_line(progress: Any) -> dict[str, Any]:
+    sources = progress.sources
+    end = sources[0].endOffset if sources else None
+    if isinstance(end, str):
+        try:
+            end = json.loads(end)
+        except json.JSONDecodeError:
+            pass
+    return {"event": "batch", "batch": progress.batchId, "rows": progress.numInputRows, "end": end}
+
+
+def run(spark: Any, config: JobConfig, *, timeout_s: float = 900.0, emit: Any = None) -> int:
+    """Run the query to its end (availableNow) and return the rows it processed. `emit`
+    receives one dict per finished micro-batch."""
+    query = start_query(spark, config)
+    seen: set[int] = set()
+    rows = 0
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            finished = query.awaitTermination(0.25)
+            for progress in query.recentProgress:
+                if progress.batchId in seen or progress.numInputRows is None:
+                    continue
+                seen.add(progress.batchId)
+                rows += progress.numInputRows
+                if emit is not None:
+                    emit(_progress_line(progress))
+            if finished:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the query did not finish within {timeout_s} s")
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m oncelog.pipeline.job", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--sink-id", default=DEFAULT_SINK_ID)
+    parser.add_argument("--source-topic", default=ORDERS_TOPIC)
+    parser.add_argument("--target-topic", default=ENRICHED_TOPIC)
+    parser.add_argument("--guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
+    parser.add_argument("--fail-after", type=int, default=None,
+                        help="fault injection: every task's first attempt fails after N records")
+    parser.add_argument("--trigger", default="availableNow")
+    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--log-level", default="WARN")
+    args = parser.parse_args(argv)
+    config = JobConfig(args.bootstrap_servers, args.checkpoint, args.sink_id, args.source_topic,
+                       args.target_topic, args.guarantee, args.max_offsets_per_trigger,
+                       args.fail_after, args.trigger)  # fmt: skip
+
+    def emit(line: dict[str, Any]) -> None:
+        print(json.dumps(line), flush=True)
+
+    started = time.monotonic()
+    spark = new_session()
+    spark.sparkContext.setLogLevel(args.log_level)
+    emit({"event": "started", "pid": os.getpid(), "session_s": round(time.monotonic() - started, 1)})
+    try:
+        rows = run(spark, config, timeout_s=args.timeout, emit=emit)
+    except Exception as exc:  # reported to the supervisor, which may restart us
+        emit({"event": "failed", "error": str(exc)[:2000]})
+        return 1
+    finally:
+        spark.stop()
+    emit({"event": "finished", "rows": rows, "seconds": round(time.monotonic() - started, 1)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
