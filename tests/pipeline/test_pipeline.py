@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from oncelog.pipeline.demo import planned_not_committed
+from oncelog.pipeline.driver import planned_not_committed
 from oncelog.pipeline.orders import customers, expected_enrichment, generate, make_order
 from oncelog.pipeline.verify import _matches
 

@@ -19,16 +19,8 @@ Every process started is stopped by its pid; the work directory is removed at th
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import queue
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,17 +32,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
+from oncelog.pipeline.driver import Driver, SinkProgress, client_log, planned_not_committed
 from oncelog.pipeline.job import DEFAULT_SINK_ID
 from oncelog.pipeline.orders import produce_orders
 from oncelog.pipeline.verify import Verification, verify
 
 DRIVER_RESTARTS = 3  # unplanned restarts of a failed driver, beyond the planned ones
-PROGRESS_TOPIC = "__oncelog_sink_progress"
 KILL_WINDOW_S = 30.0  # how long to wait for the aimed-at moment before killing anyway
 
-_client_log = logging.getLogger("oncelog.pipeline.client")
-_client_log.addHandler(logging.NullHandler())
-_client_log.propagate = False
 
 
 @dataclass
@@ -61,147 +50,6 @@ class DemoResult:
     task_failures: int = 0
     driver_runs: int = 0
     seconds: float = 0.0
-
-
-# -- the driver subprocess ---------------------------------------------------------------
-
-
-def _children(pid: int) -> list[int]:
-    """Every descendant of `pid` (read from /proc), children first."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-class Driver:
-    """One run of ``python -m oncelog.pipeline.job``: stdout lines parsed into events,
-    stderr (Spark's log) appended to a file."""
-
-    def __init__(self, args: list[str], log_path: Path, run: int) -> None:
-        self.run = run
-        self.log_path = log_path
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)  # fmt: skip
-        with open(log_path, "ab") as log_file:
-            log_file.write(f"=== driver run {run}: {' '.join(args)}\n".encode())
-            log_file.flush()
-            self.proc = subprocess.Popen([sys.executable, "-m", "oncelog.pipeline.job", *args],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log_file, env=env, start_new_session=True)  # fmt: skip
-        self._reader = threading.Thread(target=self._read, daemon=True, name=f"driver-{run}-stdout")
-        self._reader.start()
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                self.events.put(json.loads(raw))
-            except json.JSONDecodeError:
-                continue
-        self.proc.stdout.close()
-
-    def poll_events(self) -> list[dict[str, Any]]:
-        out = []
-        while True:
-            try:
-                out.append(self.events.get_nowait())
-            except queue.Empty:
-                return out
-
-    def kill(self, timeout_s: float = 30.0) -> None:
-        """SIGKILL the driver by pid, then wait for its JVM and Python workers (they end
-        when their parent's pipes close); any still there after `timeout_s` are SIGKILLed
-        by pid too."""
-        descendants = _children(self.pid)
-        if self.proc.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-        self.proc.wait(timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while any(_alive(p) for p in descendants) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in descendants:
-            if _alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self._reader.join(5)
-
-    def wait(self, timeout_s: float) -> int:
-        code = self.proc.wait(timeout_s)
-        self._reader.join(5)
-        return code
-
-
-# -- the checkpoint and the sink's progress, as seen from outside ---------------------------
-
-
-def _batch_ids(directory: Path) -> list[int]:
-    try:
-        return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-    except FileNotFoundError:
-        return []
-
-
-def planned_not_committed(checkpoint: Path) -> int | None:
-    """The batch Spark planned (offsets/N) but has not recorded as done (no commits/N)."""
-    planned, done = _batch_ids(checkpoint / "offsets"), _batch_ids(checkpoint / "commits")
-    if planned and (not done or planned[-1] > done[-1]):
-        return planned[-1]
-    return None
-
-
-class SinkProgress:
-    """The committed offsets of the exactly-once sink's progress group: task t's offset
-    N means it has committed its output of batches up to N - 1."""
-
-    def __init__(self, bootstrap: str, sink_id: str, client: dict[str, str]) -> None:
-        from confluent_kafka import Consumer
-
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"oncelog-sink-{sink_id}",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                   "logger": _client_log, **client})  # fmt: skip
-
-    def tasks_done(self, batch: int, tasks: int = PARTITIONS) -> list[int]:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        try:
-            committed = self._consumer.committed([TopicPartition(PROGRESS_TOPIC, t) for t in range(tasks)],
-                                                 timeout=2.0)  # fmt: skip
-        except KafkaException:
-            return []
-        return [tp.partition for tp in committed if tp.error is None and tp.offset == batch + 1]
-
-    def close(self) -> None:
-        self._consumer.close()
 
 
 # -- the demonstration ---------------------------------------------------------------------
@@ -235,7 +83,7 @@ def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) ->
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _client_log, **client})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
     futures = admin.create_topics([NewTopic(t, PARTITIONS, -1) for t in topics], request_timeout=60)
     for topic, future in futures.items():
         try:
@@ -250,7 +98,7 @@ def _source_end(bootstrap: str, topic: str, client: dict[str, str]) -> int:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _client_log, **client})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
                                  isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)  # fmt: skip
     return sum(f.result().offset for f in futures.values())
@@ -292,7 +140,7 @@ def run_pipeline_demo(orders: int = 20000, *, faults: bool = True, bootstrap_ser
             gen = progress.add_task(f"generating orders → {source}", total=orders)
             produce_orders(bootstrap, source, orders, seed=seed,
                            transactional_id=f"oncelog-order-generator{suffix}",
-                           client_config={"logger": _client_log, **client},  # type: ignore[dict-item]
+                           client_config={"logger": client_log, **client},  # type: ignore[dict-item]
                            on_progress=lambda n: progress.update(gen, completed=n))  # fmt: skip
             total = _source_end(bootstrap, source, client)
             job = progress.add_task(f"enriching → {target}", total=total)
