@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result
-from oncelog.groups.classic import (
+from oncelog.groups.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
@@ -17,6 +17,7 @@ from oncelog.groups.classic import (
     Protocol,
     SyncGroupRequest,
 )
+
 
 CONFIG = GroupConfig(initial_rebalance_delay_ms=0)
 

@@ -6,15 +6,14 @@ import pytest
 from group_node import Node
 
 from oncelog.groups import GroupConfig
-from oncelog.groups.classic import (
-    ClassicGroup,
-    GroupState,
-    IllegalTransition,
+from oncelog.groups.classic import ClassicGroup, GroupState, IllegalTransition
+from oncelog.groups.messages import (
     JoinGroupResponse,
     Protocol,
     SyncGroupRequest,
     SyncGroupResponse,
 )
+
 from oncelog.protocol.errors import ErrorCode as E
 
 S = GroupState

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.groups import GroupConfig
-from oncelog.groups.classic import GroupState, JoinGroupResponse, Protocol
+from oncelog.groups.classic import GroupState
+from oncelog.groups.messages import JoinGroupResponse, Protocol
 from oncelog.groups.offsets import (
     OffsetCommitPartition,
     OffsetCommitRequest,

@@ -1,11 +1,9 @@
 """Consumer group coordinator: classic groups and committed offsets, backed by
 ``__consumer_offsets`` (pure cores; the broker wires them to sockets and the log)."""
 
-from oncelog.groups.classic import (
-    ClassicGroupManager,
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig, GroupState
+from oncelog.groups.messages import (
     Completion,
-    GroupConfig,
-    GroupState,
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -17,6 +15,7 @@ from oncelog.groups.classic import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+
 from oncelog.groups.coordinator import GroupCoordinatorShard
 from oncelog.groups.offsets import (
     OffsetCommitPartition,

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from oncelog.groups.classic import (
-    ClassicGroupManager,
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig
+from oncelog.groups.messages import (
     DescribedGroup,
-    GroupConfig,
     HeartbeatRequest,
     JoinGroupRequest,
     JoinGroupResponse,
@@ -34,6 +33,7 @@ from oncelog.groups.classic import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+
 from oncelog.groups.offsets import (
     OffsetCommitRequest,
     OffsetCommitResponse,

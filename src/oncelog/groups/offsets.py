@@ -39,8 +39,9 @@ from oncelog.groups.classic import (
     ClassicGroupManager,
     GroupConfig,
     GroupState,
-    Result,
 )
+from oncelog.groups.messages import Result
+
 from oncelog.groups.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
 
