@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.protocol.api_versions import ApiKey
+from numbered_readback import read_numbered
 from oncelog.testing import EmbeddedBroker, FaultInjectionProxy
 from oncelog.testing.proxy import ProxyStats
 
@@ -167,22 +168,7 @@ def _read_directly(broker: EmbeddedBroker, topic: str) -> dict[int, list[tuple[i
     try:
         brokers = consumer.list_topics(topic, timeout=TIMEOUT_S).brokers
         assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", broker.port)]
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), TIMEOUT_S)[1]
-                for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
-        got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
-        total = sum(ends.values())
-        read = 0
-        deadline = time.monotonic() + 60
-        while read < total:
-            assert time.monotonic() < deadline, f"read {read} of {total} records in 60 s"
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                got[msg.partition()].append((msg.offset(), int(msg.value())))
-                read += 1
-        for p, rows in got.items():
-            assert [offset for offset, _ in rows] == list(range(ends[p])), f"partition {p}: offsets"
-        return got
+        return read_numbered(consumer, topic, PARTITIONS, TIMEOUT_S)
     finally:
         consumer.close()
 

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from numbered_readback import read_numbered
 from oncelog.testing import BrokerProcess
 
 PARTITIONS = 3
@@ -60,21 +61,7 @@ def _read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int]]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash-check",
                          "enable.auto.commit": False})
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), TIMEOUT_S)[1]
-                for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS) if ends[p] > 0])
-        got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(PARTITIONS)}
-        total, read = sum(ends.values()), 0
-        deadline = time.monotonic() + 60
-        while read < total:
-            assert time.monotonic() < deadline, f"read {read} of {total} records in 60 s"
-            for msg in consumer.consume(num_messages=10_000, timeout=0.5):
-                assert msg.error() is None, msg.error()
-                got[msg.partition()].append((msg.offset(), int(msg.value())))
-                read += 1
-        for p, rows in got.items():
-            assert [offset for offset, _ in rows] == list(range(ends[p])), f"partition {p}: offsets"
-        return got
+        return read_numbered(consumer, topic, PARTITIONS, TIMEOUT_S)
     finally:
         consumer.close()
 
