@@ -38,7 +38,7 @@ def append(log: PartitionLog, data: bytes, now_ms: int = 0, **kw: bool) -> int:
 
 
 def opened(path: Path, config: LogConfig = SMALL, clean: bool = True) -> PartitionLog:
-    return PartitionLog.open(path, config, clean_shutdown=clean, now_ms=0)
+    return PartitionLog.open(path, config, clean_shutdown=clean)
 
 
 def offsets(data: bytes) -> list[int]:

@@ -108,15 +108,19 @@ class GroupCoordinator:
         self._wake.set()  # a join or session may have set an earlier deadline
         return response
 
-    def park(self) -> tuple[object, asyncio.Future[Any]]:
-        """A request id and the future its parked answer will resolve."""
+    async def run_parked(
+        self, group_id: str, operation: Callable[[GroupCoordinatorShard, object, int], Result[R]]
+    ) -> R:
+        """Run a JoinGroup or SyncGroup, `operation(shard, request_id, now_ms)`, which the
+        shard may park: then wait until a later operation or timer answers `request_id`."""
         request_id = object()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._parked[request_id] = future
-        return request_id, future
-
-    def unpark(self, request_id: object) -> None:
-        self._parked.pop(request_id, None)
+        parked: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+        self._parked[request_id] = parked
+        try:
+            answer = await self.run(group_id, lambda shard, now: operation(shard, request_id, now))
+            return answer if answer is not None else await parked
+        finally:
+            self._parked.pop(request_id, None)
 
     async def _execute(self, index: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]) -> R:
         async with self._locks[index]:

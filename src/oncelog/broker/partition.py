@@ -91,7 +91,17 @@ class Partition:
         it, unless its producer already appended it (a retry), or its sequence or epoch
         is refused (KafkaError). Whether a transactional batch belongs to an ongoing
         transaction is the caller's check (it needs the transaction coordinator)."""
+        header, batch = self.split(records)
+        return self.append_client_batch(batch, header, now_ms)
+
+    def split(self, records: bytes) -> tuple[BatchHeader, memoryview]:
+        """The one validated batch of a produce request (KafkaError if it is not valid)."""
         ((header, batch),) = split_batches(records, max_message_bytes=self.settings.max_message_bytes)
+        return header, batch
+
+    def append_client_batch(self, batch: memoryview, header: BatchHeader, now_ms: int) -> ProduceOutcome:
+        """Append a batch `split` validated (the produce path splits once, then checks
+        transactional batches against the coordinator before appending)."""
         return self._append_checked(batch, header, now_ms, from_client=True)
 
     def append_from_coordinator(self, batch: bytes, now_ms: int) -> ProduceOutcome:

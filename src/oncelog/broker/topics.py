@@ -152,7 +152,7 @@ class TopicRegistry:
         for index in range(count):
             directory = self._data_dir / f"{topic.name}-{index}"
             partition_log = PartitionLog.open(
-                directory, log_config, clean_shutdown=clean_shutdown, now_ms=now_ms
+                directory, log_config, clean_shutdown=clean_shutdown
             )
             producers = load_producer_state(
                 directory, partition_log, now_ms, self._config.producer_id_expiration_ms

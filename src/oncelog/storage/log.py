@@ -86,8 +86,7 @@ class PartitionLog:
     # --- opening ---
 
     @classmethod
-    def open(cls, directory: Path, config: LogConfig, *, clean_shutdown: bool,
-             now_ms: int) -> PartitionLog:  # fmt: skip
+    def open(cls, directory: Path, config: LogConfig, *, clean_shutdown: bool) -> PartitionLog:
         """Open (or create) the log. After an unclean shutdown, every segment at or above
         the recovery point is re-validated and the log cut at the first bad batch."""
         directory.mkdir(parents=True, exist_ok=True)

@@ -47,16 +47,11 @@ async def handle_join_group(broker: "Broker", header: "RequestHeader", request: 
         client_id=header.client_id or "", client_host="",
         api_version=header.api_version, reason=getattr(request, "reason", None),
     )  # fmt: skip
-    groups = broker.groups
-    request_id, parked = groups.park()
     try:
-        answer = await groups.run(request.group_id, lambda s, now: s.join_group(join, request_id, now))
-        if answer is None:
-            answer = await parked
+        answer = await broker.groups.run_parked(request.group_id,
+                                                lambda s, rid, now: s.join_group(join, rid, now))
     except GroupWriteFailed as failed:
         return _join_error(failed.code)
-    finally:
-        groups.unpark(request_id)
     return {
         "throttle_time": 0, "error_code": answer.error_code, "generation_id": answer.generation_id,
         "protocol_type": answer.protocol_type, "protocol_name": answer.protocol_name or "",
@@ -82,17 +77,12 @@ async def handle_sync_group(broker: "Broker", header: "RequestHeader", request: 
         protocol_type=getattr(request, "protocol_type", None),
         protocol_name=getattr(request, "protocol_name", None),
     )  # fmt: skip
-    groups = broker.groups
-    request_id, parked = groups.park()
     try:
-        answer = await groups.run(request.group_id, lambda s, now: s.sync_group(sync, request_id, now))
-        if answer is None:
-            answer = await parked
+        answer = await broker.groups.run_parked(request.group_id,
+                                                lambda s, rid, now: s.sync_group(sync, rid, now))
     except GroupWriteFailed as failed:
         return {"throttle_time": 0, "error_code": failed.code, "protocol_type": None,
                 "protocol_name": None, "assignment": b""}  # fmt: skip
-    finally:
-        groups.unpark(request_id)
     return {"throttle_time": 0, "error_code": answer.error_code, "protocol_type": answer.protocol_type,
             "protocol_name": answer.protocol_name, "assignment": answer.assignment}  # fmt: skip
 

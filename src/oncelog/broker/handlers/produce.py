@@ -11,7 +11,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.protocol.record_batch import HEADER_SIZE, BatchHeader, parse_header
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -71,10 +70,10 @@ def _append(
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
-        header = _header(partition_data.records)
-        if header is not None and header.is_transactional:
+        header, batch = partition.split(partition_data.records)
+        if header.is_transactional:
             broker.check_transactional_write(transactional_id, header, topic, index)
-        outcome = partition.append_records(partition_data.records, now_ms)
+        outcome = partition.append_client_batch(batch, header, now_ms)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
         return _error(index, exc.code, exc.message), None, 0
@@ -88,11 +87,6 @@ def _append(
         "error_message": None,
     }
     return answer, partition, outcome.last_offset + 1
-
-
-def _header(records: bytes) -> BatchHeader | None:
-    """The first batch's header, to route transactional batches before validation."""
-    return parse_header(records) if len(records) >= HEADER_SIZE else None
 
 
 def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:
