@@ -35,7 +35,9 @@ GUARANTEES = ("exactly_once", "at_least_once")
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--orders", type=int, default=20000)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=1)
@@ -50,41 +52,63 @@ def main() -> int:
         spark = new_session("oncelog-bench-pipeline")
         spark.sparkContext.setLogLevel("ERROR")
         _create_topics(bootstrap, ["warmup-out"], {})
-        run(spark, JobConfig(bootstrap, str(work / "ck-warmup"), "bench-warmup", "warmup", "warmup-out"))
+        run(
+            spark,
+            JobConfig(bootstrap, str(work / "ck-warmup"), "bench-warmup", "warmup", "warmup-out"),
+        )
         times: dict[str, list[float]] = {g: [] for g in GUARANTEES}
         for r in range(args.rounds):
             order = GUARANTEES if r % 2 == 0 else GUARANTEES[::-1]
             for guarantee in order:
                 name = f"{guarantee}-{r}"
                 _create_topics(bootstrap, [f"out-{name}"], {})
-                config = JobConfig(bootstrap, str(work / f"ck-{name}"), f"bench-{name}", "orders",
-                                   f"out-{name}", guarantee, args.max_offsets_per_trigger)  # fmt: skip
+                config = JobConfig(
+                    bootstrap,
+                    str(work / f"ck-{name}"),
+                    f"bench-{name}",
+                    "orders",
+                    f"out-{name}",
+                    guarantee,
+                    args.max_offsets_per_trigger,
+                )
                 started = time.perf_counter()
                 rows = run(spark, config)
                 elapsed = time.perf_counter() - started
                 check = verify(bootstrap, "orders", f"out-{name}", args.orders)
                 exact = check.ok
-                if rows != args.orders or check.missing or (guarantee == "exactly_once" and not exact):
+                if (
+                    rows != args.orders
+                    or check.missing
+                    or (guarantee == "exactly_once" and not exact)
+                ):
                     print(f"{name}: verification failed: {check}", file=sys.stderr)
                     return 1
                 times[guarantee].append(elapsed)
-                print(f"  {name:<18} {args.orders:>8,} orders in {elapsed:6.2f} s  "
-                      f"{args.orders / elapsed:>8,.0f} records/s  (verified: "
-                      f"{'exactly once' if exact else f'{check.duplicates} duplicates'})", flush=True)  # fmt: skip
+                print(
+                    f"  {name:<18} {args.orders:>8,} orders in {elapsed:6.2f} s  "
+                    f"{args.orders / elapsed:>8,.0f} records/s  (verified: "
+                    f"{'exactly once' if exact else f'{check.duplicates} duplicates'})",
+                    flush=True,
+                )
         spark.stop()
         best = {g: min(ts) for g, ts in times.items()}
         rate = {g: args.orders / best[g] for g in GUARANTEES}
-        print(f"pipeline, {args.orders:,} orders, maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
-              f"{PARTITIONS} partitions, local[2,3], {platform.python_implementation()} "
-              f"{platform.python_version()} (best of {args.rounds})")
+        print(
+            f"pipeline, {args.orders:,} orders, "
+            f"maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
+            f"{PARTITIONS} partitions, local[2,3], {platform.python_implementation()} "
+            f"{platform.python_version()} (best of {args.rounds})"
+        )
         for g in GUARANTEES:
             print(f"  {g:<14} {rate[g]:>8,.0f} records/s")
-        print(f"  exactly_once / at_least_once = {rate['exactly_once'] / rate['at_least_once']:.2f}")
+        print(
+            f"  exactly_once / at_least_once = {rate['exactly_once'] / rate['at_least_once']:.2f}"
+        )
         return 0
     finally:
         try:
             broker.terminate(check=False)
-        except Exception:  # noqa: BLE001
+        except Exception:
             broker.kill()
         shutil.rmtree(work, ignore_errors=True)
 

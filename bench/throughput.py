@@ -105,14 +105,31 @@ class BrokerProcess:
         self.port = 0
 
     def start(self, timeout_s: float = 30.0) -> None:
-        cmd = [sys.executable, "-m", "oncelog", "broker", "--data-dir", str(self.data_dir),
-               "--host", "127.0.0.1", "--port", "0", "--ready-file", str(self.ready_file)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "oncelog",
+            "broker",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--ready-file",
+            str(self.ready_file),
+        ]
         for kv in self.extra_sets:
             cmd += ["--set", kv]
         with open(self.log_path, "wb") as log:
             # Own session: a Ctrl-C in the terminal reaches only us; we stop the broker.
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -161,16 +178,29 @@ class BrokerProcess:
 
 def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names],
-                                  operation_timeout=30)
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=30)
     for future in futures.values():
         future.result(60)
 
 
-def produce(name: str, bootstrap: str, topic: str, acks: str, idempotent: bool, count: int,
-            timeout_s: float, broker: BrokerProcess) -> Phase:  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_SETTINGS, "acks": acks,
-                         "enable.idempotence": idempotent})
+def produce(
+    name: str,
+    bootstrap: str,
+    topic: str,
+    acks: str,
+    idempotent: bool,
+    count: int,
+    timeout_s: float,
+    broker: BrokerProcess,
+) -> Phase:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            **PRODUCER_SETTINGS,
+            "acks": acks,
+            "enable.idempotence": idempotent,
+        }
+    )
     payload = os.urandom(RECORD_SIZE)
     delivered = 0
     failed: list[str] = []
@@ -204,16 +234,34 @@ def produce(name: str, bootstrap: str, topic: str, acks: str, idempotent: bool, 
     cpu1 = broker.cpu_seconds()
     if failed:
         raise RuntimeError(f"deliveries to {topic} failed: {failed}")
-    return Phase(name, delivered, seconds,
-                 None if cpu0 is None or cpu1 is None else cpu1 - cpu0, delivered == count)
+    return Phase(
+        name,
+        delivered,
+        seconds,
+        None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+        delivered == count,
+    )
 
 
-def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_s: float,
-            broker: BrokerProcess) -> Phase:  # fmt: skip
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncelog-bench",
-                         "enable.auto.commit": False, **CONSUMER_SETTINGS})
-    consumer.assign([TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
-                     for p in range(partitions)])
+def consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expected: int,
+    timeout_s: float,
+    broker: BrokerProcess,
+) -> Phase:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "oncelog-bench",
+            "enable.auto.commit": False,
+            **CONSUMER_SETTINGS,
+        }
+    )
+    consumer.assign(
+        [TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    )
     # Untimed: wait for the warm-up record at offset 0 (librdkafka spends about 0.5 s
     # looking up the start offset before its first fetch); the N records after it are timed.
     first_deadline = time.perf_counter() + 60
@@ -236,8 +284,13 @@ def consume(bootstrap: str, topic: str, partitions: int, expected: int, timeout_
         seconds = time.perf_counter() - start
         cpu1 = broker.cpu_seconds()
         consumer.close()
-    return Phase(f"consume ({topic.split('-', 1)[1]})", got, seconds,
-                 None if cpu0 is None or cpu1 is None else cpu1 - cpu0, got == expected)
+    return Phase(
+        f"consume ({topic.split('-', 1)[1]})",
+        got,
+        seconds,
+        None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
+        got == expected,
+    )
 
 
 # --- report ------------------------------------------------------------------------------
@@ -253,44 +306,64 @@ def machine() -> str:
     except OSError:
         pass
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (f"nproc {nproc}, {cpu}, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0] if isinstance(confluent_kafka.version(), tuple) else confluent_kafka.version()}"
-            f" / librdkafka {confluent_kafka.libversion()[0]}")
+    return (
+        f"nproc {nproc}, {cpu}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0]}"
+        f" / librdkafka {confluent_kafka.libversion()[0]}"
+    )
 
 
 def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
     out = []
     out.append("oncelog throughput benchmark")
-    out.append(f"command:  {shlex.join([Path(sys.executable).name] + sys.argv)}")
+    out.append(f"command:  {shlex.join([Path(sys.executable).name, *sys.argv])}")
     out.append(f"machine:  {machine()}")
-    out.append(f"workload: {args.records:,} records x {RECORD_SIZE} B values (no key) per phase, "
-               f"{args.partitions} partition(s) per topic, broker and client on 127.0.0.1")
-    out.append("producer: " + ", ".join(f"{k}={v}" for k, v in PRODUCER_SETTINGS.items()
-                                        if not k.startswith("queue.")).replace("False", "false")
-               + " (true in the idempotent phase)")
-    out.append("consumer: assign() from the beginning, " + ", ".join(
-        f"{k}={v}" for k, v in CONSUMER_SETTINGS.items()))
+    out.append(
+        f"workload: {args.records:,} records x {RECORD_SIZE} B values (no key) per phase, "
+        f"{args.partitions} partition(s) per topic, broker and client on 127.0.0.1"
+    )
+    out.append(
+        "producer: "
+        + ", ".join(
+            f"{k}={v}" for k, v in PRODUCER_SETTINGS.items() if not k.startswith("queue.")
+        ).replace("False", "false")
+        + " (true in the idempotent phase)"
+    )
+    out.append(
+        "consumer: assign() from the beginning, "
+        + ", ".join(f"{k}={v}" for k, v in CONSUMER_SETTINGS.items())
+    )
     if args.set:
         out.append(f"broker:   defaults except --set {' '.join(args.set)}")
     else:
-        out.append("broker:   defaults (log.flush.interval.messages=1: acks=all waits for fsync, "
-                   "group commit)")
-    out.append("timing: produce from the first timed record to the last delivery report (one "
-               "warm-up record first); consume from the first record (librdkafka's ~0.5 s "
-               "start-up excluded) to the Nth")
-    out.append("MB = 10^6 bytes of record values; broker CPU = broker process user+sys seconds "
-               "per wall second (client and broker share the same CPUs)")
+        out.append(
+            "broker:   defaults (log.flush.interval.messages=1: acks=all waits for fsync, "
+            "group commit)"
+        )
+    out.append(
+        "timing: produce from the first timed record to the last delivery report (one "
+        "warm-up record first); consume from the first record (librdkafka's ~0.5 s "
+        "start-up excluded) to the Nth"
+    )
+    out.append(
+        "MB = 10^6 bytes of record values; broker CPU = broker process user+sys seconds "
+        "per wall second (client and broker share the same CPUs)"
+    )
     out.append("")
-    header = f"{'phase':<29}{'records':>10}{'seconds':>9}{'records/s':>12}{'MB/s':>8}" \
-             f"{'broker CPU':>12}  seed 001 (Kafka, JVM cluster)"
+    header = (
+        f"{'phase':<29}{'records':>10}{'seconds':>9}{'records/s':>12}{'MB/s':>8}"
+        f"{'broker CPU':>12}  seed 001 (Kafka, JVM cluster)"
+    )
     out.append(header)
     out.append("-" * len(header))
     for p in phases[:rows]:
         cpu = f"{p.broker_cpu_s / p.seconds:.0%}" if p.broker_cpu_s is not None else "n/a"
         ref = SEED_REFERENCE.get(p.name, "")
         flag = "" if p.complete else "  (INCOMPLETE: timed out)"
-        out.append(f"{p.name:<29}{p.records:>10,}{p.seconds:>9.2f}{p.rps:>12,.0f}{p.mbps:>8.1f}"
-                   f"{cpu:>12}  {ref}{flag}")
+        out.append(
+            f"{p.name:<29}{p.records:>10,}{p.seconds:>9.2f}{p.rps:>12,.0f}{p.mbps:>8.1f}"
+            f"{cpu:>12}  {ref}{flag}"
+        )
     by_name = {p.name: p for p in phases}
 
     def ratio(top: str, bottom: str) -> str:
@@ -300,27 +373,54 @@ def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
     seed = f"{SEED_IDEMPOTENT_OVER_ACKS1:.2f}"
     out.append("")
     out.append("produce ratios (records/s, this run)          this run   seed 001 (420K / 650K)")
-    out.append(f"  idempotent acks=all / acks=1                {ratio('produce idempotent acks=all', 'produce acks=1'):>8}   {seed}")
-    out.append(f"  idempotent acks=all / acks=all              {ratio('produce idempotent acks=all', 'produce acks=all'):>8}   n/a (not in the seed)")
-    out.append(f"  acks=all / acks=1 (both without idempotence){ratio('produce acks=all', 'produce acks=1'):>8}   n/a (not in the seed)")
-    out.append("consume ratio (acksall) / (acks1): " + ratio("consume (acksall)", "consume (acks1)"))
-    out.append("Seed 001's figures are Apache Kafka's on a larger multi-broker JVM cluster with "
-               "replication; they are context, not a like-for-like comparison.")
+    out.append(
+        f"  idempotent acks=all / acks=1                "
+        f"{ratio('produce idempotent acks=all', 'produce acks=1'):>8}   {seed}"
+    )
+    out.append(
+        f"  idempotent acks=all / acks=all              "
+        f"{ratio('produce idempotent acks=all', 'produce acks=all'):>8}   n/a (not in the seed)"
+    )
+    out.append(
+        f"  acks=all / acks=1 (both without idempotence)"
+        f"{ratio('produce acks=all', 'produce acks=1'):>8}   n/a (not in the seed)"
+    )
+    out.append(
+        "consume ratio (acksall) / (acks1): " + ratio("consume (acksall)", "consume (acks1)")
+    )
+    out.append(
+        "Seed 001's figures are Apache Kafka's on a larger multi-broker JVM cluster with "
+        "replication; they are context, not a like-for-like comparison."
+    )
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     # 1M rather than 200k: at 200k a phase lasts under a second here, and the consume
     # figure is then dominated by what librdkafka prefetches around the first record.
-    parser.add_argument("--records", type=int, default=1_000_000,
-                        help="records per phase (1 KiB each; about 1 GB per topic on disk, 3 topics)")
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=1_000_000,
+        help="records per phase (1 KiB each; about 1 GB per topic on disk, 3 topics)",
+    )
     parser.add_argument("--partitions", type=int, default=1, help="partitions per topic")
-    parser.add_argument("--phase-timeout", type=float, default=300.0,
-                        help="seconds allowed per phase (a phase cut short is flagged)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="broker configuration override (repeatable)")
+    parser.add_argument(
+        "--phase-timeout",
+        type=float,
+        default=300.0,
+        help="seconds allowed per phase (a phase cut short is flagged)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="broker configuration override (repeatable)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
     if args.records < 1:
@@ -334,17 +434,35 @@ def main(argv: list[str] | None = None) -> int:
     phases: list[Phase] = []
     try:
         broker.start()
-        create_topics(broker.bootstrap, [topic for _, topic, _, _ in PRODUCE_PHASES],
-                      args.partitions)
+        create_topics(
+            broker.bootstrap, [topic for _, topic, _, _ in PRODUCE_PHASES], args.partitions
+        )
         for name, topic, acks, idempotent in PRODUCE_PHASES:
             print(f"{name}: {args.records:,} records ...", file=sys.stderr)
-            phases.append(produce(name, broker.bootstrap, topic, acks, idempotent,
-                                  args.records, args.phase_timeout, broker))
+            phases.append(
+                produce(
+                    name,
+                    broker.bootstrap,
+                    topic,
+                    acks,
+                    idempotent,
+                    args.records,
+                    args.phase_timeout,
+                    broker,
+                )
+            )
         for name, topic, _, _ in PRODUCE_PHASES:
             print(f"consuming {topic} ...", file=sys.stderr)
-            phases.append(consume(broker.bootstrap, topic, args.partitions,
-                                  _produced(phases, name),
-                                  args.phase_timeout, broker))
+            phases.append(
+                consume(
+                    broker.bootstrap,
+                    topic,
+                    args.partitions,
+                    _produced(phases, name),
+                    args.phase_timeout,
+                    broker,
+                )
+            )
         print(report(args, phases, len(phases)))
         return 0 if all(p.complete for p in phases) else 1
     except (KeyboardInterrupt, _Stop):

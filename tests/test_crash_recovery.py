@@ -17,8 +17,8 @@ import random
 import socket
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -60,16 +60,20 @@ def create_topic(bootstrap: str, name: str, partitions: int, **configs: str) -> 
     futures[name].result(15)
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> dict[int, list[tuple[int, bytes]]]:
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0
+) -> dict[int, list[tuple[int, bytes]]]:
     """Every record of every partition, read with assign() from the beginning up to the
     high watermark: {partition: [(offset, value), ...]}."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": "crash-recovery-reader",
-        "enable.auto.commit": False,
-        "enable.partition.eof": False,
-        "logger": RDKAFKA_LOG,
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "crash-recovery-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "logger": RDKAFKA_LOG,
+        }
+    )
     try:
         ends = {}
         for p in range(partitions):
@@ -110,7 +114,12 @@ def scan_segments(partition_dir: Path) -> list[tuple[int, bytes]]:
         for position, header in iter_stored_batches(data):
             batch = data[position : position + header.size]
             assert crc_is_valid(batch), f"{path.name}: CRC mismatch at position {position}"
-            assert header.base_offset == expected, (path.name, position, header.base_offset, expected)
+            assert header.base_offset == expected, (
+                path.name,
+                position,
+                header.base_offset,
+                expected,
+            )
             for record in decode_records(batch):
                 records.append((record.offset, record.value))
             expected = header.next_offset
@@ -150,17 +159,19 @@ def test_sigkill_under_load_keeps_every_acknowledged_record_once(broker: BrokerP
         else:
             failed[value] = err.name()
 
-    producer = Producer({
-        "bootstrap.servers": broker.bootstrap_servers,
-        "acks": "all",
-        "enable.idempotence": False,
-        "retries": 0,  # no record is ever sent twice: any duplicate is the broker's
-        "max.in.flight.requests.per.connection": 5,
-        "linger.ms": 2,
-        "batch.num.messages": 50,
-        "message.timeout.ms": 60_000,
-        "logger": RDKAFKA_LOG,
-    })  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": False,
+            "retries": 0,  # no record is ever sent twice: any duplicate is the broker's
+            "max.in.flight.requests.per.connection": 5,
+            "linger.ms": 2,
+            "batch.num.messages": 50,
+            "message.timeout.ms": 60_000,
+            "logger": RDKAFKA_LOG,
+        }
+    )
     produced = 0
     deadline = time.monotonic() + 40
     while len(acked) < KILL_AFTER_ACKED or len(producer) == 0:
@@ -205,7 +216,9 @@ def test_sigkill_under_load_keeps_every_acknowledged_record_once(broker: BrokerP
         # The acknowledged records of a partition are exactly its first offsets, each at
         # the offset its ack named; what follows was in flight at the crash.
         acked_here = sorted(off for part, off in acked.values() if part == p)
-        assert acked_here == list(range(len(acked_here))), f"partition {p}: acked offsets have holes"
+        assert acked_here == list(range(len(acked_here))), (
+            f"partition {p}: acked offsets have holes"
+        )
         assert len(records) >= len(acked_here), (
             f"partition {p}: {len(acked_here)} records acknowledged, {len(records)} stored"
         )
@@ -224,7 +237,9 @@ def test_sigkill_under_load_keeps_every_acknowledged_record_once(broker: BrokerP
     # The files themselves: whole batches with valid CRCs, the same records the consumer saw.
     broker.terminate()
     for p in range(PARTITIONS):
-        assert len(list((broker.data_dir / f"{topic}-{p}").glob("*.log"))) > 2, "expected rolled segments"
+        assert len(list((broker.data_dir / f"{topic}-{p}").glob("*.log"))) > 2, (
+            "expected rolled segments"
+        )
         assert scan_segments(broker.data_dir / f"{topic}-{p}") == stored[p]
     print(
         f"produced {produced}, acked {len(acked)} ({late_acks} reported after the kill), "
@@ -269,8 +284,9 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], flush_every: int) 
         else:
             errors.append(err.name())
 
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1,
-                         "logger": RDKAFKA_LOG})  # fmt: skip
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 1, "logger": RDKAFKA_LOG}
+    )
     for i, value in enumerate(values, 1):
         producer.produce(topic, value, partition=0, on_delivery=on_delivery)
         if i % flush_every == 0:
@@ -382,6 +398,8 @@ def test_broker_process_falls_back_to_a_new_port_when_the_old_one_is_taken(tmp_p
 
 def test_broker_process_start_failure_reports_the_log(tmp_path: Path) -> None:
     process = BrokerProcess(tmp_path / "data", {"num.partitions": "0"}, start_timeout_s=20)
-    with pytest.raises(BrokerProcessError, match=r"exited with status 2 before serving[\s\S]*num.partitions"):
+    with pytest.raises(
+        BrokerProcessError, match=r"exited with status 2 before serving[\s\S]*num.partitions"
+    ):
         process.start()
     assert not process.running

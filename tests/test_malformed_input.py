@@ -43,9 +43,12 @@ INVALID_RECORD = 87
 
 META = (ApiKey.METADATA, SUPPORTED_VERSIONS[ApiKey.METADATA][1])
 APIV = (ApiKey.API_VERSIONS, 3)
-METADATA_ALL = {"topics": None, "allow_auto_topic_creation": False,
-                "include_topic_authorized_operations": False,
-                "include_cluster_authorized_operations": False}  # fmt: skip
+METADATA_ALL = {
+    "topics": None,
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+    "include_cluster_authorized_operations": False,
+}
 APIV_BODY = {"client_software_name": "malformed-tests", "client_software_version": "1.0"}
 
 
@@ -62,7 +65,9 @@ def broker(caplog: pytest.LogCaptureFixture) -> Iterator[EmbeddedBroker]:
 @pytest.fixture
 def good(broker: EmbeddedBroker) -> Iterator[KafkaConnection]:
     """A well-behaved connection opened before the bad one."""
-    with KafkaConnection(broker.bootstrap_servers, client_id="good", timeout_s=IO_TIMEOUT_S) as conn:
+    with KafkaConnection(
+        broker.bootstrap_servers, client_id="good", timeout_s=IO_TIMEOUT_S
+    ) as conn:
         yield conn
 
 
@@ -74,12 +79,19 @@ def framed(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
 
 
-def header_v1(api_key: int, version: int, correlation_id: int = 1, client_id: bytes = b"bad") -> bytes:
+def header_v1(
+    api_key: int, version: int, correlation_id: int = 1, client_id: bytes = b"bad"
+) -> bytes:
     return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
 
 
-def header_v2(api_key: int, version: int, correlation_id: int = 1, client_id: bytes = b"bad",
-              tags: bytes = b"\x00") -> bytes:  # fmt: skip
+def header_v2(
+    api_key: int,
+    version: int,
+    correlation_id: int = 1,
+    client_id: bytes = b"bad",
+    tags: bytes = b"\x00",
+) -> bytes:
     return header_v1(api_key, version, correlation_id, client_id) + tags
 
 
@@ -119,12 +131,26 @@ def assert_close_logged(caplog: pytest.LogCaptureFixture, fragment: str = "") ->
     assert closes, f"no 'closing connection ... {fragment}' log line in {messages}"
 
 
-def produce(conn: KafkaConnection, topic: str, partitions: dict[int, bytes], acks: int = -1) -> dict[int, object]:
-    response = conn.request(ApiKey.PRODUCE, {
-        "transactional_id": None, "acks": acks, "timeout": 5000,
-        "topic_data": [{"name": topic, "partition_data": [
-            {"index": index, "records": records} for index, records in partitions.items()]}],
-    })  # fmt: skip
+def produce(
+    conn: KafkaConnection, topic: str, partitions: dict[int, bytes], acks: int = -1
+) -> dict[int, object]:
+    response = conn.request(
+        ApiKey.PRODUCE,
+        {
+            "transactional_id": None,
+            "acks": acks,
+            "timeout": 5000,
+            "topic_data": [
+                {
+                    "name": topic,
+                    "partition_data": [
+                        {"index": index, "records": records}
+                        for index, records in partitions.items()
+                    ],
+                }
+            ],
+        },
+    )
     (topic_response,) = response.responses
     return {p.index: p for p in topic_response.partition_responses}
 
@@ -134,11 +160,22 @@ def batch(*values: bytes) -> bytes:
 
 
 def create_topic(conn: KafkaConnection, name: str, partitions: int = 1) -> None:
-    response = conn.request(ApiKey.CREATE_TOPICS, {
-        "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
-                    "assignments": [], "configs": []}],
-        "timeout": 5000, "validate_only": False,
-    })  # fmt: skip
+    response = conn.request(
+        ApiKey.CREATE_TOPICS,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        },
+    )
     assert response.topics[0].error_code == ErrorCode.none, response
 
 
@@ -151,7 +188,9 @@ def assert_healthy(broker: EmbeddedBroker, good: KafkaConnection) -> None:
     """The connection opened before the bad one, and a fresh one, are both served."""
     metadata = good.request(ApiKey.METADATA, METADATA_ALL)
     assert [b.node_id for b in metadata.brokers] == [broker.broker.node_id]  # type: ignore[union-attr]
-    with KafkaConnection(broker.bootstrap_servers, client_id="fresh", timeout_s=IO_TIMEOUT_S) as fresh:
+    with KafkaConnection(
+        broker.bootstrap_servers, client_id="fresh", timeout_s=IO_TIMEOUT_S
+    ) as fresh:
         if broker.broker.topics.get("health") is None:  # type: ignore[union-attr]
             create_topic(fresh, "health")
         before = log_end(broker, "health", 0)
@@ -178,11 +217,17 @@ CLOSING_CASES: dict[str, tuple[bytes, str]] = {
     **{f"garbage-{seed}": (_random_frame(seed), "unsupported api key") for seed in range(5)},
     "negative-size": (struct.pack(">i", -1), "request size -1"),
     "most-negative-size": (struct.pack(">i", -(2**31)), "outside"),
-    "size-over-socket.request.max.bytes": (struct.pack(">i", MAX_REQUEST_BYTES + 1), "socket.request.max.bytes"),
+    "size-over-socket.request.max.bytes": (
+        struct.pack(">i", MAX_REQUEST_BYTES + 1),
+        "socket.request.max.bytes",
+    ),
     "size-int32-max": (struct.pack(">i", 2**31 - 1), "socket.request.max.bytes"),
     "zero-size": (struct.pack(">i", 0), "outside"),
     "shorter-than-a-header": (framed(b"\x00\x12\x00\x00"), "outside"),
-    "header-cut-after-correlation-id": (framed(struct.pack(">hhi", ApiKey.API_VERSIONS, 0, 7)), "malformed"),
+    "header-cut-after-correlation-id": (
+        framed(struct.pack(">hhi", ApiKey.API_VERSIONS, 0, 7)),
+        "malformed",
+    ),
     "unknown-api-key-32767": (framed(header_v1(0x7FFF, 0)), "unsupported api key 32767"),
     "unknown-api-key-1000": (framed(header_v1(1000, 0)), "unsupported api key 1000"),
     "negative-api-key": (framed(header_v1(-1, 0)), "unsupported api key -1"),
@@ -191,8 +236,10 @@ CLOSING_CASES: dict[str, tuple[bytes, str]] = {
         f"unsupported api key {int(ApiKey.METADATA)} version",
     ),
     "produce-too-old": (
-        framed(header_v1(ApiKey.PRODUCE, SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] - 1)
-               + struct.pack(">hii", 1, 1000, 0)),
+        framed(
+            header_v1(ApiKey.PRODUCE, SUPPORTED_VERSIONS[ApiKey.PRODUCE][0] - 1)
+            + struct.pack(">hii", 1, 1000, 0)
+        ),
         f"unsupported api key {int(ApiKey.PRODUCE)} version",
     ),
     "metadata-array-longer-than-body": (
@@ -208,7 +255,9 @@ CLOSING_CASES: dict[str, tuple[bytes, str]] = {
         "malformed METADATA v12",
     ),
     "produce-body-cut-short": (
-        framed(header_v1(ApiKey.PRODUCE, 3) + struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 1)),
+        framed(
+            header_v1(ApiKey.PRODUCE, 3) + struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 1)
+        ),
         "malformed PRODUCE v3",
     ),
     "client-id-longer-than-frame": (
@@ -234,7 +283,9 @@ def test_bad_frame_closes_only_its_connection(
     assert_healthy(broker, good)
     with bystander:
         bystander.sendall(request(APIV, 77, APIV_BODY))
-        correlation_id, response = codec.decode_response(codec.api_codec(*APIV), recv_frame(bystander))
+        correlation_id, response = codec.decode_response(
+            codec.api_codec(*APIV), recv_frame(bystander)
+        )
         assert correlation_id == 77 and response.error_code == ErrorCode.none
 
 
@@ -243,12 +294,18 @@ def test_size_limit_follows_socket_request_max_bytes(caplog: pytest.LogCaptureFi
     meta_v4 = (ApiKey.METADATA, 4)
     with EmbeddedBroker({"socket.request.max.bytes": "1000"}) as broker:
         with connect(broker) as sock:  # a 1000-byte request is still read and answered
-            empty = request(meta_v4, 5, {"topics": [{"name": ""}], "allow_auto_topic_creation": False})
+            empty = request(
+                meta_v4, 5, {"topics": [{"name": ""}], "allow_auto_topic_creation": False}
+            )
             name = "x" * (1000 - (len(empty) - 4))
-            at_limit = request(meta_v4, 5, {"topics": [{"name": name}], "allow_auto_topic_creation": False})
+            at_limit = request(
+                meta_v4, 5, {"topics": [{"name": name}], "allow_auto_topic_creation": False}
+            )
             assert len(at_limit) - 4 == 1000
             sock.sendall(at_limit)
-            correlation_id, metadata = codec.decode_response(codec.api_codec(*meta_v4), recv_frame(sock))
+            correlation_id, metadata = codec.decode_response(
+                codec.api_codec(*meta_v4), recv_frame(sock)
+            )
             assert correlation_id == 5 and metadata.topics[0].error_code != ErrorCode.none
         with connect(broker) as sock:
             sock.sendall(struct.pack(">i", 1001) + b"\x00" * 1001)
@@ -258,11 +315,14 @@ def test_size_limit_follows_socket_request_max_bytes(caplog: pytest.LogCaptureFi
             assert conn.request(ApiKey.METADATA, METADATA_ALL).brokers
 
 
-def test_truncated_frame_then_close(broker: EmbeddedBroker, good: KafkaConnection,
-                                    caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_truncated_frame_then_close(
+    broker: EmbeddedBroker, good: KafkaConnection, caplog: pytest.LogCaptureFixture
+) -> None:
     whole = request(META, 3, METADATA_ALL)
     with connect(broker) as sock:
-        sock.sendall(struct.pack(">i", 100) + (whole[4:] + bytes(100))[:50])  # promises 100, sends 50
+        sock.sendall(
+            struct.pack(">i", 100) + (whole[4:] + bytes(100))[:50]
+        )  # promises 100, sends 50
         sock.shutdown(socket.SHUT_WR)
         assert_closed_by_broker(sock)
     assert_close_logged(caplog, "after 50 of 100 request bytes")
@@ -274,7 +334,9 @@ def test_truncated_frame_then_close(broker: EmbeddedBroker, good: KafkaConnectio
     assert_healthy(broker, good)
 
 
-def test_half_sent_frame_does_not_block_anyone(broker: EmbeddedBroker, good: KafkaConnection) -> None:
+def test_half_sent_frame_does_not_block_anyone(
+    broker: EmbeddedBroker, good: KafkaConnection
+) -> None:
     """A client stuck half-way through a frame holds only its own connection."""
     whole = request(META, 3, METADATA_ALL)
     with connect(broker) as stuck:
@@ -310,7 +372,9 @@ def _parse_api_versions_v0(frame: bytes) -> tuple[int, int, dict[int, tuple[int,
 
 
 @pytest.mark.parametrize("version", [SUPPORTED_VERSIONS[ApiKey.API_VERSIONS][1] + 1, 99, 32767, -1])
-def test_api_versions_at_unsupported_version(broker: EmbeddedBroker, good: KafkaConnection, version: int) -> None:
+def test_api_versions_at_unsupported_version(
+    broker: EmbeddedBroker, good: KafkaConnection, version: int
+) -> None:
     with connect(broker) as sock:
         # As a newer client sends it: flexible header (tagged fields) and a v3-style body.
         v3 = bytearray(request(APIV, 4242, APIV_BODY))
@@ -328,7 +392,9 @@ def test_api_versions_at_unsupported_version(broker: EmbeddedBroker, good: Kafka
         sock.sendall(request(retry, 4243, APIV_BODY))
         correlation_id, response = codec.decode_response(codec.api_codec(*retry), recv_frame(sock))
         assert correlation_id == 4243 and response.error_code == ErrorCode.none
-        assert {k.api_key: (k.min_version, k.max_version) for k in response.api_keys} == SUPPORTED_VERSIONS
+        assert {
+            k.api_key: (k.min_version, k.max_version) for k in response.api_keys
+        } == SUPPORTED_VERSIONS
         sock.sendall(request(META, 4244, METADATA_ALL))
         correlation_id, metadata = codec.decode_response(codec.api_codec(*META), recv_frame(sock))
         assert correlation_id == 4244 and metadata.brokers
@@ -341,7 +407,9 @@ def test_api_versions_at_unsupported_version(broker: EmbeddedBroker, good: Kafka
 def _metadata_with_unknown_tags(where: str, correlation_id: int) -> bytes:
     clean = request(META, correlation_id, METADATA_ALL)[4:]
     assert codec.api_codec(*META).flexible_request
-    unknown = b"\x02" + b"\x63\x03abc" + b"\x7b\x00"  # two fields: tag 99 (3 bytes), tag 123 (empty)
+    unknown = (
+        b"\x02" + b"\x63\x03abc" + b"\x7b\x00"
+    )  # two fields: tag 99 (3 bytes), tag 123 (empty)
     header_end = 8 + 2 + len(b"raw")
     if where == "header":
         assert clean[header_end] == 0
@@ -365,7 +433,9 @@ def test_unknown_tagged_fields_never_disturb_other_connections(
 
 
 @pytest.mark.parametrize("where", ["header", "body"])
-def test_unknown_tagged_fields_are_skipped_as_kafka_does(broker: EmbeddedBroker, where: str) -> None:
+def test_unknown_tagged_fields_are_skipped_as_kafka_does(
+    broker: EmbeddedBroker, where: str
+) -> None:
     with connect(broker) as sock:
         sock.sendall(_metadata_with_unknown_tags(where, 32))
         correlation_id, metadata = codec.decode_response(codec.api_codec(*META), recv_frame(sock))
@@ -402,7 +472,10 @@ def _magic_v0_message(value: bytes) -> bytes:
 
 
 BAD_BATCHES: dict[str, tuple[Callable[[], bytes], int]] = {
-    "crc-covered-byte-flipped": (lambda: _flip_crc_covered_byte(batch(b"a", b"b", b"c")), CORRUPT_MESSAGE),
+    "crc-covered-byte-flipped": (
+        lambda: _flip_crc_covered_byte(batch(b"a", b"b", b"c")),
+        CORRUPT_MESSAGE,
+    ),
     "crc-field-flipped": (lambda: _flip_crc_field(batch(b"a")), CORRUPT_MESSAGE),
     "magic-1": (lambda: _magic_v1_message(b"legacy"), INVALID_RECORD),
     "magic-0": (lambda: _magic_v0_message(b"legacy"), INVALID_RECORD),
@@ -417,7 +490,9 @@ def test_produce_with_bad_batch_gets_partition_error(
 ) -> None:
     make, expected = BAD_BATCHES[case]
     create_topic(good, "victim", partitions=2)
-    with KafkaConnection(broker.bootstrap_servers, client_id="producer", timeout_s=IO_TIMEOUT_S) as conn:
+    with KafkaConnection(
+        broker.bootstrap_servers, client_id="producer", timeout_s=IO_TIMEOUT_S
+    ) as conn:
         # Partition 0 gets the bad batch, partition 1 a good one, in the same request.
         answers = produce(conn, "victim", {0: make(), 1: batch(b"fine")})
         assert answers[0].error_code == expected, answers[0]  # type: ignore[attr-defined]
@@ -439,9 +514,16 @@ def test_pipelined_requests_are_answered_in_order(broker: EmbeddedBroker) -> Non
     apis = [APIV if i % 2 == 0 else META for i in range(10)]
     bodies = [APIV_BODY if api == APIV else METADATA_ALL for api in apis]
     with connect(broker) as sock:
-        sock.sendall(b"".join(request(api, 1000 + i, body) for i, (api, body) in enumerate(zip(apis, bodies))))
+        sock.sendall(
+            b"".join(
+                request(api, 1000 + i, body)
+                for i, (api, body) in enumerate(zip(apis, bodies, strict=True))
+            )
+        )
         for i, api in enumerate(apis):
-            correlation_id, response = codec.decode_response(codec.api_codec(*api), recv_frame(sock))
+            correlation_id, response = codec.decode_response(
+                codec.api_codec(*api), recv_frame(sock)
+            )
             assert correlation_id == 1000 + i
             if api == APIV:
                 assert response.error_code == ErrorCode.none
@@ -449,24 +531,47 @@ def test_pipelined_requests_are_answered_in_order(broker: EmbeddedBroker) -> Non
                 assert response.brokers
 
 
-def test_slow_request_does_not_let_later_answers_overtake(broker: EmbeddedBroker, good: KafkaConnection) -> None:
+def test_slow_request_does_not_let_later_answers_overtake(
+    broker: EmbeddedBroker, good: KafkaConnection
+) -> None:
     """A long-polling Fetch, then fast requests behind it: answers come in request order."""
     create_topic(good, "quiet")
     create_topic(good, "busy")
     fetch = (ApiKey.FETCH, 4)
     produce_api = (ApiKey.PRODUCE, good.version_for(ApiKey.PRODUCE))
-    fetch_body = {"replica_id": -1, "max_wait": 400, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0,
-                  "topics": [{"topic": "quiet", "partitions": [
-                      {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}  # fmt: skip
-    produce_body = {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
-        {"name": "busy", "partition_data": [{"index": 0, "records": batch(b"p")}]}]}  # fmt: skip
-    sequence = [(fetch, fetch_body), (APIV, APIV_BODY), (produce_api, produce_body), (META, METADATA_ALL),
-                (APIV, APIV_BODY)]  # fmt: skip
+    fetch_body = {
+        "replica_id": -1,
+        "max_wait": 400,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "topic": "quiet",
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    }
+    produce_body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [{"name": "busy", "partition_data": [{"index": 0, "records": batch(b"p")}]}],
+    }
+    sequence = [
+        (fetch, fetch_body),
+        (APIV, APIV_BODY),
+        (produce_api, produce_body),
+        (META, METADATA_ALL),
+        (APIV, APIV_BODY),
+    ]
     with connect(broker) as sock:
         started = time.monotonic()
         sock.sendall(b"".join(request(api, 50 + i, body) for i, (api, body) in enumerate(sequence)))
         for i, (api, _) in enumerate(sequence):
-            correlation_id, response = codec.decode_response(codec.api_codec(*api), recv_frame(sock))
+            correlation_id, response = codec.decode_response(
+                codec.api_codec(*api), recv_frame(sock)
+            )
             assert correlation_id == 50 + i
             if i == 0:
                 assert time.monotonic() - started >= 0.3, "the fetch did not long-poll"
@@ -483,8 +588,14 @@ def test_requests_before_a_bad_frame_are_answered_then_closed(
     frame is answered; a produce that was appended must get its acknowledgement."""
     create_topic(good, "before-bad")
     produce_api = (ApiKey.PRODUCE, good.version_for(ApiKey.PRODUCE))
-    produce_body = {"transactional_id": None, "acks": -1, "timeout": 5000, "topic_data": [
-        {"name": "before-bad", "partition_data": [{"index": 0, "records": batch(b"acked")}]}]}  # fmt: skip
+    produce_body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 5000,
+        "topic_data": [
+            {"name": "before-bad", "partition_data": [{"index": 0, "records": batch(b"acked")}]}
+        ],
+    }
     with connect(broker) as sock:
         sock.sendall(
             request(META, 1, METADATA_ALL)
@@ -493,7 +604,9 @@ def test_requests_before_a_bad_frame_are_answered_then_closed(
             + framed(header_v1(0x7FFF, 0, 4))
         )
         assert codec.decode_response(codec.api_codec(*META), recv_frame(sock))[0] == 1
-        correlation_id, response = codec.decode_response(codec.api_codec(*produce_api), recv_frame(sock))
+        correlation_id, response = codec.decode_response(
+            codec.api_codec(*produce_api), recv_frame(sock)
+        )
         assert correlation_id == 2
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
         assert codec.decode_response(codec.api_codec(*APIV), recv_frame(sock))[0] == 3
@@ -503,7 +616,7 @@ def test_requests_before_a_bad_frame_are_answered_then_closed(
     assert_healthy(broker, good)
 
 
-# -- real clients after a barrage -------------------------------------------------------------------
+# -- real clients after a barrage ------------------------------------------------------------
 
 
 def test_real_clients_are_served_after_every_kind_of_bad_input(broker: EmbeddedBroker) -> None:
@@ -520,18 +633,30 @@ def test_real_clients_are_served_after_every_kind_of_bad_input(broker: EmbeddedB
         sock.close()
 
     rdkafka_log = logging.getLogger("rdkafka")
-    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers, "acks": "all",
-                                         "logger": rdkafka_log})  # fmt: skip
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "acks": "all", "logger": rdkafka_log}
+    )
     delivered: list[tuple[object, int]] = []
     for i in range(20):
-        producer.produce("after-barrage", b"value-%d" % i,
-                         on_delivery=lambda err, msg: delivered.append((err, msg.offset())))  # fmt: skip
+        producer.produce(
+            "after-barrage",
+            b"value-%d" % i,
+            on_delivery=lambda err, msg: delivered.append((err, msg.offset())),
+        )
     assert producer.flush(15) == 0
     assert [err for err, _ in delivered] == [None] * 20
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "barrage",
-                                         "enable.auto.commit": False, "logger": rdkafka_log})  # fmt: skip
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "barrage",
+            "enable.auto.commit": False,
+            "logger": rdkafka_log,
+        }
+    )
     try:
-        consumer.assign([confluent_kafka.TopicPartition("after-barrage", 0, confluent_kafka.OFFSET_BEGINNING)])
+        consumer.assign(
+            [confluent_kafka.TopicPartition("after-barrage", 0, confluent_kafka.OFFSET_BEGINNING)]
+        )
         values = []
         deadline = time.monotonic() + 15
         while len(values) < 20 and time.monotonic() < deadline:

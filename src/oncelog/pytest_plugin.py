@@ -7,7 +7,8 @@ module lives outside `oncelog.testing` so that loading it imports nothing heavy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def oncelog_broker() -> Iterator["EmbeddedBroker"]:
+def oncelog_broker() -> Iterator[EmbeddedBroker]:
     """A fresh broker for one test, stopped and removed afterwards."""
     from oncelog.testing.embedded import EmbeddedBroker
 
@@ -27,7 +28,7 @@ def oncelog_broker() -> Iterator["EmbeddedBroker"]:
 
 
 @pytest.fixture(scope="session")
-def oncelog_session_broker() -> Iterator["EmbeddedBroker"]:
+def oncelog_session_broker() -> Iterator[EmbeddedBroker]:
     """One broker shared by every test of the session (faster; isolate with topic names)."""
     from oncelog.testing.embedded import EmbeddedBroker
 

@@ -29,8 +29,9 @@ TIMEOUT_S = 20.0
 
 
 def run_cli(bootstrap: str, *args: str, expect_exit: int = 0) -> Result:
-    result = CliRunner().invoke(main, [*args, "--bootstrap-server", bootstrap],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        main, [*args, "--bootstrap-server", bootstrap], catch_exceptions=False
+    )
     assert result.exit_code == expect_exit, result.output
     return result
 
@@ -56,9 +57,15 @@ def plain_produce(bootstrap: str, topic: str, count: int, partition: int = 0) ->
 def read_committed_values(bootstrap: str, topic: str, expect: int) -> list[bytes]:
     """Values a read_committed consumer gets from offset 0 (stops after `expect`, or after
     the timeout, then polls briefly for anything extra)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"reader-{uuid.uuid4().hex}",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     consumer.subscribe([topic])
     got: list[bytes] = []
     deadline = time.monotonic() + TIMEOUT_S
@@ -84,9 +91,17 @@ class RawTxnProducer:
     def __init__(self, bootstrap: str, transactional_id: str, timeout_ms: int = 600_000) -> None:
         self.conn = KafkaConnection(bootstrap)
         self.transactional_id = transactional_id
-        answer = self._until_done(lambda: self.conn.request(ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": transactional_id, "transaction_timeout": timeout_ms,
-            "producer_id": -1, "producer_epoch": -1}))
+        answer = self._until_done(
+            lambda: self.conn.request(
+                ApiKey.INIT_PRODUCER_ID,
+                {
+                    "transactional_id": transactional_id,
+                    "transaction_timeout": timeout_ms,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
+            )
+        )
         self.producer_id, self.epoch = answer.producer_id, answer.producer_epoch
         self.sequences: dict[tuple[str, int], int] = {}
 
@@ -95,34 +110,56 @@ class RawTxnProducer:
         deadline = time.monotonic() + TIMEOUT_S
         while True:
             answer = send()
-            if answer.error_code not in (ErrorCode.coordinator_load_in_progress,
-                                         ErrorCode.concurrent_transactions) \
-                    or time.monotonic() > deadline:
+            if (
+                answer.error_code
+                not in (ErrorCode.coordinator_load_in_progress, ErrorCode.concurrent_transactions)
+                or time.monotonic() > deadline
+            ):
                 assert answer.error_code == ErrorCode.none, answer
                 return answer
             time.sleep(0.05)
 
     def add_partition(self, topic: str, partition: int) -> None:
-        response = self.conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, {
-            "v3_and_below_transactional_id": self.transactional_id,
-            "v3_and_below_producer_id": self.producer_id,
-            "v3_and_below_producer_epoch": self.epoch,
-            "v3_and_below_topics": [{"name": topic, "partitions": [partition]}]}, version=3)
-        codes = [p.partition_error_code for t in response.results_by_topic_v3_and_below
-                 for p in t.results_by_partition]
+        response = self.conn.request(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            {
+                "v3_and_below_transactional_id": self.transactional_id,
+                "v3_and_below_producer_id": self.producer_id,
+                "v3_and_below_producer_epoch": self.epoch,
+                "v3_and_below_topics": [{"name": topic, "partitions": [partition]}],
+            },
+            version=3,
+        )
+        codes = [
+            p.partition_error_code
+            for t in response.results_by_topic_v3_and_below
+            for p in t.results_by_partition
+        ]
         assert codes == [ErrorCode.none], response
 
     def produce(self, topic: str, partition: int, count: int) -> int:
         """Append `count` transactional records; the batch's base offset."""
         sequence = self.sequences.get((topic, partition), 0)
         records = [Record(b"k", b"txn-%d" % (sequence + i)) for i in range(count)]
-        batch = build_batch(records, producer_id=self.producer_id, producer_epoch=self.epoch,
-                            base_sequence=sequence, transactional=True,
-                            timestamp_ms=int(time.time() * 1000))
-        response = self.conn.request(ApiKey.PRODUCE, {
-            "transactional_id": self.transactional_id, "acks": -1, "timeout": 10_000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": partition,
-                                                              "records": batch}]}]})
+        batch = build_batch(
+            records,
+            producer_id=self.producer_id,
+            producer_epoch=self.epoch,
+            base_sequence=sequence,
+            transactional=True,
+            timestamp_ms=int(time.time() * 1000),
+        )
+        response = self.conn.request(
+            ApiKey.PRODUCE,
+            {
+                "transactional_id": self.transactional_id,
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
+                ],
+            },
+        )
         (answer,) = response.responses[0].partition_responses
         assert answer.error_code == ErrorCode.none, answer
         self.sequences[(topic, partition)] = sequence + count

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from admin_helpers import BROKER_CONFIG
+
 from oncelog.testing import EmbeddedBroker
 
 

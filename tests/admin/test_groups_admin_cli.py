@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 import uuid
 
+from admin_helpers import TIMEOUT_S, create_topic, plain_produce, run_cli, run_json
 from confluent_kafka import Consumer, Producer
 
-from admin_helpers import TIMEOUT_S, create_topic, plain_produce, run_cli, run_json
 from oncelog.cli.groups import decode_assignment
 from oncelog.testing import EmbeddedBroker
 
@@ -15,9 +15,15 @@ N, M, OPEN, AFTER = 10, 4, 3, 2
 
 
 def consume_and_commit(bootstrap: str, topic: str, group: str, count: int) -> Consumer:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                         "isolation.level": "read_committed"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     consumer.subscribe([topic])
     got = 0
     deadline = time.monotonic() + TIMEOUT_S
@@ -44,13 +50,23 @@ def test_describe_shows_committed_offsets_and_both_lags(broker: EmbeddedBroker) 
         assert (described["protocol_type"], len(described["members"])) == ("consumer", 1)
         assert described["members"][0]["assignment"] == [f"{topic}-0"]
         (row,) = described["partitions"]
-        assert (row["committed_offset"], row["high_watermark"], row["last_stable_offset"]) == (M, N, N)
+        assert (row["committed_offset"], row["high_watermark"], row["last_stable_offset"]) == (
+            M,
+            N,
+            N,
+        )
         assert (row["lag_hw"], row["lag_lso"], row["unstable"]) == (N - M, N - M, 0)
         assert row["member_id"] == described["members"][0]["member_id"]
 
         # A transaction opens and stays open; more records arrive after it.
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{group}-txn",
-                             "linger.ms": 2, "transaction.timeout.ms": 600_000})
+        producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "transactional.id": f"{group}-txn",
+                "linger.ms": 2,
+                "transaction.timeout.ms": 600_000,
+            }
+        )
         producer.init_transactions(TIMEOUT_S)
         producer.begin_transaction()
         for i in range(OPEN):
@@ -60,7 +76,11 @@ def test_describe_shows_committed_offsets_and_both_lags(broker: EmbeddedBroker) 
 
         (row,) = run_json(bootstrap, "groups", "describe", "--group", group)["partitions"]
         high = N + OPEN + AFTER
-        assert (row["committed_offset"], row["high_watermark"], row["last_stable_offset"]) == (M, high, N)
+        assert (row["committed_offset"], row["high_watermark"], row["last_stable_offset"]) == (
+            M,
+            high,
+            N,
+        )
         assert row["lag_hw"] == high - M  # what Kafka's tools show as LAG
         assert row["lag_lso"] == N - M  # what a read_committed consumer can actually read
         assert row["lag_lso"] < row["lag_hw"]
@@ -68,7 +88,10 @@ def test_describe_shows_committed_offsets_and_both_lags(broker: EmbeddedBroker) 
 
         table = run_cli(bootstrap, "groups", "describe", "--group", group).output
         assert "Lag (HW)" in table and "Lag (LSO)" in table
-        assert f"Total lag: {high - M} to the high watermark, {N - M} to the last stable offset." in table
+        assert (
+            f"Total lag: {high - M} to the high watermark, {N - M} to the last stable offset."
+            in table
+        )
 
         producer.commit_transaction(TIMEOUT_S)
         deadline = time.monotonic() + TIMEOUT_S
@@ -98,9 +121,17 @@ def test_describe_a_group_with_nothing_committed(broker: EmbeddedBroker) -> None
 
 
 def test_decode_assignment() -> None:
-    data = (b"\x00\x01" + b"\x00\x00\x00\x02"
-            + b"\x00\x01a" + b"\x00\x00\x00\x02" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x03"
-            + b"\x00\x01b" + b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff")
+    data = (
+        b"\x00\x01"
+        + b"\x00\x00\x00\x02"
+        + b"\x00\x01a"
+        + b"\x00\x00\x00\x02"
+        + b"\x00\x00\x00\x00"
+        + b"\x00\x00\x00\x03"
+        + b"\x00\x01b"
+        + b"\x00\x00\x00\x00"
+        + b"\xff\xff\xff\xff"
+    )
     assert decode_assignment(data) == [("a", 0), ("a", 3)]
     assert decode_assignment(data[:9]) is None
     assert decode_assignment(b"") is None

@@ -7,8 +7,6 @@ import shutil
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-
 from admin_helpers import (
     BROKER_CONFIG,
     TIMEOUT_S,
@@ -19,6 +17,8 @@ from admin_helpers import (
     run_cli,
     run_json,
 )
+from confluent_kafka import Producer
+
 from oncelog.cli.groups import READ_COMMITTED, READ_UNCOMMITTED, latest_offsets
 from oncelog.client.connection import KafkaConnection
 from oncelog.testing import EmbeddedBroker
@@ -28,13 +28,21 @@ def offsets(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
     """(high watermark, last stable offset)."""
     with KafkaConnection(bootstrap) as conn:
         where = {topic: [partition]}
-        return (latest_offsets(conn, where, READ_UNCOMMITTED)[(topic, partition)],
-                latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)])
+        return (
+            latest_offsets(conn, where, READ_UNCOMMITTED)[(topic, partition)],
+            latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)],
+        )
 
 
 def txn_producer(bootstrap: str, transactional_id: str) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                         "linger.ms": 2, "transaction.timeout.ms": 600_000})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 2,
+            "transaction.timeout.ms": 600_000,
+        }
+    )
     producer.init_transactions(TIMEOUT_S)
     return producer
 
@@ -71,15 +79,20 @@ def test_list_and_describe_an_ongoing_and_a_completed_transaction(broker: Embedd
     only_ongoing = run_json(bootstrap, "transactions", "list", "--state", "Ongoing")
     assert f"{topic}-open" in {t["transactional_id"] for t in only_ongoing}
     assert all(t["state"] == "Ongoing" for t in only_ongoing)
-    by_pid = run_json(bootstrap, "transactions", "list", "--producer-id",
-                      str(completed["producer_id"]))
+    by_pid = run_json(
+        bootstrap, "transactions", "list", "--producer-id", str(completed["producer_id"])
+    )
     assert [t["transactional_id"] for t in by_pid] == [f"{topic}-done"]
-    assert f"{topic}-open" not in {t["transactional_id"] for t in run_json(
-        bootstrap, "transactions", "list", "--duration-filter", "3600000")}
+    assert f"{topic}-open" not in {
+        t["transactional_id"]
+        for t in run_json(bootstrap, "transactions", "list", "--duration-filter", "3600000")
+    }
     bad = run_cli(bootstrap, "transactions", "list", "--state", "Sleeping", expect_exit=1)
     assert "unknown transaction states: Sleeping" in bad.output
 
-    described = run_json(bootstrap, "transactions", "describe", "--transactional-id", f"{topic}-open")
+    described = run_json(
+        bootstrap, "transactions", "describe", "--transactional-id", f"{topic}-open"
+    )
     assert described["state"] == "Ongoing"
     assert described["producer_id"] == ongoing["producer_id"]
     assert described["producer_epoch"] == 0
@@ -90,14 +103,21 @@ def test_list_and_describe_an_ongoing_and_a_completed_transaction(broker: Embedd
     # EndTxn answers once PrepareCommit is written; the markers and CompleteCommit follow.
     deadline = time.monotonic() + TIMEOUT_S
     while True:
-        after = run_json(bootstrap, "transactions", "describe", "--transactional-id", f"{topic}-open")
+        after = run_json(
+            bootstrap, "transactions", "describe", "--transactional-id", f"{topic}-open"
+        )
         if after["state"] != "PrepareCommit" or time.monotonic() > deadline:
             break
         time.sleep(0.02)
-    assert (after["state"], after["partitions"], after["duration_ms"]) == ("CompleteCommit", [], None)
+    assert (after["state"], after["partitions"], after["duration_ms"]) == (
+        "CompleteCommit",
+        [],
+        None,
+    )
 
-    missing = run_cli(bootstrap, "transactions", "describe", "--transactional-id", "no-such-id",
-                      expect_exit=1)
+    missing = run_cli(
+        bootstrap, "transactions", "describe", "--transactional-id", "no-such-id", expect_exit=1
+    )
     assert "TRANSACTIONAL_ID_NOT_FOUND" in missing.output
 
 
@@ -106,7 +126,9 @@ def test_describe_an_id_with_no_transaction_yet(broker: EmbeddedBroker) -> None:
     bootstrap = broker.bootstrap_servers
     raw = RawTxnProducer(bootstrap, "fresh-id")
     try:
-        described = run_json(bootstrap, "transactions", "describe", "--transactional-id", "fresh-id")
+        described = run_json(
+            bootstrap, "transactions", "describe", "--transactional-id", "fresh-id"
+        )
     finally:
         raw.close()
     assert described["state"] == "Empty"
@@ -135,10 +157,15 @@ def test_coordinator_tracked_transaction_is_not_hanging_and_abort_needs_force(
     assert "No hanging transactions. (1 open one(s)" in run_cli(bootstrap, *search).output
     (found,) = run_json(bootstrap, *search, "--include-ongoing")
     assert (found["status"], found["start_offset"], found["transactional_id"]) == (
-        "ongoing", 3, f"{topic}-stuck")
+        "ongoing",
+        3,
+        f"{topic}-stuck",
+    )
     # Silent for less than a minute: not a candidate at the default 15 minutes.
-    assert run_json(bootstrap, "transactions", "find-hanging", "--topic", topic,
-                    "--include-ongoing") == []
+    assert (
+        run_json(bootstrap, "transactions", "find-hanging", "--topic", topic, "--include-ongoing")
+        == []
+    )
 
     abort = ("transactions", "abort", "--topic", topic, "--partition", "0", "--start-offset", "3")
     refused = run_cli(bootstrap, *abort, expect_exit=1)
@@ -149,7 +176,12 @@ def test_coordinator_tracked_transaction_is_not_hanging_and_abort_needs_force(
     assert (result["last_stable_offset_before"], result["last_stable_offset_after"]) == (3, 10)
     assert result["high_watermark"] == 10  # the marker is one more offset
     assert read_committed_values(bootstrap, topic, 5) == [
-        b"plain-0", b"plain-1", b"plain-2", b"plain-0", b"plain-1"]
+        b"plain-0",
+        b"plain-1",
+        b"plain-2",
+        b"plain-0",
+        b"plain-1",
+    ]
 
 
 def _wipe_transaction_state(data_dir: Path) -> None:
@@ -183,32 +215,69 @@ def test_hanging_transaction_found_and_aborted(tmp_path: Path) -> None:
         assert offsets(bootstrap, topic) == (7, 2)
         assert run_json(bootstrap, "transactions", "list") == []
 
-        (hanging,) = run_json(bootstrap, "transactions", "find-hanging",
-                              "--max-transaction-timeout", "0")
+        (hanging,) = run_json(
+            bootstrap, "transactions", "find-hanging", "--max-transaction-timeout", "0"
+        )
         assert hanging["status"] == "hanging"
         assert (hanging["topic"], hanging["partition"], hanging["start_offset"]) == (topic, 0, 2)
         assert hanging["producer_id"] == raw.producer_id
         assert hanging["transactional_id"] is None
         assert hanging["coordinator_epoch"] == -1  # no marker ever reached the partition
-        table = run_cli(bootstrap, "transactions", "find-hanging", "--max-transaction-timeout", "0",
-                        "--topic", topic).output
+        table = run_cli(
+            bootstrap,
+            "transactions",
+            "find-hanging",
+            "--max-transaction-timeout",
+            "0",
+            "--topic",
+            topic,
+        ).output
         assert "hanging" in table and "no transactional id" in table
 
         # read_committed consumers are stuck at the LSO: only the first two records.
         assert read_committed_values(bootstrap, topic, 2) == [b"plain-0", b"plain-1"]
 
-        aborted = run_json(bootstrap, "transactions", "abort", "--topic", topic, "--partition", "0",
-                           "--start-offset", "2")
-        assert (aborted["last_stable_offset_before"], aborted["last_stable_offset_after"],
-                aborted["high_watermark"]) == (2, 8, 8)
+        aborted = run_json(
+            bootstrap,
+            "transactions",
+            "abort",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--start-offset",
+            "2",
+        )
+        assert (
+            aborted["last_stable_offset_before"],
+            aborted["last_stable_offset_after"],
+            aborted["high_watermark"],
+        ) == (2, 8, 8)
         assert offsets(bootstrap, topic) == (8, 8)
-        assert run_json(bootstrap, "transactions", "find-hanging", "--max-transaction-timeout", "0") == []
+        assert (
+            run_json(bootstrap, "transactions", "find-hanging", "--max-transaction-timeout", "0")
+            == []
+        )
         # Past the former LSO, and the aborted records stay invisible.
         assert read_committed_values(bootstrap, topic, 4) == [
-            b"plain-0", b"plain-1", b"plain-0", b"plain-1"]
+            b"plain-0",
+            b"plain-1",
+            b"plain-0",
+            b"plain-1",
+        ]
         # Aborting again finds nothing to abort.
-        again = run_cli(bootstrap, "transactions", "abort", "--topic", topic, "--partition", "0",
-                        "--start-offset", "2", expect_exit=1)
+        again = run_cli(
+            bootstrap,
+            "transactions",
+            "abort",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--start-offset",
+            "2",
+            expect_exit=1,
+        )
         assert "no open transaction starts at offset 2" in again.output
     finally:
         running.stop()
@@ -231,8 +300,18 @@ def test_abort_by_producer_id_epoch_and_coordinator_epoch(tmp_path: Path) -> Non
     running = EmbeddedBroker(BROKER_CONFIG, data_dir=tmp_path).start()
     try:
         bootstrap = running.bootstrap_servers
-        base = ("transactions", "abort", "--topic", topic, "--partition", "0",
-                "--producer-id", str(raw.producer_id), "--coordinator-epoch", "-1")
+        base = (
+            "transactions",
+            "abort",
+            "--topic",
+            topic,
+            "--partition",
+            "0",
+            "--producer-id",
+            str(raw.producer_id),
+            "--coordinator-epoch",
+            "-1",
+        )
         usage = run_cli(bootstrap, *base, expect_exit=2)
         assert "--producer-epoch" in usage.output
         result = run_json(bootstrap, *base, "--producer-epoch", str(raw.epoch))

@@ -272,7 +272,11 @@ def test_effective_defaults_and_synonyms() -> None:
     assert len(entries) == len(set(entries))  # one entry per key
     r = entries["retention.ms"]
     assert (r.value, r.source, r.type, r.read_only, r.sensitive) == (
-        "604800000", DEFAULT, ConfigType.LONG, False, False
+        "604800000",
+        DEFAULT,
+        ConfigType.LONG,
+        False,
+        False,
     )
     assert [(s.name, s.value, s.source) for s in r.synonyms] == [
         ("log.retention.hours", "168", DEFAULT)

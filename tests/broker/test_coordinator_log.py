@@ -26,8 +26,15 @@ def test_records_and_markers_come_back_in_order_after_a_restart(tmp_path: Path) 
         flusher = GroupCommitFlusher()
         flusher.start()
         await write_records(partition, flusher, [(b"k1", b"v1"), (b"k2", None)], NOW)
-        last = await write_records(partition, flusher, [(b"k3", b"v3")], NOW,
-                                   producer_id=77, producer_epoch=2, transactional=True)
+        last = await write_records(
+            partition,
+            flusher,
+            [(b"k3", b"v3")],
+            NOW,
+            producer_id=77,
+            producer_epoch=2,
+            transactional=True,
+        )
         assert partition.log.recovery_point > last, "answered only once durable"
         assert partition.last_stable_offset == 2, "the transactional record is not stable yet"
         partition.append_marker(77, 2, commit=True, coordinator_epoch=0, now_ms=NOW)

@@ -9,8 +9,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from oncelog.testing import EmbeddedBroker
 
-CONFIG = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "3",
-          "group.initial.rebalance.delay.ms": "0"}  # fmt: skip
+CONFIG = {
+    "offsets.topic.num.partitions": "3",
+    "transaction.state.log.num.partitions": "3",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 
 def committed(bootstrap: str, group: str, topic: str) -> int:
@@ -24,8 +27,12 @@ def committed(bootstrap: str, group: str, topic: str) -> int:
 
 def transactional_metadata(broker: EmbeddedBroker, transactional_id: str) -> tuple[int, int]:
     assert broker.broker is not None
-    (md,) = [md for shard in broker.broker.transactions.shards.values()
-             for tid, md in shard.metadata.items() if tid == transactional_id]  # fmt: skip
+    (md,) = [
+        md
+        for shard in broker.broker.transactions.shards.values()
+        for tid, md in shard.metadata.items()
+        if tid == transactional_id
+    ]
     return md.producer_id, md.producer_epoch
 
 
@@ -37,10 +44,12 @@ def test_offsets_and_transactional_ids_survive_restarts(tmp_path: Path) -> None:
         producer.begin_transaction()
         for i in range(10):
             producer.produce("data", b"%d" % i, partition=0)
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "g",
-                             "enable.auto.commit": False})  # fmt: skip
-        producer.send_offsets_to_transaction([TopicPartition("data", 0, 7)],
-                                             consumer.consumer_group_metadata(), 10)  # fmt: skip
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "g", "enable.auto.commit": False}
+        )
+        producer.send_offsets_to_transaction(
+            [TopicPartition("data", 0, 7)], consumer.consumer_group_metadata(), 10
+        )
         producer.commit_transaction(10)
         consumer.close()
         deadline = time.monotonic() + 10
@@ -57,8 +66,9 @@ def test_offsets_and_transactional_ids_survive_restarts(tmp_path: Path) -> None:
             assert committed(broker.bootstrap_servers, "g", "data") == 7
             assert transactional_metadata(broker, "restart-tx") == (pid, epoch)
             # the id is known: a new instance bumps the epoch, fencing the previous one
-            again = Producer({"bootstrap.servers": broker.bootstrap_servers,
-                              "transactional.id": "restart-tx"})  # fmt: skip
+            again = Producer(
+                {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": "restart-tx"}
+            )
             again.init_transactions(10)
             pid_now, epoch_now = transactional_metadata(broker, "restart-tx")
             assert (pid_now, epoch_now) == (pid, epoch + 1)

@@ -13,8 +13,9 @@ def test_acks_all_is_answered_only_after_fsync() -> None:
     with EmbeddedBroker() as embedded:
         broker = embedded.broker
         assert broker is not None
-        producer = Producer({"bootstrap.servers": embedded.bootstrap_servers, "acks": "all",
-                             "linger.ms": 0})
+        producer = Producer(
+            {"bootstrap.servers": embedded.bootstrap_servers, "acks": "all", "linger.ms": 0}
+        )
         unsafe: list[int] = []
 
         def on_delivery(err: object, msg: object) -> None:

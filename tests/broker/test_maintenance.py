@@ -16,22 +16,28 @@ HOUR_MS = 3_600_000
 
 def append(registry: TopicRegistry, topic: str, count: int, timestamp_ms: int) -> None:
     partition = registry.partition(topic, 0)
-    for i in range(count):
+    for _i in range(count):
         batch = build_batch([Record(b"k", b"x" * 100)], timestamp_ms=timestamp_ms)
         partition.append_records(batch, timestamp_ms)
 
 
 def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
-    config = BrokerConfig.load(None, {"log.flush.interval.messages": "1000000",
-                                      "log.flush.interval.ms": "5000"})
+    config = BrokerConfig.load(
+        None, {"log.flush.interval.messages": "1000000", "log.flush.interval.ms": "5000"}
+    )
     registry = TopicRegistry(tmp_path, config)
     registry.create("old", 1, {"segment.bytes": "1000", "retention.ms": str(HOUR_MS)}, 0)
 
     async def scenario() -> None:
         flusher = GroupCommitFlusher()
         flusher.start()
-        maintenance = Maintenance(registry, flusher, retention_check_interval_ms=60_000,
-                                  producer_id_expiration_ms=86_400_000, clock_ms=lambda: 0)
+        maintenance = Maintenance(
+            registry,
+            flusher,
+            retention_check_interval_ms=60_000,
+            producer_id_expiration_ms=86_400_000,
+            clock_ms=lambda: 0,
+        )
         partition = registry.partition("old", 0)
         append(registry, "old", 30, timestamp_ms=1_000)
         assert len(partition.log.segments()) > 2

@@ -17,9 +17,14 @@ NOW = 1_795_000_000_000
 
 
 def txn_batch(pid: int, seq: int, count: int = 1, epoch: int = 0) -> bytes:
-    return build_batch([Record(b"k", b"v%d" % i) for i in range(count)], producer_id=pid,
-                       producer_epoch=epoch, base_sequence=seq, transactional=True,
-                       timestamp_ms=NOW)  # fmt: skip
+    return build_batch(
+        [Record(b"k", b"v%d" % i) for i in range(count)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+        transactional=True,
+        timestamp_ms=NOW,
+    )
 
 
 def plain_batch() -> bytes:
@@ -35,10 +40,10 @@ def registry(tmp_path: Path) -> TopicRegistry:
 
 def test_lso_stops_at_the_oldest_open_transaction(registry: TopicRegistry) -> None:
     p = registry.partition("t", 0)
-    p.append_records(plain_batch(), NOW)                    # 0
-    p.append_records(txn_batch(1, 0, 2), NOW)               # 1-2, producer 1 opens at 1
-    p.append_records(txn_batch(2, 0), NOW)                  # 3, producer 2 opens at 3
-    p.append_records(plain_batch(), NOW)                    # 4
+    p.append_records(plain_batch(), NOW)  # 0
+    p.append_records(txn_batch(1, 0, 2), NOW)  # 1-2, producer 1 opens at 1
+    p.append_records(txn_batch(2, 0), NOW)  # 3, producer 2 opens at 3
+    p.append_records(plain_batch(), NOW)  # 4
     assert (p.high_watermark, p.last_stable_offset) == (5, 1)
     assert p.append_marker(1, 0, commit=True, coordinator_epoch=0, now_ms=NOW) == 5
     assert p.last_stable_offset == 3
@@ -63,7 +68,9 @@ def test_markers_are_fenced_by_epochs(registry: TopicRegistry) -> None:
     assert zombie.value.code == ErrorCode.transaction_coordinator_fenced
 
 
-def test_open_transactions_and_aborts_survive_restarts(tmp_path: Path, registry: TopicRegistry) -> None:
+def test_open_transactions_and_aborts_survive_restarts(
+    tmp_path: Path, registry: TopicRegistry
+) -> None:
     p = registry.partition("t", 0)
     for round_ in range(6):  # enough to roll several 400-byte segments
         p.append_records(txn_batch(7, round_ * 2, 2), NOW)
@@ -84,7 +91,9 @@ def test_open_transactions_and_aborts_survive_restarts(tmp_path: Path, registry:
         reopened.close()
 
 
-def test_a_lost_index_entry_is_rebuilt_from_the_marker(tmp_path: Path, registry: TopicRegistry) -> None:
+def test_a_lost_index_entry_is_rebuilt_from_the_marker(
+    tmp_path: Path, registry: TopicRegistry
+) -> None:
     p = registry.partition("t", 0)
     p.append_records(txn_batch(9, 0), NOW)
     p.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=NOW)

@@ -15,8 +15,13 @@ PRODUCER_ID = 4242
 
 
 def idempotent_batch(sequence: int, timestamp_ms: int) -> bytes:
-    return build_batch([Record(b"k", b"x" * 200)], producer_id=PRODUCER_ID, producer_epoch=0,
-                       base_sequence=sequence, timestamp_ms=timestamp_ms)
+    return build_batch(
+        [Record(b"k", b"x" * 200)],
+        producer_id=PRODUCER_ID,
+        producer_epoch=0,
+        base_sequence=sequence,
+        timestamp_ms=timestamp_ms,
+    )
 
 
 def test_idle_producer_survives_retention_of_its_batches_and_a_restart(tmp_path: Path) -> None:
@@ -27,8 +32,9 @@ def test_idle_producer_survives_retention_of_its_batches_and_a_restart(tmp_path:
     for sequence in range(5):
         partition.append_records(idempotent_batch(sequence, 1_000), 1_000)
     # another producer keeps the partition busy later, in a fresh segment
-    partition.append_records(build_batch([Record(None, b"y" * 200)], timestamp_ms=2 * HOUR_MS),
-                             2 * HOUR_MS)
+    partition.append_records(
+        build_batch([Record(None, b"y" * 200)], timestamp_ms=2 * HOUR_MS), 2 * HOUR_MS
+    )
     assert len(partition.log.segments()) == 6
 
     assert partition.log.apply_retention(2 * HOUR_MS) == 5

@@ -25,17 +25,40 @@ def test_transactional_batch_is_refused_and_appends_nothing(
     transactional_id: str | None, expected: ErrorCode
 ) -> None:
     with EmbeddedBroker() as embedded, KafkaConnection(embedded.bootstrap_servers) as conn:
-        pid = conn.request(ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": None, "transaction_timeout": 60_000,
-            "producer_id": -1, "producer_epoch": -1}).producer_id  # fmt: skip
-        records = build_batch([Record(b"k", b"v")], producer_id=pid, producer_epoch=0,
-                              base_sequence=0, transactional=True,
-                              timestamp_ms=int(time.time() * 1000))  # fmt: skip
-        conn.request(ApiKey.METADATA, {"topics": [{"name": "t", "topic_id": None}], "allow_auto_topic_creation": True,
-                                       "include_topic_authorized_operations": False})
-        answer = conn.request(ApiKey.PRODUCE, {
-            "transactional_id": transactional_id, "acks": -1, "timeout": 10_000,
-            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]})
+        pid = conn.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        ).producer_id
+        records = build_batch(
+            [Record(b"k", b"v")],
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+            timestamp_ms=int(time.time() * 1000),
+        )
+        conn.request(
+            ApiKey.METADATA,
+            {
+                "topics": [{"name": "t", "topic_id": None}],
+                "allow_auto_topic_creation": True,
+                "include_topic_authorized_operations": False,
+            },
+        )
+        answer = conn.request(
+            ApiKey.PRODUCE,
+            {
+                "transactional_id": transactional_id,
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+            },
+        )
         (partition,) = answer.responses[0].partition_responses
         assert partition.error_code == expected
         assert embedded.broker is not None

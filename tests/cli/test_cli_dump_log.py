@@ -22,9 +22,19 @@ def segment(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) ->
 
     from oncelog.cli.main import main
 
-    created = CliRunner().invoke(main, ["topics", "create", "--bootstrap-server",
-                                        broker.bootstrap_servers, "--topic", "dumped",
-                                        "--partitions", "1"])
+    created = CliRunner().invoke(
+        main,
+        [
+            "topics",
+            "create",
+            "--bootstrap-server",
+            broker.bootstrap_servers,
+            "--topic",
+            "dumped",
+            "--partitions",
+            "1",
+        ],
+    )
     assert created.exit_code == 0, created.output
     producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
     for values in BATCHES:
@@ -57,12 +67,12 @@ def test_real_segment(cli, segment: Path) -> None:
     assert [b["last_offset"] for b in batches] == [1, 4, 5]
     assert [b["record_count"] for b in batches] == [2, 3, 1]
     assert all(b["crc_valid"] for b in batches)
-    assert [b["position"] for b in batches][1:] == [
-        b["position"] + b["size"] for b in batches[:-1]]
+    assert [b["position"] for b in batches][1:] == [b["position"] + b["size"] for b in batches[:-1]]
     assert sum(b["size"] for b in batches) == report["size_bytes"] == segment.stat().st_size
     assert report["torn_tail"] is None
     assert [[r["value"] for r in b["records"]] for b in batches] == [
-        [v.decode() for v in values] for values in BATCHES]
+        [v.decode() for v in values] for values in BATCHES
+    ]
     assert [r["offset"] for r in batches[1]["records"]] == [2, 3, 4]
 
     table = cli("dump-log", str(segment))
@@ -95,24 +105,41 @@ def test_torn_tail_is_reported(cli, segment: Path, tmp_path: Path) -> None:
 def test_garbage_and_empty_files(cli, tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.log"
     garbage.write_bytes(b"\x01\x02\x03")
-    assert _dump(cli, garbage) == {"file": str(garbage), "size_bytes": 3, "batches": [],
-                                   "torn_tail": {"position": 0, "bytes": 3}}
+    assert _dump(cli, garbage) == {
+        "file": str(garbage),
+        "size_bytes": 3,
+        "batches": [],
+        "torn_tail": {"position": 0, "bytes": 3},
+    }
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     assert _dump(cli, empty)["batches"] == [] and _dump(cli, empty)["torn_tail"] is None
 
 
 def test_transaction_marker(cli, tmp_path: Path) -> None:
-    data = build_batch([Record(b"k", b"v")], base_offset=0, producer_id=7, producer_epoch=2,
-                       base_sequence=0, transactional=True, timestamp_ms=1000)
-    marker = build_control_batch(True, producer_id=7, producer_epoch=2, coordinator_epoch=0,
-                                 base_offset=1, timestamp_ms=1001)
+    data = build_batch(
+        [Record(b"k", b"v")],
+        base_offset=0,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=0,
+        transactional=True,
+        timestamp_ms=1000,
+    )
+    marker = build_control_batch(
+        True, producer_id=7, producer_epoch=2, coordinator_epoch=0, base_offset=1, timestamp_ms=1001
+    )
     path = tmp_path / "00000000000000000000.log"
     path.write_bytes(data + marker)
     report = _dump(cli, path, "--records")
     data_batch, marker_batch = report["batches"]
-    assert (data_batch["producer_id"], data_batch["producer_epoch"], data_batch["base_sequence"],
-            data_batch["transactional"], data_batch["control"]) == (7, 2, 0, True, False)
+    assert (
+        data_batch["producer_id"],
+        data_batch["producer_epoch"],
+        data_batch["base_sequence"],
+        data_batch["transactional"],
+        data_batch["control"],
+    ) == (7, 2, 0, True, False)
     assert marker_batch["control"] and marker_batch["marker"] == "COMMIT"
     assert marker_batch["records"] == [] and data_batch["records"][0]["value"] == "v"
     assert "COMMIT" in cli("dump-log", str(path)).stdout

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-COMMANDS = [[], ["broker"], ["topics"], ["topics", "create"], ["topics", "list"],
-            ["topics", "describe"], ["topics", "delete"], ["produce"], ["consume"], ["dump-log"]]
+COMMANDS = [
+    [],
+    ["broker"],
+    ["topics"],
+    ["topics", "create"],
+    ["topics", "list"],
+    ["topics", "describe"],
+    ["topics", "delete"],
+    ["produce"],
+    ["consume"],
+    ["dump-log"],
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "oncelog")

@@ -15,23 +15,56 @@ def _json(result) -> object:
 
 def test_round_trip(broker: EmbeddedBroker, cli, produce_batches) -> None:
     bootstrap = ["--bootstrap-server", broker.bootstrap_servers]
-    created = _json(cli("topics", "create", *bootstrap, "--topic", "orders", "--partitions", "2",
-                        "--config", "retention.ms=600000", "--json"))
+    created = _json(
+        cli(
+            "topics",
+            "create",
+            *bootstrap,
+            "--topic",
+            "orders",
+            "--partitions",
+            "2",
+            "--config",
+            "retention.ms=600000",
+            "--json",
+        )
+    )
     assert created["name"] == "orders" and created["partitions"] == 2 and not created["internal"]
 
     listed = _json(cli("topics", "list", *bootstrap, "--json"))
-    assert {"name": "orders", "topic_id": created["topic_id"], "partitions": 2,
-            "internal": False} in listed
+    assert {
+        "name": "orders",
+        "topic_id": created["topic_id"],
+        "partitions": 2,
+        "internal": False,
+    } in listed
 
     produce_batches("orders", [[b"v%d" % i for i in range(7)]])
-    described = _json(cli("topics", "describe", *bootstrap, "--topic", "orders",
-                          "--data-dir", str(broker.data_dir), "--json"))
+    described = _json(
+        cli(
+            "topics",
+            "describe",
+            *bootstrap,
+            "--topic",
+            "orders",
+            "--data-dir",
+            str(broker.data_dir),
+            "--json",
+        )
+    )
     assert described["name"] == "orders" and described["topic_id"] == created["topic_id"]
     first, second = described["partitions"]
     segment = broker.data_dir / "orders-0" / "00000000000000000000.log"
-    assert first == {"partition": 0, "leader": 0, "log_start_offset": 0, "high_watermark": 7,
-                     "last_stable_offset": 7, "log_end_offset": 7, "segments": 1,
-                     "size_bytes": segment.stat().st_size}
+    assert first == {
+        "partition": 0,
+        "leader": 0,
+        "log_start_offset": 0,
+        "high_watermark": 7,
+        "last_stable_offset": 7,
+        "log_end_offset": 7,
+        "segments": 1,
+        "size_bytes": segment.stat().st_size,
+    }
     assert first["size_bytes"] > 0
     assert second["high_watermark"] == 0 and second["size_bytes"] == 0 and second["segments"] == 1
 
@@ -51,11 +84,33 @@ def test_round_trip(broker: EmbeddedBroker, cli, produce_batches) -> None:
 
 def test_segment_count_follows_rolls(broker: EmbeddedBroker, cli, produce_batches) -> None:
     bootstrap = ["--bootstrap-server", broker.bootstrap_servers]
-    assert cli("topics", "create", *bootstrap, "--topic", "rolling", "--partitions", "1",
-               "--config", "segment.bytes=100").exit_code == 0
+    assert (
+        cli(
+            "topics",
+            "create",
+            *bootstrap,
+            "--topic",
+            "rolling",
+            "--partitions",
+            "1",
+            "--config",
+            "segment.bytes=100",
+        ).exit_code
+        == 0
+    )
     produce_batches("rolling", [[b"a" * 20], [b"b" * 20], [b"c" * 20]])  # ~90 bytes each
-    (partition,) = _json(cli("topics", "describe", *bootstrap, "--topic", "rolling",
-                             "--data-dir", str(broker.data_dir), "--json"))["partitions"]
+    (partition,) = _json(
+        cli(
+            "topics",
+            "describe",
+            *bootstrap,
+            "--topic",
+            "rolling",
+            "--data-dir",
+            str(broker.data_dir),
+            "--json",
+        )
+    )["partitions"]
     logs = list((broker.data_dir / "rolling-0").glob("*.log"))
     assert partition["segments"] == len(logs) == 3
     assert partition["size_bytes"] == sum(f.stat().st_size for f in logs)

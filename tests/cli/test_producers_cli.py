@@ -25,22 +25,38 @@ def _json(result) -> list[dict[str, object]]:
 
 def _topic(cli, broker: EmbeddedBroker, partitions: int) -> str:
     name = f"producers-{next(_names)}"
-    created = cli("topics", "create", "--bootstrap-server", broker.bootstrap_servers,
-                  "--topic", name, "--partitions", str(partitions))
+    created = cli(
+        "topics",
+        "create",
+        "--bootstrap-server",
+        broker.bootstrap_servers,
+        "--topic",
+        name,
+        "--partitions",
+        str(partitions),
+    )
     assert created.exit_code == 0, created.output
     return name
 
 
 def _describe(cli, broker: EmbeddedBroker, topic: str, *args: str):
-    return cli("producers", "describe", "--bootstrap-server", broker.bootstrap_servers,
-               "--topic", topic, *args)
+    return cli(
+        "producers",
+        "describe",
+        "--bootstrap-server",
+        broker.bootstrap_servers,
+        "--topic",
+        topic,
+        *args,
+    )
 
 
 def test_idempotent_confluent_producer_is_listed(broker: EmbeddedBroker, cli) -> None:
     topic = _topic(cli, broker, 1)
     assert _json(_describe(cli, broker, topic, "--json")) == []
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers,
-                         "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": broker.bootstrap_servers, "enable.idempotence": True, "linger.ms": 5}
+    )
     records = 250
     for i in range(records):
         producer.produce(topic, b"v%d" % i, key=b"k")
@@ -63,40 +79,76 @@ def test_rows_match_what_the_raw_producer_sent(broker: EmbeddedBroker, cli) -> N
     with KafkaConnection(broker.bootstrap_servers) as conn:
         pids = []
         for _ in range(2):
-            answer = conn.request(ApiKey.INIT_PRODUCER_ID, {
-                "transactional_id": None, "transaction_timeout": 60_000,
-                "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+            answer = conn.request(
+                ApiKey.INIT_PRODUCER_ID,
+                {
+                    "transactional_id": None,
+                    "transaction_timeout": 60_000,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
+            )
             pids.append(answer.producer_id)
         ts = int(time.time() * 1000)  # recent: an old timestamp could expire the producer
         sends = [(pids[0], 0, 0, 0, 5), (pids[1], 3, 2, 114, 3), (pids[0], 0, 2, 6, 2)]
         for pid, epoch, partition, first, count in sends:
-            batch = build_batch([Record(None, b"x")] * count, producer_id=pid, producer_epoch=epoch,
-                                base_sequence=first, timestamp_ms=ts)
-            response = conn.request(ApiKey.PRODUCE, {
-                "transactional_id": None, "acks": -1, "timeout": 10_000, "topic_data": [
-                    {"name": topic, "partition_data": [{"index": partition, "records": batch}]}]})
+            batch = build_batch(
+                [Record(None, b"x")] * count,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=first,
+                timestamp_ms=ts,
+            )
+            response = conn.request(
+                ApiKey.PRODUCE,
+                {
+                    "transactional_id": None,
+                    "acks": -1,
+                    "timeout": 10_000,
+                    "topic_data": [
+                        {"name": topic, "partition_data": [{"index": partition, "records": batch}]}
+                    ],
+                },
+            )
             assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
 
     iso = datetime.datetime.fromtimestamp(ts // 1000, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    iso += ".%03dZ" % (ts % 1000)
-    common = {"last_timestamp": ts, "last_timestamp_iso": iso,
-              "coordinator_epoch": None, "current_txn_start_offset": None}
+    iso += f".{ts % 1000:03d}Z"
+    common = {
+        "last_timestamp": ts,
+        "last_timestamp_iso": iso,
+        "coordinator_epoch": None,
+        "current_txn_start_offset": None,
+    }
     row = lambda partition, pid, epoch, last: {  # noqa: E731
-        "partition": partition, "producer_id": pid, "producer_epoch": epoch,
-        "last_sequence": last, **common}
+        "partition": partition,
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "last_sequence": last,
+        **common,
+    }
     assert _json(_describe(cli, broker, topic, "--json")) == [
         row(0, pids[0], 0, 4),
         row(2, pids[0], 0, 7),
         row(2, pids[1], 3, 116),
     ]
     assert _json(_describe(cli, broker, topic, "--partition", "2", "--json")) == [
-        row(2, pids[0], 0, 7), row(2, pids[1], 3, 116)]
+        row(2, pids[0], 0, 7),
+        row(2, pids[1], 3, 116),
+    ]
     assert _json(_describe(cli, broker, topic, "--partition", "1", "--json")) == []
 
     table = _describe(cli, broker, topic)
     assert table.exit_code == 0, table.output
-    for heading in ("Partition", "Producer id", "Epoch", "Last sequence", "Last timestamp",
-                    "Coordinator epoch", "Txn start offset"):
+    for heading in (
+        "Partition",
+        "Producer id",
+        "Epoch",
+        "Last sequence",
+        "Last timestamp",
+        "Coordinator epoch",
+        "Txn start offset",
+    ):
         assert heading in table.stdout
     assert str(pids[1]) in table.stdout and iso in table.stdout
     empty = _describe(cli, broker, topic, "--partition", "1")

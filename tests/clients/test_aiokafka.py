@@ -15,14 +15,19 @@ async def produce_and_consume(bootstrap: str, topic: str) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
     await producer.start()
     try:
-        sent = [await producer.send_and_wait(topic, b"value-%d" % i, partition=0,
-                                             timestamp_ms=BASE_TIMESTAMP + i) for i in range(200)]
+        sent = [
+            await producer.send_and_wait(
+                topic, b"value-%d" % i, partition=0, timestamp_ms=BASE_TIMESTAMP + i
+            )
+            for i in range(200)
+        ]
     finally:
         await producer.stop()
     assert [m.offset for m in sent] == list(range(200))
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     try:
         tp = TopicPartition(topic, 0)
@@ -41,5 +46,7 @@ async def produce_and_consume(bootstrap: str, topic: str) -> None:
         await consumer.stop()
 
 
-def test_produce_consume_and_offsets_for_times(oncelog_session_broker: EmbeddedBroker, topic_name: str) -> None:
+def test_produce_consume_and_offsets_for_times(
+    oncelog_session_broker: EmbeddedBroker, topic_name: str
+) -> None:
     asyncio.run(produce_and_consume(oncelog_session_broker.bootstrap_servers, topic_name))

@@ -18,7 +18,9 @@ def create_topic(bootstrap: str, name: str, partitions: int, **configs: str) -> 
     admin.create_topics([NewTopic(name, partitions, config=configs)])[name].result(TIMEOUT_S)
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, **conf: object) -> list[tuple[int, int]]:
+def produce(
+    bootstrap: str, topic: str, count: int, partitions: int, **conf: object
+) -> list[tuple[int, int]]:
     """Send `count` numbered records round-robin; return (partition, offset) of each ack."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
     acked: list[tuple[int, int]] = []
@@ -31,16 +33,25 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, **conf: obj
             acked.append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
 
     for i in range(count):
-        producer.produce(topic, key=b"k%d" % i, value=b"value-%d" % i, partition=i % partitions,
-                         on_delivery=on_delivery, timestamp=1_700_000_000_000 + i)
+        producer.produce(
+            topic,
+            key=b"k%d" % i,
+            value=b"value-%d" % i,
+            partition=i % partitions,
+            on_delivery=on_delivery,
+            timestamp=1_700_000_000_000 + i,
+        )
     assert producer.flush(TIMEOUT_S) == 0
     assert errors == []
     return acked
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int, **conf: object) -> list[tuple[int, int, bytes]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False, **conf})
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expected: int, **conf: object
+) -> list[tuple[int, int, bytes]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False, **conf}
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     got: list[tuple[int, int, bytes]] = []
     deadline = time.monotonic() + TIMEOUT_S
@@ -70,7 +81,9 @@ def test_produce_with_each_acks_then_consume_from_beginning(
     assert sorted(v for _, _, v in got) == sorted(b"value-%d" % i for i in range(3000))
     for partition in range(3):
         offsets = [o for p, o, _ in got if p == partition]
-        assert offsets == list(range(1000)), "each partition holds its records once, in offset order"
+        assert offsets == list(range(1000)), (
+            "each partition holds its records once, in offset order"
+        )
         values = [int(v.split(b"-")[1]) for p, _, v in got if p == partition]
         assert values == sorted(values), "records keep their send order within a partition"
     if acks != "0":  # acks=0 gets no offsets back
@@ -85,10 +98,16 @@ def test_list_offsets_by_timestamp(oncelog_session_broker: EmbeddedBroker, topic
     try:
         base = 1_700_000_000_000
         # one query per call: librdkafka merges queries for the same partition
-        for timestamp, offset in [(base + 123, 123), (base, 0), (base - 5, 0), (base + 499, 499),
-                                  (base + 10_000, -1)]:
-            (found,) = consumer.offsets_for_times([TopicPartition(topic_name, 0, timestamp)],
-                                                  timeout=TIMEOUT_S)
+        for timestamp, offset in [
+            (base + 123, 123),
+            (base, 0),
+            (base - 5, 0),
+            (base + 499, 499),
+            (base + 10_000, -1),
+        ]:
+            (found,) = consumer.offsets_for_times(
+                [TopicPartition(topic_name, 0, timestamp)], timeout=TIMEOUT_S
+            )
             assert found.offset == offset, timestamp
         low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 0), timeout=TIMEOUT_S)
         assert (low, high) == (0, 500)
@@ -96,7 +115,9 @@ def test_list_offsets_by_timestamp(oncelog_session_broker: EmbeddedBroker, topic
         consumer.close()
 
 
-def test_topic_create_describe_delete(oncelog_session_broker: EmbeddedBroker, topic_name: str) -> None:
+def test_topic_create_describe_delete(
+    oncelog_session_broker: EmbeddedBroker, topic_name: str
+) -> None:
     bootstrap = oncelog_session_broker.bootstrap_servers
     admin = AdminClient({"bootstrap.servers": bootstrap})
     create_topic(bootstrap, topic_name, 4, **{"retention.ms": "3600000"})
@@ -119,14 +140,20 @@ def test_topic_create_describe_delete(oncelog_session_broker: EmbeddedBroker, to
     assert not (oncelog_session_broker.data_dir / f"{topic_name}-0").exists()
 
 
-def test_invalid_topic_is_refused_with_a_clear_error(oncelog_session_broker: EmbeddedBroker) -> None:
+def test_invalid_topic_is_refused_with_a_clear_error(
+    oncelog_session_broker: EmbeddedBroker,
+) -> None:
     admin = AdminClient({"bootstrap.servers": oncelog_session_broker.bootstrap_servers})
     with pytest.raises(KafkaException) as refused:
         admin.create_topics([NewTopic("bad/name", 1)])["bad/name"].result(TIMEOUT_S)
-    assert refused.value.args[0].code() == 17  # INVALID_TOPIC_EXCEPTION (librdkafka: TOPIC_EXCEPTION)
+    assert (
+        refused.value.args[0].code() == 17
+    )  # INVALID_TOPIC_EXCEPTION (librdkafka: TOPIC_EXCEPTION)
     assert "bad/name" in refused.value.args[0].str()
     with pytest.raises(KafkaException) as refused:
-        admin.create_topics([NewTopic("rf-three", 1, replication_factor=3)])["rf-three"].result(TIMEOUT_S)
+        admin.create_topics([NewTopic("rf-three", 1, replication_factor=3)])["rf-three"].result(
+            TIMEOUT_S
+        )
     assert refused.value.args[0].name() == "INVALID_REPLICATION_FACTOR"
 
 
@@ -140,7 +167,9 @@ def test_auto_creation_on_produce(topic_name: str) -> None:
 
 def test_auto_creation_disabled(topic_name: str) -> None:
     with EmbeddedBroker({"auto.create.topics.enable": "false"}) as broker:
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "message.timeout.ms": 3000})
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap_servers, "message.timeout.ms": 3000}
+        )
         failures: list[object] = []
         producer.produce(topic_name, b"x", on_delivery=lambda err, msg: failures.append(err))
         producer.flush(10)

@@ -15,12 +15,19 @@ TIMEOUT_S = 20
 BASE_TIMESTAMP = 1_700_000_000_000
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, acks: int | str) -> list[tuple[int, int]]:
+def produce(
+    bootstrap: str, topic: str, count: int, partitions: int, acks: int | str
+) -> list[tuple[int, int]]:
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks=acks, linger_ms=5)
     try:
         futures = [
-            producer.send(topic, key=b"k%d" % i, value=b"value-%d" % i, partition=i % partitions,
-                          timestamp_ms=BASE_TIMESTAMP + i)
+            producer.send(
+                topic,
+                key=b"k%d" % i,
+                value=b"value-%d" % i,
+                partition=i % partitions,
+                timestamp_ms=BASE_TIMESTAMP + i,
+            )
             for i in range(count)
         ]
         producer.flush(TIMEOUT_S)
@@ -30,7 +37,9 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, acks: int |
     return [(m.partition, m.offset) for m in metadata]
 
 
-def consume_all(bootstrap: str, topic: str, partitions: int, expected: int) -> list[tuple[int, int, bytes]]:
+def consume_all(
+    bootstrap: str, topic: str, partitions: int, expected: int
+) -> list[tuple[int, int, bytes]]:
     """Read from the beginning until `expected` records came, then check nothing more comes."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     got: list[tuple[int, int, bytes]] = []
@@ -79,10 +88,14 @@ def test_list_offsets_by_timestamp(oncelog_session_broker: EmbeddedBroker, topic
         consumer.close()
 
 
-def test_topic_create_describe_delete(oncelog_session_broker: EmbeddedBroker, topic_name: str) -> None:
+def test_topic_create_describe_delete(
+    oncelog_session_broker: EmbeddedBroker, topic_name: str
+) -> None:
     admin = KafkaAdminClient(bootstrap_servers=oncelog_session_broker.bootstrap_servers)
     try:
-        admin.create_topics([NewTopic(topic_name, 3, 1, topic_configs={"segment.bytes": "1048576"})])
+        admin.create_topics(
+            [NewTopic(topic_name, 3, 1, topic_configs={"segment.bytes": "1048576"})]
+        )
         with pytest.raises(TopicAlreadyExistsError):
             admin.create_topics([NewTopic(topic_name, 3, 1)])
         described = admin.describe_topics([topic_name])

@@ -16,7 +16,8 @@ The loop ends (status 0, ``DONE`` in the progress file) once it owns every input
 partition, has consumed up to each partition's end, and has nothing left to commit.
 Each committed batch appends one line to the progress file, which the test reads to
 time its kills; in eos mode an ``in txn`` line marks a transaction whose records are
-produced (with ``--flush-in-txn``: in the log) but not yet committed. Any unexpected failure exits nonzero.
+produced (with ``--flush-in-txn``: in the log) but not yet committed. Any unexpected failure
+exits nonzero.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 DONE_SUFFIX = b"|done"
 
@@ -52,7 +54,9 @@ class Progress:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
     p.add_argument("--mode", choices=["eos", "plain"], default="eos")
@@ -60,22 +64,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group", default="ctp-group")
     p.add_argument("--input", default="input")
     p.add_argument("--output", default="output")
-    p.add_argument("--partitions", type=int, default=3, help="input partitions to own before idling out")
+    p.add_argument(
+        "--partitions", type=int, default=3, help="input partitions to own before idling out"
+    )
     p.add_argument("--batch", type=int, default=200, help="most records per transaction")
-    p.add_argument("--commit-every", type=int, default=600, help="plain mode: records between offset commits")
-    p.add_argument("--work-s", type=float, default=0.0,
-                   help="pause after producing a batch, before committing (the 'transform work')")
-    p.add_argument("--flush-in-txn", action="store_true",
-                   help="eos mode: flush the batch's records before the pause, so they are in the "
-                        "log (uncommitted) when the 'in txn' progress line appears")
+    p.add_argument(
+        "--commit-every", type=int, default=600, help="plain mode: records between offset commits"
+    )
+    p.add_argument(
+        "--work-s",
+        type=float,
+        default=0.0,
+        help="pause after producing a batch, before committing (the 'transform work')",
+    )
+    p.add_argument(
+        "--flush-in-txn",
+        action="store_true",
+        help="eos mode: flush the batch's records before the pause, so they are in the "
+        "log (uncommitted) when the 'in txn' progress line appears",
+    )
     p.add_argument("--session-timeout-ms", type=int, default=4000)
     p.add_argument("--heartbeat-interval-ms", type=int, default=500)
     p.add_argument("--max-poll-interval-ms", type=int, default=30000)
-    p.add_argument("--idle-s", type=float, default=1.0, help="no records for this long, and at the end: exit")
-    p.add_argument("--max-run-s", type=float, default=300.0, help="give up (status 3) after this long")
+    p.add_argument(
+        "--idle-s", type=float, default=1.0, help="no records for this long, and at the end: exit"
+    )
+    p.add_argument(
+        "--max-run-s", type=float, default=300.0, help="give up (status 3) after this long"
+    )
     p.add_argument("--progress-file")
-    p.add_argument("--debug", action="store_true",
-                   help="librdkafka debug eos,protocol,cgrp / kafka-python logging DEBUG, to stderr")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="librdkafka debug eos,protocol,cgrp / kafka-python logging DEBUG, to stderr",
+    )
     return p.parse_args(argv)
 
 
@@ -88,26 +110,37 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
     debug = {"debug": "eos,protocol,cgrp"} if a.debug else {}
     common = {"bootstrap.servers": a.bootstrap, "broker.address.family": "v4", **debug}
     if a.mode == "eos":
-        producer = Producer({**common, "transactional.id": a.transactional_id, "linger.ms": 5,
-                             "transaction.timeout.ms": 60000})
+        producer = Producer(
+            {
+                **common,
+                "transactional.id": a.transactional_id,
+                "linger.ms": 5,
+                "transaction.timeout.ms": 60000,
+            }
+        )
         producer.init_transactions(60)  # fences the killed instance, aborts its transaction
     else:
         producer = Producer({**common, "linger.ms": 5, "acks": "all", "enable.idempotence": False})
     progress.line("producer ready")
 
-    consumer = Consumer({
-        **common,
-        "group.id": a.group,
-        "isolation.level": "read_committed",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "session.timeout.ms": a.session_timeout_ms,
-        "heartbeat.interval.ms": a.heartbeat_interval_ms,
-        "max.poll.interval.ms": a.max_poll_interval_ms,
-    })
-    consumer.subscribe([a.input], on_assign=lambda c, ps: progress.line(f"assigned {len(ps)}"),
-                       on_revoke=lambda c, ps: progress.line(f"revoked {len(ps)}"))
+    consumer = Consumer(
+        {
+            **common,
+            "group.id": a.group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": a.session_timeout_ms,
+            "heartbeat.interval.ms": a.heartbeat_interval_ms,
+            "max.poll.interval.ms": a.max_poll_interval_ms,
+        }
+    )
+    consumer.subscribe(
+        [a.input],
+        on_assign=lambda c, ps: progress.line(f"assigned {len(ps)}"),
+        on_revoke=lambda c, ps: progress.line(f"revoked {len(ps)}"),
+    )
 
     def rewind() -> None:
         """After an aborted transaction: back to the group's committed offsets."""
@@ -131,13 +164,17 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
         status, done = [], True
         unknown = [tp for tp in consumer.position(assignment) if tp.offset < 0]
         # nothing consumed from these in this run: where the group's committed offset is
-        known = {tp.partition: tp.offset for tp in consumer.committed(unknown, timeout=10)} if unknown else {}
+        known = (
+            {tp.partition: tp.offset for tp in consumer.committed(unknown, timeout=10)}
+            if unknown
+            else {}
+        )
         for tp in consumer.position(assignment):
             if tp.offset < 0:
                 tp.offset = known.get(tp.partition, -1)
-            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            _low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
             status.append(f"{tp.partition}:{tp.offset}/{high}")
-            if tp.offset < 0 and high > 0 or tp.offset >= 0 and tp.offset < high:
+            if (tp.offset < 0 and high > 0) or (tp.offset >= 0 and tp.offset < high):
                 done = False
         if not done and time.monotonic() - last_status[0] > 5:
             last_status[0] = time.monotonic()
@@ -148,7 +185,9 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
         for m in msgs:
             while True:
                 try:
-                    producer.produce(a.output, key=m.key(), value=transform(m.value()), partition=m.partition())
+                    producer.produce(
+                        a.output, key=m.key(), value=transform(m.value()), partition=m.partition()
+                    )
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -164,7 +203,7 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
             err = m.error()
             if err is None:
                 good.append(m)
-            elif err.fatal() or not err.retriable() and err.code() != KafkaError._PARTITION_EOF:
+            elif err.fatal() or (not err.retriable() and err.code() != KafkaError._PARTITION_EOF):
                 raise KafkaException(err)
         if not good:
             if a.mode == "plain" and uncommitted:
@@ -200,7 +239,9 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
             if a.work_s:
                 time.sleep(a.work_s)
                 producer.poll(0)
-            producer.send_offsets_to_transaction(positions(), consumer.consumer_group_metadata(), 30)
+            producer.send_offsets_to_transaction(
+                positions(), consumer.consumer_group_metadata(), 30
+            )
             producer.commit_transaction(60)
         except KafkaException as exc:
             err = exc.args[0]
@@ -234,8 +275,9 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
 
     common: dict[str, Any] = {"bootstrap_servers": a.bootstrap}
     if a.mode == "eos":
-        producer = KafkaProducer(**common, transactional_id=a.transactional_id, linger_ms=5,
-                                 transaction_timeout_ms=60000)
+        producer = KafkaProducer(
+            **common, transactional_id=a.transactional_id, linger_ms=5, transaction_timeout_ms=60000
+        )
         producer.init_transactions()
     else:
         producer = KafkaProducer(**common, linger_ms=5, acks="all", enable_idempotence=False)
@@ -277,12 +319,16 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
         done = all(consumer.position(tp) >= ends[tp] for tp in assignment)
         if not done and time.monotonic() - last_status[0] > 5:
             last_status[0] = time.monotonic()
-            progress.line("idle, not at the end: position/end "
-                          + " ".join(f"{tp.partition}:{consumer.position(tp)}/{ends[tp]}" for tp in assignment))
+            progress.line(
+                "idle, not at the end: position/end "
+                + " ".join(
+                    f"{tp.partition}:{consumer.position(tp)}/{ends[tp]}" for tp in assignment
+                )
+            )
         return done
 
     def produce(batches: dict[Any, list[Any]]) -> None:
-        for tp, records in batches.items():
+        for _tp, records in batches.items():
             for r in records:
                 producer.send(a.output, key=r.key, value=transform(r.value), partition=r.partition)
 

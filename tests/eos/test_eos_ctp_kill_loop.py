@@ -63,7 +63,9 @@ def setup_topics_and_input(bootstrap: str, records: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for topic in (INPUT, OUTPUT):
         admin.create_topics([NewTopic(topic, PARTITIONS)])[topic].result(IO_TIMEOUT_S)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5}
+    )
     for i in range(records):
         value = record_value(i)
         while True:
@@ -89,20 +91,24 @@ def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
 def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, bytes, bytes]]:
     """Every record of `topic` visible at `isolation`: (partition, offset, key, value), read
     from the beginning until each partition reports its end (bounded)."""
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"reader-{uuid.uuid4()}",
-        "isolation.level": isolation,
-        "enable.partition.eof": True,
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{uuid.uuid4()}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     out: list[tuple[int, int, bytes, bytes]] = []
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         at_eof: set[int] = set()
         deadline = time.monotonic() + 60
         while len(at_eof) < PARTITIONS:
-            assert time.monotonic() < deadline, f"reading {topic} ({isolation}) did not reach the end"
+            assert time.monotonic() < deadline, (
+                f"reading {topic} ({isolation}) did not reach the end"
+            )
             for m in consumer.consume(1000, timeout=0.5):
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
@@ -117,10 +123,18 @@ def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int,
 
 
 def committed_offsets(bootstrap: str, group: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
-        tps = consumer.committed([TopicPartition(INPUT, p) for p in range(PARTITIONS)], timeout=IO_TIMEOUT_S)
+        tps = consumer.committed(
+            [TopicPartition(INPUT, p) for p in range(PARTITIONS)], timeout=IO_TIMEOUT_S
+        )
         return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()
@@ -163,8 +177,11 @@ class Worker:
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, str(WORKER), *argv, "--progress-file", str(self.progress)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"), close_fds=True,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                close_fds=True,
             )
         self.started = time.monotonic()
 
@@ -197,24 +214,52 @@ class Worker:
 
     def diagnostics(self) -> str:
         tail = self.stderr_path.read_text(errors="replace").splitlines()[-40:]
-        return "progress:\n  " + "\n  ".join(self.lines()[-20:]) + "\nstderr:\n  " + "\n  ".join(tail)
+        return (
+            "progress:\n  " + "\n  ".join(self.lines()[-20:]) + "\nstderr:\n  " + "\n  ".join(tail)
+        )
 
 
 def run_kill_loop(
-    bootstrap: str, run_dir: Path, *, client: str, mode: str, kills: int, records: int,
-    seed: int, extra: list[str] | None = None, final_timeout_s: float = 40.0,
+    bootstrap: str,
+    run_dir: Path,
+    *,
+    client: str,
+    mode: str,
+    kills: int,
+    records: int,
+    seed: int,
+    extra: list[str] | None = None,
+    final_timeout_s: float = 40.0,
 ) -> LoopStats:
     rng = random.Random(seed)
     tag = uuid.uuid4().hex[:8]
     argv = [
-        "--bootstrap", bootstrap, "--client", client, "--mode", mode,
-        "--transactional-id", f"ctp-{tag}", "--group", f"ctp-group-{tag}",
-        "--input", INPUT, "--output", OUTPUT, "--partitions", str(PARTITIONS),
-        "--session-timeout-ms", "2500", "--heartbeat-interval-ms", "300",
+        "--bootstrap",
+        bootstrap,
+        "--client",
+        client,
+        "--mode",
+        mode,
+        "--transactional-id",
+        f"ctp-{tag}",
+        "--group",
+        f"ctp-group-{tag}",
+        "--input",
+        INPUT,
+        "--output",
+        OUTPUT,
+        "--partitions",
+        str(PARTITIONS),
+        "--session-timeout-ms",
+        "2500",
+        "--heartbeat-interval-ms",
+        "300",
         *(extra or []),
         *(["--debug"] if DEBUG else []),
-    ]  # fmt: skip
-    stats = LoopStats(client=client, mode=mode, seed=seed, records=records, group=f"ctp-group-{tag}")
+    ]
+    stats = LoopStats(
+        client=client, mode=mode, seed=seed, records=records, group=f"ctp-group-{tag}"
+    )
     workers: list[Worker] = []
     start = time.monotonic()
     try:
@@ -235,7 +280,9 @@ def run_kill_loop(
                 point = f"in-txn#{k}"
                 deadline = time.monotonic() + 45
                 while w.in_txn() < k and w.proc.poll() is None:
-                    assert time.monotonic() < deadline, f"worker made no progress\n{w.diagnostics()}"
+                    assert time.monotonic() < deadline, (
+                        f"worker made no progress\n{w.diagnostics()}"
+                    )
                     time.sleep(0.002)
             else:
                 # inside the loop: after the k-th committed batch of this run, plus a little
@@ -244,11 +291,15 @@ def run_kill_loop(
                 point = f"commit#{k}+{extra_delay:.2f}s"
                 deadline = time.monotonic() + 45
                 while w.commits() < k and w.proc.poll() is None:
-                    assert time.monotonic() < deadline, f"worker made no progress\n{w.diagnostics()}"
+                    assert time.monotonic() < deadline, (
+                        f"worker made no progress\n{w.diagnostics()}"
+                    )
                     time.sleep(0.005)
                 time.sleep(extra_delay)
             if w.proc.poll() is not None:
-                assert w.proc.returncode == 0, f"worker failed ({w.proc.returncode})\n{w.diagnostics()}"
+                assert w.proc.returncode == 0, (
+                    f"worker failed ({w.proc.returncode})\n{w.diagnostics()}"
+                )
                 stats.kill_points.append(f"{point}: finished first")
                 break
             w.kill()
@@ -256,7 +307,9 @@ def run_kill_loop(
             inside = w.killed_inside_txn()
             stats.kills_inside_written_txn += inside
             stats.kills_before_end_txn += inside and point.startswith("in-txn")
-            stats.kill_points.append(f"{point} (after {w.commits()} batches{', inside txn' if inside else ''})")
+            stats.kill_points.append(
+                f"{point} (after {w.commits()} batches{', inside txn' if inside else ''})"
+            )
 
         final = Worker(run_dir, len(workers), argv)
         workers.append(final)
@@ -264,7 +317,9 @@ def run_kill_loop(
             rc = final.proc.wait(final_timeout_s)
         except subprocess.TimeoutExpired:
             final.kill()
-            raise AssertionError(f"the last worker did not finish in {final_timeout_s} s\n{final.diagnostics()}")
+            raise AssertionError(
+                f"the last worker did not finish in {final_timeout_s} s\n{final.diagnostics()}"
+            ) from None
         assert rc == 0, f"the last worker exited with {rc}\n{final.diagnostics()}"
         assert any(line.endswith("DONE") for line in final.lines()), final.diagnostics()
         stats.final_run_s = time.monotonic() - final.started
@@ -274,7 +329,9 @@ def run_kill_loop(
     stats.loop_s = time.monotonic() - start
     stats.runs = len(workers)
     stats.committed_batches_seen = sum(w.commits() for w in workers)
-    stats.aborts_in_worker = sum(1 for w in workers for line in w.lines() if " abort after " in line)
+    stats.aborts_in_worker = sum(
+        1 for w in workers for line in w.lines() if " abort after " in line
+    )
     return stats
 
 
@@ -302,7 +359,9 @@ def check_output(bootstrap: str, stats: LoopStats, *, exactly_once: bool) -> Non
             seq = [expected[v] for part, _, _, v in sorted(committed) if part == p]
             assert seq == list(range(p, stats.records, PARTITIONS)), f"partition {p} out of order"
         # everything read_committed shows is also in the raw log
-        assert not counts - Counter(v for *_, v in uncommitted), "read_committed saw records the log lacks"
+        assert not counts - Counter(v for *_, v in uncommitted), (
+            "read_committed saw records the log lacks"
+        )
 
 
 def report(tmp_path: Path, stats: LoopStats) -> None:
@@ -321,13 +380,21 @@ def broker(tmp_path: Path):
 
 
 @pytest.mark.parametrize("client", ["confluent", "kafka-python"])
-def test_ctp_loop_killed_and_restarted_is_exactly_once(broker: BrokerProcess, tmp_path: Path, client: str) -> None:
+def test_ctp_loop_killed_and_restarted_is_exactly_once(
+    broker: BrokerProcess, tmp_path: Path, client: str
+) -> None:
     records, kills = 20_000, 10
     bootstrap = broker.bootstrap_servers
     setup_topics_and_input(bootstrap, records)
     seed = SEED + (0 if client == "confluent" else 1)
     stats = run_kill_loop(
-        bootstrap, tmp_path, client=client, mode="eos", kills=kills, records=records, seed=seed,
+        bootstrap,
+        tmp_path,
+        client=client,
+        mode="eos",
+        kills=kills,
+        records=records,
+        seed=seed,
         # a little "work" inside each transaction, so kills often land with records written
         # but not committed (these show up as aborted leftovers under read_uncommitted)
         extra=["--batch", "200", "--work-s", "0.03", "--flush-in-txn"],
@@ -353,14 +420,21 @@ def test_control_without_transactions_duplicates(broker: BrokerProcess, tmp_path
     bootstrap = broker.bootstrap_servers
     setup_topics_and_input(bootstrap, records)
     stats = run_kill_loop(
-        bootstrap, tmp_path, client="confluent", mode="plain", kills=kills, records=records, seed=SEED + 2,
+        bootstrap,
+        tmp_path,
+        client="confluent",
+        mode="plain",
+        kills=kills,
+        records=records,
+        seed=SEED + 2,
         extra=["--batch", "200", "--commit-every", "600", "--work-s", "0.03"],
     )
     try:
         check_output(bootstrap, stats, exactly_once=False)
         assert stats.kills >= kills // 2, f"too few kills landed: {stats.kill_points}"
-        assert stats.duplicates > 0, "the control run shows no duplicates: the kill loop proves nothing"
+        assert stats.duplicates > 0, (
+            "the control run shows no duplicates: the kill loop proves nothing"
+        )
         assert stats.aborted_leftovers == 0  # nothing transactional here
     finally:
         report(tmp_path, stats)
-

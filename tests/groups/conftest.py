@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from group_node import Node
 
 

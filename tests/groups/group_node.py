@@ -18,7 +18,6 @@ from oncelog.groups.messages import (
     SyncGroupRequest,
 )
 
-
 CONFIG = GroupConfig(initial_rebalance_delay_ms=0)
 
 
@@ -73,27 +72,52 @@ class Node:
 
     # -- client-ish helpers --
 
-    def join(self, group: str = "g", member_id: str = "", *, client_id: str = "c",
-             protocols: tuple[Protocol, ...] = (Protocol("range", b"m"),),
-             session: int = 10_000, rebalance: int = 30_000, version: int = 5,
-             instance: str | None = None, protocol_type: str = "consumer") -> Any:  # fmt: skip
+    def join(
+        self,
+        group: str = "g",
+        member_id: str = "",
+        *,
+        client_id: str = "c",
+        protocols: tuple[Protocol, ...] = (Protocol("range", b"m"),),
+        session: int = 10_000,
+        rebalance: int = 30_000,
+        version: int = 5,
+        instance: str | None = None,
+        protocol_type: str = "consumer",
+    ) -> Any:
         """Send a JoinGroup; returns its request id (the answer lands in ``answers``)."""
         rid = ("join", next(self._rid))
-        req = JoinGroupRequest(group, member_id, protocol_type, protocols, session, rebalance,
-                               instance, client_id, "/127.0.0.1", version)  # fmt: skip
+        req = JoinGroupRequest(
+            group,
+            member_id,
+            protocol_type,
+            protocols,
+            session,
+            rebalance,
+            instance,
+            client_id,
+            "/127.0.0.1",
+            version,
+        )
         self.apply(self.shard.join_group(req, rid, self.now), rid)
         return rid
 
-    def sync(self, group: str, generation: int, member_id: str,
-             assignments: dict[str, bytes] | None = None) -> Any:  # fmt: skip
+    def sync(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes] | None = None,
+    ) -> Any:
         rid = ("sync", next(self._rid))
         req = SyncGroupRequest(group, generation, member_id, assignments or {})
         self.apply(self.shard.sync_group(req, rid, self.now), rid)
         return rid
 
     def heartbeat(self, group: str, generation: int, member_id: str) -> Any:
-        return self.apply(self.shard.heartbeat(HeartbeatRequest(group, generation, member_id),
-                                               self.now))  # fmt: skip
+        return self.apply(
+            self.shard.heartbeat(HeartbeatRequest(group, generation, member_id), self.now)
+        )
 
     def leave(self, group: str, *member_ids: str) -> Any:
         req = LeaveGroupRequest(group, tuple(LeavingMember(m) for m in member_ids))

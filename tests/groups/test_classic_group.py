@@ -13,7 +13,6 @@ from oncelog.groups.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-
 from oncelog.protocol.errors import ErrorCode as E
 
 S = GroupState
@@ -69,8 +68,12 @@ def test_two_members_leader_assignment_via_sync(node: Node) -> None:
     a = join_with_id(node, client_id="a")
     b = join_with_id(node, client_id="b")
     node.tick(0)
-    ja = [r for r in node.answers.values() if isinstance(r, JoinGroupResponse) and r.member_id == a][-1]
-    jb = [r for r in node.answers.values() if isinstance(r, JoinGroupResponse) and r.member_id == b][-1]
+    ja = [
+        r for r in node.answers.values() if isinstance(r, JoinGroupResponse) and r.member_id == a
+    ][-1]
+    jb = [
+        r for r in node.answers.values() if isinstance(r, JoinGroupResponse) and r.member_id == b
+    ][-1]
     assert ja.leader == jb.leader == a
     assert len(ja.members) == 2 and jb.members == ()
     sb = node.sync("g", 1, b)
@@ -154,8 +157,10 @@ def test_rebalance_timeout_drops_members_that_did_not_rejoin(node: Node) -> None
 def test_leave_removes_members_and_rebalances(node: Node) -> None:
     a, b, c = stable_group(node, 3)
     resp = node.leave("g", b, "ghost")
-    assert [(m.member_id, m.error_code) for m in resp.members] == [(b, E.none),
-                                                                   ("ghost", E.unknown_member_id)]
+    assert [(m.member_id, m.error_code) for m in resp.members] == [
+        (b, E.none),
+        ("ghost", E.unknown_member_id),
+    ]
     assert state(node) is S.PREPARING_REBALANCE
     ra = node.join("g", a, client_id="c0")
     rc = node.join("g", c, client_id="c2")
@@ -168,7 +173,7 @@ def test_leave_removes_members_and_rebalances(node: Node) -> None:
 
 
 def test_leave_of_parked_joiner_answers_its_join(node: Node) -> None:
-    a, b = stable_group(node)
+    a, _b = stable_group(node)
     rid = node.join("g", a, client_id="c0")
     node.leave("g", a)
     assert node.answers[rid].error_code == E.unknown_member_id
@@ -267,8 +272,9 @@ def test_static_member_rejoin_replaces_member_without_rebalance(node: Node) -> N
     assert resp.skip_assignment and state(node) is S.STABLE
     g = node.shard.groups.group("g")
     assert g.static_members["i-1"] == resp.member_id and g.leader_id == resp.member_id
-    sync = node.shard.sync_group(SyncGroupRequest("g", 1, old, {}, group_instance_id="i-1"),
-                                 "r", node.now)
+    sync = node.shard.sync_group(
+        SyncGroupRequest("g", 1, old, {}, group_instance_id="i-1"), "r", node.now
+    )
     assert sync.response.error_code == E.fenced_instance_id
     assert node.reload().groups.group("g").static_members == {"i-1": resp.member_id}
 
@@ -278,7 +284,9 @@ def test_describe_and_list(node: Node) -> None:
     (d,) = node.shard.describe_groups(["g"])
     assert d.state == "Stable" and d.protocol_type == "consumer" and d.protocol_data == "range"
     assert [(m.member_id, m.metadata, m.assignment) for m in d.members] == [
-        (a, b"m", a.encode()), (b, b"m", b.encode())]
+        (a, b"m", a.encode()),
+        (b, b"m", b.encode()),
+    ]
     (missing,) = node.shard.describe_groups(["nope"])
     assert missing.state == "Dead" and missing.members == ()
     assert [g.group_id for g in node.shard.list_groups(["stable"])] == ["g"]
@@ -296,17 +304,24 @@ def test_transition_table_refuses_illegal_moves() -> None:
 
 
 def test_loaded_group_equals_live_checkpoint(node: Node) -> None:
-    a, b = stable_group(node)
+    _a, _b = stable_group(node)
     live = node.shard.groups.group("g")
     loaded_shard = node.reload()
     loaded = loaded_shard.groups.group("g")
     assert loaded.state is S.STABLE
     assert (loaded.generation_id, loaded.protocol_type, loaded.protocol_name, loaded.leader_id) == (
-        live.generation_id, live.protocol_type, live.protocol_name, live.leader_id)
-    assert {m: (x.assignment, x.session_timeout_ms, x.rebalance_timeout_ms)
-            for m, x in loaded.members.items()} == {
+        live.generation_id,
+        live.protocol_type,
+        live.protocol_name,
+        live.leader_id,
+    )
+    assert {
         m: (x.assignment, x.session_timeout_ms, x.rebalance_timeout_ms)
-        for m, x in live.members.items()}
+        for m, x in loaded.members.items()
+    } == {
+        m: (x.assignment, x.session_timeout_ms, x.rebalance_timeout_ms)
+        for m, x in live.members.items()
+    }
     # loaded members must heartbeat within their session timeout
     loaded_shard.loaded(100)
     assert loaded_shard.next_deadline() == 100 + 10_000

@@ -33,15 +33,25 @@ PROTOCOLS = [
 ]
 
 ops = st.one_of(
-    st.tuples(st.just("join_new"), st.integers(0, 2), st.sampled_from([3, 5]),
-              st.integers(0, 2), st.booleans()),  # fmt: skip
+    st.tuples(
+        st.just("join_new"),
+        st.integers(0, 2),
+        st.sampled_from([3, 5]),
+        st.integers(0, 2),
+        st.booleans(),
+    ),
     st.tuples(st.just("rejoin"), st.integers(0, 9), st.integers(0, 2)),
     st.tuples(st.just("sync"), st.integers(0, 9), st.integers(-1, 0)),
     st.tuples(st.just("heartbeat"), st.integers(0, 9)),
     st.tuples(st.just("leave"), st.integers(0, 9)),
     st.tuples(st.just("commit"), st.integers(-1, 9), st.integers(0, 100), st.integers(0, 2)),
-    st.tuples(st.just("txn"), st.integers(1, 3), st.integers(-1, 9), st.integers(0, 100),
-              st.integers(0, 2)),  # fmt: skip
+    st.tuples(
+        st.just("txn"),
+        st.integers(1, 3),
+        st.integers(-1, 9),
+        st.integers(0, 100),
+        st.integers(0, 2),
+    ),
     st.tuples(st.just("marker"), st.integers(1, 3), st.booleans()),
     st.tuples(st.just("advance"), st.sampled_from([0, 1, 1_000, 4_000, 11_000, 40_000])),
     st.tuples(st.just("drive")),  # what well-behaved clients do next: rejoin, wait, sync
@@ -52,10 +62,23 @@ def group_view(shard: Any, group_id: str) -> Any:
     g = shard.groups.group(group_id)
     if g is None:
         return None
-    return (g.state, g.generation_id, g.protocol_type, g.protocol_name, g.leader_id,
-            {m: (x.group_instance_id, x.assignment, x.session_timeout_ms,
-                 x.rebalance_timeout_ms, x.metadata(g.protocol_name) if g.protocol_name else b"")
-             for m, x in g.members.items()})  # fmt: skip
+    return (
+        g.state,
+        g.generation_id,
+        g.protocol_type,
+        g.protocol_name,
+        g.leader_id,
+        {
+            m: (
+                x.group_instance_id,
+                x.assignment,
+                x.session_timeout_ms,
+                x.rebalance_timeout_ms,
+                x.metadata(g.protocol_name) if g.protocol_name else b"",
+            )
+            for m, x in g.members.items()
+        },
+    )
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -77,16 +100,32 @@ def test_random_operations_keep_invariants(steps: list[tuple[Any, ...]]) -> None
         if kind == "join_new":
             _, client, version, proto, static = step
             instance = f"inst-{client}" if static else None
-            sent.append(node.join("g", client_id=f"c{client}", version=version,
-                                  protocols=PROTOCOLS[proto], instance=instance,
-                                  session=10_000, rebalance=15_000))  # fmt: skip
+            sent.append(
+                node.join(
+                    "g",
+                    client_id=f"c{client}",
+                    version=version,
+                    protocols=PROTOCOLS[proto],
+                    instance=instance,
+                    session=10_000,
+                    rebalance=15_000,
+                )
+            )
         elif kind == "rejoin":
             m = member(step[1])
             g = node.shard.groups.group("g")
             x = g.members.get(m) if g else None
             instance = x.group_instance_id if x else None
-            sent.append(node.join("g", m, protocols=PROTOCOLS[step[2]], instance=instance,
-                                  session=10_000, rebalance=15_000))  # fmt: skip
+            sent.append(
+                node.join(
+                    "g",
+                    m,
+                    protocols=PROTOCOLS[step[2]],
+                    instance=instance,
+                    session=10_000,
+                    rebalance=15_000,
+                )
+            )
         elif kind == "sync":
             m = member(step[1])
             g = node.shard.groups.group("g")
@@ -99,15 +138,16 @@ def test_random_operations_keep_invariants(steps: list[tuple[Any, ...]]) -> None
         elif kind == "commit":
             _, who, offset, partition = step
             group, gen, m = ("solo", -1, "") if who < 0 else ("g", generation(), member(who))
-            req = OffsetCommitRequest(group, (OffsetCommitPartition("t", partition, offset),),
-                                      gen, m)  # fmt: skip
+            req = OffsetCommitRequest(
+                group, (OffsetCommitPartition("t", partition, offset),), gen, m
+            )
             node.apply(node.shard.commit_offsets(req, node.now))
         elif kind == "txn":
             _, pid, who, offset, partition = step
             group, gen, m = ("solo", -1, "") if who < 0 else ("g", generation(), member(who))
-            req = TxnOffsetCommitRequest("tx", group, pid, 0,
-                                         (OffsetCommitPartition("t", partition, offset),),
-                                         gen, m)  # fmt: skip
+            req = TxnOffsetCommitRequest(
+                "tx", group, pid, 0, (OffsetCommitPartition("t", partition, offset),), gen, m
+            )
             node.apply(node.shard.commit_transactional_offsets(req, node.now))
         elif kind == "marker":
             node.marker(step[1], step[2])
@@ -132,8 +172,16 @@ def drive(node: Node, sent: list[Any]) -> None:
     if g.state is S.PREPARING_REBALANCE:
         for m, x in list(g.members.items()):
             if not x.awaiting_join and m in g.members:
-                sent.append(node.join("g", m, protocols=x.protocols, session=10_000,
-                                      rebalance=15_000, instance=x.group_instance_id))  # fmt: skip
+                sent.append(
+                    node.join(
+                        "g",
+                        m,
+                        protocols=x.protocols,
+                        session=10_000,
+                        rebalance=15_000,
+                        instance=x.group_instance_id,
+                    )
+                )
     node.tick(node.now + 1_000)
     if g.state is S.COMPLETING_REBALANCE:
         for m in [m for m in g.members if m != g.leader_id] + [g.leader_id]:
@@ -154,8 +202,9 @@ def check(node: Node, sent: list[Any]) -> None:
     for g in shard.groups.groups.values():
         if g.members:
             assert g.leader_id in g.members
-        assert {m.group_instance_id: i for i, m in g.members.items()
-                if m.group_instance_id is not None} == g.static_members  # fmt: skip
+        assert {
+            m.group_instance_id: i for i, m in g.members.items() if m.group_instance_id is not None
+        } == g.static_members
         if g.state in (S.STABLE, S.COMPLETING_REBALANCE):
             assert g.members and not any(m.awaiting_join for m in g.members.values())
             assert g.protocol_name in g.candidate_protocols()

@@ -32,17 +32,32 @@ def test_offset_commit_bytes_are_kafkas() -> None:
     key = OffsetCommitKey("grp", "tp", 7)
     assert encode_key(key) == b"\x00\x01" + s16("grp") + s16("tp") + struct.pack(">i", 7)
     value = OffsetCommitValue(42, "md", 1000, leader_epoch=5)
-    assert encode_value(value) == (b"\x00\x03" + struct.pack(">qi", 42, 5) + s16("md")
-                                   + struct.pack(">q", 1000))  # fmt: skip
+    assert encode_value(value) == (
+        b"\x00\x03" + struct.pack(">qi", 42, 5) + s16("md") + struct.pack(">q", 1000)
+    )
 
 
 def test_group_metadata_bytes_are_kafkas() -> None:
     member = MemberMetadata("m", "c", "h", 10, b"sub", b"asg", 30, None)
     value = GroupMetadataValue("consumer", 3, "range", "m", 99, (member,))
-    expected = (b"\x00\x03" + s16("consumer") + struct.pack(">i", 3) + s16("range") + s16("m")
-                + struct.pack(">q", 99) + struct.pack(">i", 1)
-                + s16("m") + b"\xff\xff" + s16("c") + s16("h") + struct.pack(">ii", 30, 10)
-                + struct.pack(">i", 3) + b"sub" + struct.pack(">i", 3) + b"asg")  # fmt: skip
+    expected = (
+        b"\x00\x03"
+        + s16("consumer")
+        + struct.pack(">i", 3)
+        + s16("range")
+        + s16("m")
+        + struct.pack(">q", 99)
+        + struct.pack(">i", 1)
+        + s16("m")
+        + b"\xff\xff"
+        + s16("c")
+        + s16("h")
+        + struct.pack(">ii", 30, 10)
+        + struct.pack(">i", 3)
+        + b"sub"
+        + struct.pack(">i", 3)
+        + b"asg"
+    )
     assert encode_value(value) == expected
     assert encode_key(GroupMetadataKey("g")) == b"\x00\x02" + s16("g")
 
@@ -56,17 +71,31 @@ def test_older_value_versions_decode() -> None:
     # value v1 is what Kafka writes for a commit with an explicit retention time
     assert encode_value(OffsetCommitValue(1, "a", 2, expire_timestamp=3)) == v1
     # GroupMetadataValue v0: no rebalance timeout, no state timestamp, no instance id
-    gv0 = (b"\x00\x00" + s16("consumer") + struct.pack(">i", 1) + s16("range") + s16("m")
-           + struct.pack(">i", 1) + s16("m") + s16("c") + s16("h") + struct.pack(">i", 10)
-           + struct.pack(">i", 0) + struct.pack(">i", 0))  # fmt: skip
+    gv0 = (
+        b"\x00\x00"
+        + s16("consumer")
+        + struct.pack(">i", 1)
+        + s16("range")
+        + s16("m")
+        + struct.pack(">i", 1)
+        + s16("m")
+        + s16("c")
+        + s16("h")
+        + struct.pack(">i", 10)
+        + struct.pack(">i", 0)
+        + struct.pack(">i", 0)
+    )
     gv = decode_record(encode_key(GroupMetadataKey("g")), gv0).value
-    assert gv == GroupMetadataValue("consumer", 1, "range", "m", -1,
-                                    (MemberMetadata("m", "c", "h", 10, b"", b"", -1, None),))
+    assert gv == GroupMetadataValue(
+        "consumer", 1, "range", "m", -1, (MemberMetadata("m", "c", "h", 10, b"", b"", -1, None),)
+    )
 
 
 def test_flexible_value_version_4_decodes() -> None:
     key = encode_key(OffsetCommitKey("g", "t", 0))
-    v4 = b"\x00\x04" + struct.pack(">qi", 9, 2) + b"\x03md" + struct.pack(">q", 5) + b"\x01\x07\x01z"
+    v4 = (
+        b"\x00\x04" + struct.pack(">qi", 9, 2) + b"\x03md" + struct.pack(">q", 5) + b"\x01\x07\x01z"
+    )
     assert decode_record(key, v4).value == OffsetCommitValue(9, "md", 5, 2)
 
 
@@ -93,13 +122,30 @@ offset_records = st.builds(
     st.builds(OffsetCommitKey, text, text, int32),
     st.none() | st.builds(OffsetCommitValue, int64, text, int64, int32, st.just(-1)),
 )
-members = st.builds(MemberMetadata, text, text, text, int32, st.binary(max_size=30),
-                    st.binary(max_size=30), int32, opt_text)  # fmt: skip
+members = st.builds(
+    MemberMetadata,
+    text,
+    text,
+    text,
+    int32,
+    st.binary(max_size=30),
+    st.binary(max_size=30),
+    int32,
+    opt_text,
+)
 group_records = st.builds(
     CoordinatorRecord,
     st.builds(GroupMetadataKey, text),
-    st.none() | st.builds(GroupMetadataValue, text, int32, opt_text, opt_text, int64,
-                          st.lists(members, max_size=4).map(tuple)),  # fmt: skip
+    st.none()
+    | st.builds(
+        GroupMetadataValue,
+        text,
+        int32,
+        opt_text,
+        opt_text,
+        int64,
+        st.lists(members, max_size=4).map(tuple),
+    ),
 )
 
 
@@ -125,7 +171,7 @@ def test_garbage_never_crashes_the_decoder(key: bytes, value: bytes | None) -> N
         ("BB", 2112),
         ("hello", 99162322),
         ("polygenelubricants", -(2**31)),  # Integer.MIN_VALUE: Utils.abs maps it to 0
-        ("\U0001F600", 0xD83D * 31 + 0xDE00),  # surrogate pair: two UTF-16 code units
+        ("\U0001f600", 0xD83D * 31 + 0xDE00),  # surrogate pair: two UTF-16 code units
     ],
 )
 def test_java_string_hash(s: str, h: int) -> None:

@@ -17,26 +17,57 @@ from oncelog.protocol.errors import ErrorCode as E
 PID = 4000
 
 
-def commit(node: Node, group: str = "g", offset: int = 10, *, generation: int = -1,
-           member: str = "", version: int = 9, partition: int = 0,
-           metadata: str | None = None) -> E:  # fmt: skip
-    req = OffsetCommitRequest(group, (OffsetCommitPartition("t", partition, offset, 3, metadata),),
-                              generation, member, None, version)  # fmt: skip
+def commit(
+    node: Node,
+    group: str = "g",
+    offset: int = 10,
+    *,
+    generation: int = -1,
+    member: str = "",
+    version: int = 9,
+    partition: int = 0,
+    metadata: str | None = None,
+) -> E:
+    req = OffsetCommitRequest(
+        group,
+        (OffsetCommitPartition("t", partition, offset, 3, metadata),),
+        generation,
+        member,
+        None,
+        version,
+    )
     (answer,) = node.apply(node.shard.commit_offsets(req, node.now)).partitions
     return answer.error_code
 
 
-def txn_commit(node: Node, group: str = "g", offset: int = 20, *, pid: int = PID,
-               generation: int = -1, member: str = "", instance: str | None = None,
-               partition: int = 0) -> E:  # fmt: skip
-    req = TxnOffsetCommitRequest("tx", group, pid, 0,
-                                 (OffsetCommitPartition("t", partition, offset),),
-                                 generation, member, instance)  # fmt: skip
+def txn_commit(
+    node: Node,
+    group: str = "g",
+    offset: int = 20,
+    *,
+    pid: int = PID,
+    generation: int = -1,
+    member: str = "",
+    instance: str | None = None,
+    partition: int = 0,
+) -> E:
+    req = TxnOffsetCommitRequest(
+        "tx",
+        group,
+        pid,
+        0,
+        (OffsetCommitPartition("t", partition, offset),),
+        generation,
+        member,
+        instance,
+    )
     (answer,) = node.apply(node.shard.commit_transactional_offsets(req, node.now)).partitions
     return answer.error_code
 
 
-def fetched(node: Node, group: str = "g", partition: int = 0, stable: bool = False) -> OffsetFetchPartition:
+def fetched(
+    node: Node, group: str = "g", partition: int = 0, stable: bool = False
+) -> OffsetFetchPartition:
     (p,) = node.shard.fetch_offsets(group, {"t": [partition]}, stable).partitions
     return p
 
@@ -166,7 +197,7 @@ def test_tombstones_delete_committed_and_pending(node: Node) -> None:
 
 
 def test_load_equals_live(node: Node) -> None:
-    a, b = stable_group(node)
+    a, _b = stable_group(node)
     commit(node, generation=1, member=a, offset=3)
     commit(node, "solo", 5, partition=2)
     txn_commit(node, "solo", 50, pid=1, partition=2)
@@ -176,7 +207,11 @@ def test_load_equals_live(node: Node) -> None:
     loaded = node.reload()
     for group in ("g", "solo"):
         assert loaded.offsets.committed(group) == node.shard.offsets.committed(group)
-        assert loaded.offsets.open_transactions(group) == node.shard.offsets.open_transactions(group)
+        assert loaded.offsets.open_transactions(group) == node.shard.offsets.open_transactions(
+            group
+        )
     for pid in (1, 2, 3):
         assert loaded.offsets.pending(pid) == node.shard.offsets.pending(pid)
-    assert loaded.fetch_offsets("g", {"t": [0]}, True) == node.shard.fetch_offsets("g", {"t": [0]}, True)
+    assert loaded.fetch_offsets("g", {"t": [0]}, True) == node.shard.fetch_offsets(
+        "g", {"t": [0]}, True
+    )

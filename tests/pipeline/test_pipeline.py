@@ -34,9 +34,13 @@ def _run(guarantee: str):  # type: ignore[no-untyped-def]
     from oncelog.pipeline.demo import run_pipeline_demo
 
     out = io.StringIO()
-    result = run_pipeline_demo(ORDERS, guarantee=guarantee, max_offsets_per_trigger=PER_TRIGGER,
-                               console=Console(file=out, width=140, color_system=None),
-                               timeout_s=240)  # fmt: skip
+    result = run_pipeline_demo(
+        ORDERS,
+        guarantee=guarantee,
+        max_offsets_per_trigger=PER_TRIGGER,
+        console=Console(file=out, width=140, color_system=None),
+        timeout_s=240,
+    )
     return result, out.getvalue()
 
 
@@ -46,8 +50,14 @@ def test_exactly_once_through_task_failure_driver_sigkill_and_broker_restart() -
     result, output = _run("exactly_once")
     v = result.verification
     assert result.code == 0, output
-    assert (v.orders_in, v.orders_out, v.duplicates, v.missing, v.wrong) == (ORDERS, ORDERS, 0, 0, 0), output
-    assert v.counts == {i: 1 for i in range(ORDERS)}
+    assert (v.orders_in, v.orders_out, v.duplicates, v.missing, v.wrong) == (
+        ORDERS,
+        ORDERS,
+        0,
+        0,
+        0,
+    ), output
+    assert v.counts == dict.fromkeys(range(ORDERS), 1)
     # the faults really happened
     assert any("killed with SIGKILL" in e for e in result.events), output
     assert any("broker restarted" in e for e in result.events), output

@@ -9,11 +9,15 @@ from confluent_kafka import Consumer, TopicPartition
 READ_TIMEOUT_S = 60
 
 
-def read_numbered(consumer: Consumer, topic: str, partitions: int, timeout_s: float) -> dict[int, list[tuple[int, int]]]:
+def read_numbered(
+    consumer: Consumer, topic: str, partitions: int, timeout_s: float
+) -> dict[int, list[tuple[int, int]]]:
     """(offset, number) of every record per partition, up to the high watermarks; the
     offsets of each partition must be contiguous from 0."""
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout_s)[1]
-            for p in range(partitions)}  # fmt: skip
+    ends = {
+        p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout_s)[1]
+        for p in range(partitions)
+    }
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
     got: dict[int, list[tuple[int, int]]] = {p: [] for p in range(partitions)}
     total, read = sum(ends.values()), 0

@@ -19,15 +19,16 @@ import collections
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from numbered_readback import read_numbered
 
 from oncelog.protocol.api_versions import ApiKey
-from numbered_readback import read_numbered
 from oncelog.testing import EmbeddedBroker, FaultInjectionProxy
 from oncelog.testing.proxy import ProxyStats
 
@@ -97,7 +98,10 @@ def _cut_periodically(proxy: FaultInjectionProxy, stop: threading.Event) -> None
 
 
 def _produce_through_chaos(
-    broker: EmbeddedBroker, idempotence: bool, records: int, close_after_drop_ms: float | None = 50.0
+    broker: EmbeddedBroker,
+    idempotence: bool,
+    records: int,
+    close_after_drop_ms: float | None = 50.0,
 ) -> tuple[str, Run]:
     """Produce `records` numbered records through a faulty proxy; the broker then
     advertises itself again, so the caller reads without the proxy."""
@@ -112,8 +116,13 @@ def _produce_through_chaos(
         proxy.attach(broker)
         proxy.pause()  # no faults while the topic is created and the client connects
         topic = _create_topic(proxy.bootstrap_servers)
-        producer = Producer({"bootstrap.servers": proxy.bootstrap_servers,
-                             "enable.idempotence": idempotence, **PRODUCER_SETTINGS})
+        producer = Producer(
+            {
+                "bootstrap.servers": proxy.bootstrap_servers,
+                "enable.idempotence": idempotence,
+                **PRODUCER_SETTINGS,
+            }
+        )
         producer.list_topics(topic, timeout=TIMEOUT_S)
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
@@ -135,8 +144,12 @@ def _produce_through_chaos(
             for i in range(records):
                 while True:
                     try:
-                        producer.produce(topic, key=b"key-%d" % (i % KEYS), value=b"%d" % i,
-                                         on_delivery=on_delivery)
+                        producer.produce(
+                            topic,
+                            key=b"key-%d" % (i % KEYS),
+                            value=b"%d" % i,
+                            on_delivery=on_delivery,
+                        )
                         break
                     except BufferError:
                         producer.poll(0.05)
@@ -163,8 +176,13 @@ def _produce_through_chaos(
 def _read_directly(broker: EmbeddedBroker, topic: str) -> dict[int, list[tuple[int, int]]]:
     """(offset, sequence number) of every record of every partition, read from the broker
     itself up to the high watermarks taken first."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "chaos-check",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap_servers,
+            "group.id": "chaos-check",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         brokers = consumer.list_topics(topic, timeout=TIMEOUT_S).brokers
         assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", broker.port)]
@@ -175,8 +193,10 @@ def _read_directly(broker: EmbeddedBroker, topic: str) -> dict[int, list[tuple[i
 
 def _summary(run: Run, stored: dict[int, list[tuple[int, int]]]) -> str:
     values = [seq for rows in stored.values() for _, seq in rows]
-    return (f"{len(values)} stored, {len(set(values))} distinct, {run.seconds:.1f} s, "
-            f"per partition {[len(stored[p]) for p in range(PARTITIONS)]}, {run.stats}")
+    return (
+        f"{len(values)} stored, {len(set(values))} distinct, {run.seconds:.1f} s, "
+        f"per partition {[len(stored[p]) for p in range(PARTITIONS)]}, {run.stats}"
+    )
 
 
 @pytest.mark.slow
@@ -187,8 +207,9 @@ def test_idempotent_producer_through_chaos_stores_every_record_once_in_order(
     """`disconnect`: a lost response is followed by a disconnect 50 ms later. `silent`: the
     connection just goes quiet until request.timeout.ms (1 s) makes librdkafka give up on
     it: the in-flight requests time out, their outcome unknown to the client."""
-    topic, run = _produce_through_chaos(broker, idempotence=True, records=RECORDS,
-                                        close_after_drop_ms=close_after_drop_ms)
+    topic, run = _produce_through_chaos(
+        broker, idempotence=True, records=RECORDS, close_after_drop_ms=close_after_drop_ms
+    )
     stored = _read_directly(broker, topic)
     summary = _summary(run, stored)
     print(summary)
@@ -209,11 +230,16 @@ def test_idempotent_producer_through_chaos_stores_every_record_once_in_order(
         assert duplicates == 0, f"partition {p}: {duplicates} duplicates; {summary}"
         expected = sorted(run.sent_to[p])
         assert run.sent_to[p] == expected, f"partition {p}: delivery reports out of send order"
-        assert values == expected, f"partition {p}: stored records differ from those sent; {summary}"
+        assert values == expected, (
+            f"partition {p}: stored records differ from those sent; {summary}"
+        )
         # The delivery reports name the real offsets, also for batches a retry got back as
         # duplicates (the broker must answer those with the original offsets).
-        wrong = [(seq, run.reported_offset[seq], offset) for offset, seq in stored[p]
-                 if run.reported_offset[seq] != (p, offset)]
+        wrong = [
+            (seq, run.reported_offset[seq], offset)
+            for offset, seq in stored[p]
+            if run.reported_offset[seq] != (p, offset)
+        ]
         assert wrong == [], f"partition {p}: reported (partition, offset) != stored: {wrong[:5]}"
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from numbered_readback import read_numbered
+
 from oncelog.testing import BrokerProcess
 
 PARTITIONS = 3
@@ -58,8 +58,9 @@ def _create_topic(bootstrap: str) -> str:
 
 def _read_all(bootstrap: str, topic: str) -> dict[int, list[tuple[int, int]]]:
     """(offset, sequence number) of every record per partition, up to the high watermarks."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "crash-check",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "crash-check", "enable.auto.commit": False}
+    )
     try:
         return read_numbered(consumer, topic, PARTITIONS, TIMEOUT_S)
     finally:
@@ -94,13 +95,17 @@ def test_sigkilled_broker_restarts_and_the_idempotent_producer_finishes_exactly_
             for i in range(RECORDS):
                 while True:
                     try:
-                        producer.produce(topic, key=b"key-%d" % (i % KEYS), value=b"%d" % i,
-                                         on_delivery=on_delivery)
+                        producer.produce(
+                            topic,
+                            key=b"key-%d" % (i % KEYS),
+                            value=b"%d" % i,
+                            on_delivery=on_delivery,
+                        )
                         break
                     except BufferError:
                         producer.poll(0.05)
                         if time.monotonic() > deadline:
-                            raise TimeoutError(f"only {i} records queued in time")
+                            raise TimeoutError(f"only {i} records queued in time") from None
                 # Pace the producer a little so the kills land in the middle of the run.
                 if i % 500 == 0:
                     producer.poll(0.02)
@@ -144,8 +149,10 @@ def test_sigkilled_broker_restarts_and_the_idempotent_producer_finishes_exactly_
         stored = _read_all(broker.bootstrap_servers, topic)
         log = broker.read_log()
 
-    summary = (f"{RECORDS} records, {seconds:.1f} s, kills at {kills}, per partition "
-               f"{[len(stored[p]) for p in range(PARTITIONS)]}")
+    summary = (
+        f"{RECORDS} records, {seconds:.1f} s, kills at {kills}, per partition "
+        f"{[len(stored[p]) for p in range(PARTITIONS)]}"
+    )
     print(summary)
     assert log.count("=== BrokerProcess start") == KILLS + 1
     assert errors == [] and outcome.get("undelivered") == 0, (errors, outcome, summary)
@@ -156,8 +163,11 @@ def test_sigkilled_broker_restarts_and_the_idempotent_producer_finishes_exactly_
         assert duplicates == 0, f"partition {p}: {duplicates} duplicates; {summary}"
         assert sent_to[p] == sorted(sent_to[p]), f"partition {p}: reports out of send order"
         assert values == sorted(sent_to[p]), f"partition {p}: stored differs from sent; {summary}"
-        wrong = [(seq, reported[seq], offset) for offset, seq in stored[p]
-                 if reported[seq] != (p, offset)]
+        wrong = [
+            (seq, reported[seq], offset)
+            for offset, seq in stored[p]
+            if reported[seq] != (p, offset)
+        ]
         assert wrong == [], f"partition {p}: reported (partition, offset) != stored: {wrong[:5]}"
     all_values = sorted(seq for rows in stored.values() for _, seq in rows)
     assert all_values == list(range(RECORDS)), "a gap or a duplicate across partitions"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import time
 import logging
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,9 @@ from oncelog.testing import BrokerProcess, EmbeddedBroker
 # Recent timestamps: the broker expires producers idle for producer.id.expiration.ms,
 # measured from the batches' own timestamps.
 BASE_TS = int(time.time() * 1000)
-REPLAYED = re.compile(r"(\S+)-(\d+): rebuilt producer state from offset (\d+) \((\d+) batches replayed\)")
+REPLAYED = re.compile(
+    r"(\S+)-(\d+): rebuilt producer state from offset (\d+) \((\d+) batches replayed\)"
+)
 LOADER = "oncelog.producers.loader"
 TOPIC = "restart"
 LOG_APPEND_TOPIC = "restart-append-time"
@@ -51,9 +53,15 @@ class Sent:
 
 class RawProducer:
     def __init__(self, conn: KafkaConnection, topic: str) -> None:
-        answer = conn.request(ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": None, "transaction_timeout": 60_000,
-            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        answer = conn.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
         assert answer.error_code == ErrorCode.none
         self.conn = conn
         self.topic = topic
@@ -65,13 +73,28 @@ class RawProducer:
 
     def produce(self, partition: int, first: int, last: int, epoch: int) -> Any:
         ts = next(self._clock)  # each record 1 ms later: base and max timestamp differ
-        records = [Record(b"k", b"%d-%d-%d" % (self.pid, epoch, s), timestamp_ms=ts + s - first)
-                   for s in range(first, last + 1)]
-        batch = build_batch(records, producer_id=self.pid, producer_epoch=epoch,
-                            base_sequence=first, timestamp_ms=ts)  # fmt: skip
-        response = self.conn.request(ApiKey.PRODUCE, {
-            "transactional_id": None, "acks": -1, "timeout": 10_000, "topic_data": [
-                {"name": self.topic, "partition_data": [{"index": partition, "records": batch}]}]})
+        records = [
+            Record(b"k", b"%d-%d-%d" % (self.pid, epoch, s), timestamp_ms=ts + s - first)
+            for s in range(first, last + 1)
+        ]
+        batch = build_batch(
+            records,
+            producer_id=self.pid,
+            producer_epoch=epoch,
+            base_sequence=first,
+            timestamp_ms=ts,
+        )
+        response = self.conn.request(
+            ApiKey.PRODUCE,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 10_000,
+                "topic_data": [
+                    {"name": self.topic, "partition_data": [{"index": partition, "records": batch}]}
+                ],
+            },
+        )
         return response.responses[0].partition_responses[0]
 
     def send(self, partition: int, count: int, *, start: int | None = None) -> Sent:
@@ -126,31 +149,60 @@ def check_retries(conn: KafkaConnection, producer: RawProducer, partition: int) 
 
 
 def create_topic(conn: KafkaConnection, name: str, **configs: str) -> None:
-    response = conn.request(ApiKey.CREATE_TOPICS, {
-        "topics": [{"name": name, "num_partitions": 2, "replication_factor": 1, "assignments": [],
-                    "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
-        "timeout": 10_000, "validate_only": False})  # fmt: skip
+    response = conn.request(
+        ApiKey.CREATE_TOPICS,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": 2,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                }
+            ],
+            "timeout": 10_000,
+            "validate_only": False,
+        },
+    )
     assert response.topics[0].error_code == ErrorCode.none
 
 
-def producer_states(conn: KafkaConnection, *topics: str) -> dict[tuple[str, int], list[dict[str, Any]]]:
+def producer_states(
+    conn: KafkaConnection, *topics: str
+) -> dict[tuple[str, int], list[dict[str, Any]]]:
     """Every field DescribeProducers reports, per partition."""
-    response = conn.request(ApiKey.DESCRIBE_PRODUCERS, {
-        "topics": [{"name": t, "partition_indexes": [0, 1]} for t in topics]})
+    response = conn.request(
+        ApiKey.DESCRIBE_PRODUCERS,
+        {"topics": [{"name": t, "partition_indexes": [0, 1]} for t in topics]},
+    )
     states = {}
     for topic in response.topics:
         for partition in topic.partitions:
             assert partition.error_code == ErrorCode.none
             states[(topic.name, partition.partition_index)] = [
-                dataclasses.asdict(p) for p in partition.active_producers]
+                dataclasses.asdict(p) for p in partition.active_producers
+            ]
     return states
 
 
 def log_end_offset(conn: KafkaConnection, topic: str, partition: int) -> int:
-    response = conn.request(ApiKey.LIST_OFFSETS, {
-        "replica_id": -1, "isolation_level": 0, "timeout": 10_000,
-        "topics": [{"name": topic, "partitions": [
-            {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}]}]})
+    response = conn.request(
+        ApiKey.LIST_OFFSETS,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "timeout": 10_000,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": partition, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        },
+    )
     answer = response.topics[0].partitions[0]
     assert answer.error_code == ErrorCode.none
     return answer.offset
@@ -213,8 +265,9 @@ def connect(bootstrap: str) -> KafkaConnection:
 # -- the three restarts ------------------------------------------------------------------
 
 
-def test_same_state_after_a_clean_restart(embedded: EmbeddedBroker,
-                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_same_state_after_a_clean_restart(
+    embedded: EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
     with connect(embedded.bootstrap_servers) as conn:
         create_topic(conn, TOPIC, **{"segment.bytes": SEGMENT_BYTES})
         producers = workload(conn, TOPIC)
@@ -240,8 +293,11 @@ def test_same_state_after_a_clean_restart(embedded: EmbeddedBroker,
 def test_same_state_after_a_crash(process: BrokerProcess) -> None:
     with connect(process.bootstrap_servers) as conn:
         create_topic(conn, TOPIC, **{"segment.bytes": SEGMENT_BYTES})
-        create_topic(conn, LOG_APPEND_TOPIC, **{"segment.bytes": SEGMENT_BYTES,
-                                                "message.timestamp.type": "LogAppendTime"})
+        create_topic(
+            conn,
+            LOG_APPEND_TOPIC,
+            **{"segment.bytes": SEGMENT_BYTES, "message.timestamp.type": "LogAppendTime"},
+        )
         producers = workload(conn, TOPIC)
         workload(conn, LOG_APPEND_TOPIC)
         before = producer_states(conn, TOPIC, LOG_APPEND_TOPIC)
@@ -286,8 +342,9 @@ def test_same_state_rebuilt_from_the_log_without_snapshots(process: BrokerProces
         check_retries(conn, producers[2], 1)
 
 
-def test_corrupt_snapshot_is_ignored_and_state_rebuilt(embedded: EmbeddedBroker,
-                                                       caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_corrupt_snapshot_is_ignored_and_state_rebuilt(
+    embedded: EmbeddedBroker, caplog: pytest.LogCaptureFixture
+) -> None:
     with connect(embedded.bootstrap_servers) as conn:
         create_topic(conn, TOPIC, **{"segment.bytes": SEGMENT_BYTES})
         producers = workload(conn, TOPIC)
@@ -306,8 +363,11 @@ def test_corrupt_snapshot_is_ignored_and_state_rebuilt(embedded: EmbeddedBroker,
 
     with caplog.at_level(logging.INFO, logger=LOADER):
         embedded.start()
-    warnings = [r for r in caplog.records
-                if r.levelno == logging.WARNING and "corrupt producer snapshot" in r.getMessage()]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "corrupt producer snapshot" in r.getMessage()
+    ]
     assert len(warnings) == 1 and str(newest) in warnings[0].getMessage()
     from_offset, count = replays(caplog.text)[(TOPIC, 0)]
     assert from_offset == older[-1] and count > 0  # the next older snapshot, then the log

@@ -31,17 +31,37 @@ from oncelog.producers.state import (
 from oncelog.protocol.record_batch import ATTR_TRANSACTIONAL, BatchHeader
 
 
-def header(pid: int, seq: int, count: int, base_offset: int, *, epoch: int = 0,
-           txn: bool = False) -> BatchHeader:  # fmt: skip
+def header(
+    pid: int, seq: int, count: int, base_offset: int, *, epoch: int = 0, txn: bool = False
+) -> BatchHeader:
     attributes = ATTR_TRANSACTIONAL if txn else 0
-    return BatchHeader(base_offset, 0, -1, 2, 0, attributes, count - 1, 10 + base_offset,
-                       10 + base_offset, pid, epoch, seq, count)  # fmt: skip
+    return BatchHeader(
+        base_offset,
+        0,
+        -1,
+        2,
+        0,
+        attributes,
+        count - 1,
+        10 + base_offset,
+        10 + base_offset,
+        pid,
+        epoch,
+        seq,
+        count,
+    )
 
 
 def sample_entries() -> list[ProducerStateEntry]:
     return [
-        ProducerStateEntry(1, 0, tuple(BatchMetadata(s, s + 4, s, s + 4, s) for s in range(10, 35, 5)),
-                           -1, 34, None),  # fmt: skip
+        ProducerStateEntry(
+            1,
+            0,
+            tuple(BatchMetadata(s, s + 4, s, s + 4, s) for s in range(10, 35, 5)),
+            -1,
+            34,
+            None,
+        ),
         ProducerStateEntry(2, 4, (BatchMetadata(0, 2, 35, 37, 45),), 7, 45, 35),
         ProducerStateEntry(3, 2, (), 9, 50, None),
     ]

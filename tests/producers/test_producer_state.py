@@ -22,10 +22,21 @@ INT32_MAX = 2**31 - 1
 OOSN = ErrorCode.out_of_order_sequence_number
 
 
-def header(pid: int = 7, epoch: int = 0, seq: int = 0, count: int = 1, *, ts: int = 1_000,
-           txn: bool = False, control: bool = False, base_offset: int = 0) -> BatchHeader:  # fmt: skip
+def header(
+    pid: int = 7,
+    epoch: int = 0,
+    seq: int = 0,
+    count: int = 1,
+    *,
+    ts: int = 1_000,
+    txn: bool = False,
+    control: bool = False,
+    base_offset: int = 0,
+) -> BatchHeader:
     attributes = (ATTR_TRANSACTIONAL if txn else 0) | (ATTR_CONTROL if control else 0)
-    return BatchHeader(base_offset, 0, -1, 2, 0, attributes, count - 1, ts, ts, pid, epoch, seq, count)
+    return BatchHeader(
+        base_offset, 0, -1, 2, 0, attributes, count - 1, ts, ts, pid, epoch, seq, count
+    )
 
 
 def seqs(first: int, last: int, **kw: object) -> BatchHeader:
@@ -66,7 +77,12 @@ def test_first_batch_of_a_producer_is_appended_and_remembered() -> None:
     log = Log()
     assert isinstance(log.send(seqs(0, 4, ts=55)), Append)
     entry = log.m.entries[7]
-    assert (entry.producer_epoch, entry.last_seq, entry.last_offset, entry.last_timestamp) == (0, 4, 4, 55)
+    assert (entry.producer_epoch, entry.last_seq, entry.last_offset, entry.last_timestamp) == (
+        0,
+        4,
+        4,
+        55,
+    )
     assert entry.batches == (BatchMetadata(0, 4, 0, 4, 55),)
 
 
@@ -196,10 +212,18 @@ def test_each_partition_validates_on_its_own() -> None:
 
 @pytest.mark.parametrize(
     "probe",
-    [seqs(10, 14), seqs(15, 16), seqs(0, 4), seqs(99, 99), header(epoch=1, seq=0),
-     header(epoch=1, seq=3), header(epoch=-1, seq=0), seqs(0, 0, pid=8),
-     seqs(15, 15, txn=True)],
-)  # fmt: skip
+    [
+        seqs(10, 14),
+        seqs(15, 16),
+        seqs(0, 4),
+        seqs(99, 99),
+        header(epoch=1, seq=0),
+        header(epoch=1, seq=3),
+        header(epoch=-1, seq=0),
+        seqs(0, 0, pid=8),
+        seqs(15, 15, txn=True),
+    ],
+)
 def test_validate_changes_nothing(probe: BatchHeader) -> None:
     log = Log()
     for first in range(0, 15, 5):
@@ -256,8 +280,12 @@ def test_coordinator_origin_checks_epoch_only() -> None:
     log.send(seqs(0, 4, epoch=2))
     m = log.m
     assert isinstance(m.validate(header(epoch=2, seq=-1), is_client=False), Append)
-    assert isinstance(m.validate(seqs(0, 4, epoch=2), is_client=False), Append)  # no duplicate lookup
-    assert refused(m.validate(header(epoch=1, seq=-1), is_client=False), ErrorCode.invalid_producer_epoch)
+    assert isinstance(
+        m.validate(seqs(0, 4, epoch=2), is_client=False), Append
+    )  # no duplicate lookup
+    assert refused(
+        m.validate(header(epoch=1, seq=-1), is_client=False), ErrorCode.invalid_producer_epoch
+    )
 
 
 # --- seed 000, section 2 (sequences 114..155, one partition) ---
@@ -340,8 +368,9 @@ def test_non_transactional_batch_during_a_transaction_is_invalid_txn_state() -> 
     assert refused(log.send(seqs(2, 3)), ErrorCode.invalid_txn_state)
 
 
-def _marker(m: ProducerStateManager, pid: int, epoch: int, marker: TxnMarker, offset: int,
-            ts: int = 2_000) -> CompletedTxn | None:  # fmt: skip
+def _marker(
+    m: ProducerStateManager, pid: int, epoch: int, marker: TxnMarker, offset: int, ts: int = 2_000
+) -> CompletedTxn | None:
     decision = m.validate_marker(pid, epoch, marker, ts)
     assert isinstance(decision, Append), decision
     return m.commit(decision.pending, offset, offset)
@@ -356,7 +385,11 @@ def test_marker_closes_the_transaction_and_moves_the_unstable_offset() -> None:
     assert _marker(log.m, 3, 0, TxnMarker(True, 4), 4) == CompletedTxn(3, 2, 4, aborted=False)
     assert log.m.first_unstable_offset() is None
     entry = log.m.entries[2]
-    assert (entry.coordinator_epoch, entry.last_timestamp, entry.current_txn_first_offset) == (4, 2_000, None)
+    assert (entry.coordinator_epoch, entry.last_timestamp, entry.current_txn_first_offset) == (
+        4,
+        2_000,
+        None,
+    )
     assert len(entry.batches) == 1  # same epoch: the window survives the marker
     assert log.m.validate(seqs(0, 1, pid=2, txn=True)) == Duplicate(0, 1, 1_000)
 
@@ -380,9 +413,12 @@ def test_marker_checks_producer_and_coordinator_epochs() -> None:
     log = Log()
     log.send(seqs(0, 1, epoch=3, txn=True))
     _marker(log.m, 7, 3, TxnMarker(True, 5), 2)
-    assert refused(log.m.validate_marker(7, 2, TxnMarker(True, 5), 0), ErrorCode.invalid_producer_epoch)
-    assert refused(log.m.validate_marker(7, 3, TxnMarker(True, 4), 0),
-                   ErrorCode.transaction_coordinator_fenced)  # fmt: skip
+    assert refused(
+        log.m.validate_marker(7, 2, TxnMarker(True, 5), 0), ErrorCode.invalid_producer_epoch
+    )
+    assert refused(
+        log.m.validate_marker(7, 3, TxnMarker(True, 4), 0), ErrorCode.transaction_coordinator_fenced
+    )
 
 
 # --- expiration and retention ---
@@ -436,4 +472,8 @@ def test_replay_of_markers() -> None:
     assert m.first_unstable_offset() == 10
     assert m.replay(marker, marker=TxnMarker(True, 3)) == CompletedTxn(7, 10, 12, aborted=False)
     entry = m.entries[7]
-    assert (entry.coordinator_epoch, entry.current_txn_first_offset, entry.last_timestamp) == (3, None, 5)
+    assert (entry.coordinator_epoch, entry.current_txn_first_offset, entry.last_timestamp) == (
+        3,
+        None,
+        5,
+    )

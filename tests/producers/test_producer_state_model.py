@@ -51,7 +51,9 @@ class Model:
         if epoch > p.epoch:
             return ("append",) if first == 0 else ("refuse", ErrorCode.out_of_order_sequence_number)
         expected = (p.batches[-1][1] + 1) % SEQ_SPACE
-        return ("append",) if first == expected else ("refuse", ErrorCode.out_of_order_sequence_number)
+        return (
+            ("append",) if first == expected else ("refuse", ErrorCode.out_of_order_sequence_number)
+        )
 
     def apply(self, pid: int, epoch: int, batch: tuple[int, int, int, int], ts: int) -> None:
         p = self.producers.get(pid)

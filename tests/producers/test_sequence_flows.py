@@ -52,15 +52,29 @@ def values(first: int, last: int) -> list[bytes]:
 
 
 def batch(pid: int, epoch: int, first: int, last: int) -> bytes:
-    return build_batch([Record(b"k", v) for v in values(first, last)], producer_id=pid,
-                       producer_epoch=epoch, base_sequence=first,
-                       timestamp_ms=BASE_TS + first)  # fmt: skip
+    return build_batch(
+        [Record(b"k", v) for v in values(first, last)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=first,
+        timestamp_ms=BASE_TS + first,
+    )
 
 
 def produce_body(topic: str, records_by_partition: dict[int, bytes]) -> dict[str, Any]:
-    return {"transactional_id": None, "acks": -1, "timeout": 10_000, "topic_data": [
-        {"name": topic, "partition_data": [{"index": p, "records": r}
-                                           for p, r in records_by_partition.items()]}]}  # fmt: skip
+    return {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout": 10_000,
+        "topic_data": [
+            {
+                "name": topic,
+                "partition_data": [
+                    {"index": p, "records": r} for p, r in records_by_partition.items()
+                ],
+            }
+        ],
+    }
 
 
 class RawProducer:
@@ -69,9 +83,15 @@ class RawProducer:
     def __init__(self, conn: KafkaConnection, topic: str, epoch: int = 0) -> None:
         self.conn = conn
         self.topic = topic
-        answer = conn.request(ApiKey.INIT_PRODUCER_ID, {
-            "transactional_id": None, "transaction_timeout": 60_000,
-            "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        answer = conn.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
         assert answer.error_code == ErrorCode.none
         assert answer.producer_epoch == 0
         self.pid = answer.producer_id
@@ -80,8 +100,10 @@ class RawProducer:
     def send(self, first: int, last: int, *, partition: int = 0, epoch: int | None = None) -> Any:
         """Produce one batch (sequences first..last); the partition's answer."""
         epoch = self.epoch if epoch is None else epoch
-        response = self.conn.request(ApiKey.PRODUCE, produce_body(
-            self.topic, {partition: batch(self.pid, epoch, first, last)}))  # fmt: skip
+        response = self.conn.request(
+            ApiKey.PRODUCE,
+            produce_body(self.topic, {partition: batch(self.pid, epoch, first, last)}),
+        )
         (topic,) = response.responses
         (answer,) = topic.partition_responses
         assert answer.index == partition
@@ -89,8 +111,12 @@ class RawProducer:
 
     def send_many(self, batches: dict[int, tuple[int, int]]) -> dict[int, Any]:
         """One request carrying one batch for each of several partitions."""
-        response = self.conn.request(ApiKey.PRODUCE, produce_body(
-            self.topic, {p: batch(self.pid, self.epoch, *seqs) for p, seqs in batches.items()}))
+        response = self.conn.request(
+            ApiKey.PRODUCE,
+            produce_body(
+                self.topic, {p: batch(self.pid, self.epoch, *seqs) for p, seqs in batches.items()}
+            ),
+        )
         (topic,) = response.responses
         return {a.index: a for a in topic.partition_responses}
 
@@ -107,16 +133,36 @@ def refused(answer: Any, code: ErrorCode) -> None:
 # -- reading the partition back ---------------------------------------------------------
 
 
-def read_partition(conn: KafkaConnection, topic: str, partition: int = 0) -> tuple[int, list[tuple[int, bytes]]]:
+def read_partition(
+    conn: KafkaConnection, topic: str, partition: int = 0
+) -> tuple[int, list[tuple[int, bytes]]]:
     """(high watermark, [(offset, value)]) of the whole partition, via Fetch v4."""
     stored: list[tuple[int, bytes]] = []
     offset = 0
     for _ in range(100):
-        response = conn.request(ApiKey.FETCH, {
-            "replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20,
-            "isolation_level": 0, "topics": [{"topic": topic, "partitions": [
-                {"partition": partition, "fetch_offset": offset,
-                 "partition_max_bytes": 1 << 20}]}]}, version=4)  # fmt: skip
+        response = conn.request(
+            ApiKey.FETCH,
+            {
+                "replica_id": -1,
+                "max_wait": 0,
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": partition,
+                                "fetch_offset": offset,
+                                "partition_max_bytes": 1 << 20,
+                            }
+                        ],
+                    }
+                ],
+            },
+            version=4,
+        )
         data = response.responses[0].partitions[0]
         assert data.error_code == ErrorCode.none
         records = data.records or b""
@@ -131,8 +177,9 @@ def read_partition(conn: KafkaConnection, topic: str, partition: int = 0) -> tup
     raise AssertionError("fetch made no progress")
 
 
-def assert_stored(conn: KafkaConnection, topic: str, batches: Sequence[tuple[int, int]],
-                  partition: int = 0) -> None:  # fmt: skip
+def assert_stored(
+    conn: KafkaConnection, topic: str, batches: Sequence[tuple[int, int]], partition: int = 0
+) -> None:
     """The partition holds exactly these batches' records, in this order, once each, at
     contiguous offsets from 0."""
     expected = [v for first, last in batches for v in values(first, last)]
@@ -143,8 +190,9 @@ def assert_stored(conn: KafkaConnection, topic: str, batches: Sequence[tuple[int
 
 
 def describe(conn: KafkaConnection, topic: str, partition: int = 0) -> list[Any]:
-    response = conn.request(ApiKey.DESCRIBE_PRODUCERS,
-                            {"topics": [{"name": topic, "partition_indexes": [partition]}]})
+    response = conn.request(
+        ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": [partition]}]}
+    )
     (answer,) = response.topics[0].partitions
     assert answer.error_code == ErrorCode.none
     return list(answer.active_producers)
@@ -169,10 +217,22 @@ def conn(broker: EmbeddedBroker) -> Iterator[KafkaConnection]:
 def topic(conn: KafkaConnection) -> str:
     """A fresh two-partition topic per test."""
     name = f"flows-{next(_names)}"
-    response = conn.request(ApiKey.CREATE_TOPICS, {
-        "topics": [{"name": name, "num_partitions": 2, "replication_factor": 1,
-                    "assignments": [], "configs": []}],
-        "timeout": 10_000, "validate_only": False})  # fmt: skip
+    response = conn.request(
+        ApiKey.CREATE_TOPICS,
+        {
+            "topics": [
+                {
+                    "name": name,
+                    "num_partitions": 2,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout": 10_000,
+            "validate_only": False,
+        },
+    )
     assert response.topics[0].error_code == ErrorCode.none
     return name
 
@@ -183,7 +243,7 @@ def producer(conn: KafkaConnection, topic: str) -> RawProducer:
 
 
 def send_seed(producer: RawProducer, batches: Sequence[tuple[int, int]] = SEED_BATCHES) -> None:
-    for (first, last), base in zip(batches, SEED_BASE_OFFSETS):
+    for (first, last), base in zip(batches, SEED_BASE_OFFSETS, strict=True):
         accepted(producer.send(first, last), base)
 
 
@@ -194,19 +254,26 @@ def test_new_producer_may_start_at_any_sequence(producer: RawProducer) -> None:
     """KIP-360: a partition with no state for the producer accepts any first sequence, so
     the seed's numbering (starting at 114) is usable as drawn."""
     accepted(producer.send(114, 120), 0)
-    assert [(p.producer_id, p.producer_epoch, p.last_sequence)
-            for p in describe(producer.conn, producer.topic)] == [(producer.pid, 0, 120)]
+    assert [
+        (p.producer_id, p.producer_epoch, p.last_sequence)
+        for p in describe(producer.conn, producer.topic)
+    ] == [(producer.pid, 0, 120)]
 
 
 def test_2_1_success(producer: RawProducer) -> None:
     """Five batches, each acknowledged in order with the next offsets."""
-    for (first, last), base in zip(SEED_BATCHES, SEED_BASE_OFFSETS):
+    for (first, last), base in zip(SEED_BATCHES, SEED_BASE_OFFSETS, strict=True):
         accepted(producer.send(first, last), base)
     assert_stored(producer.conn, producer.topic, SEED_BATCHES)
     (state,) = describe(producer.conn, producer.topic)
-    assert (state.producer_id, state.producer_epoch, state.last_sequence, state.last_timestamp,
-            state.coordinator_epoch, state.current_txn_start_offset) == (
-        producer.pid, 0, 150, BASE_TS + 143, -1, -1)  # fmt: skip
+    assert (
+        state.producer_id,
+        state.producer_epoch,
+        state.last_sequence,
+        state.last_timestamp,
+        state.coordinator_epoch,
+        state.current_txn_start_offset,
+    ) == (producer.pid, 0, 150, BASE_TS + 143, -1, -1)
 
 
 def test_2_2_missing_acks_retries_get_original_offsets(producer: RawProducer) -> None:
@@ -248,7 +315,9 @@ def test_2_3_missing_records_refused_then_resent_in_order(producer: RawProducer)
     assert_stored(producer.conn, producer.topic, SEED_BATCHES)
 
 
-def test_2_4_retry_outside_the_window_is_out_of_order_not_a_duplicate(producer: RawProducer) -> None:
+def test_2_4_retry_outside_the_window_is_out_of_order_not_a_duplicate(
+    producer: RawProducer,
+) -> None:
     """Six batches in flight, the first one's ack lost. The partition caches the last 5
     batches (121-124 .. 151-155), so a retry of 114-120 is neither a cached duplicate nor
     the next sequence (156): Kafka 4.x answers OUT_OF_ORDER_SEQUENCE_NUMBER and stores
@@ -256,7 +325,7 @@ def test_2_4_retry_outside_the_window_is_out_of_order_not_a_duplicate(producer: 
     does, since the producer's sequence has moved past 120.) A retry of 121-124, still
     inside the window, gets its original offset 7."""
     batches = [*SEED_BATCHES, SIXTH_BATCH]
-    for (first, last), base in zip(batches, [*SEED_BASE_OFFSETS, SEED_LOG_END]):
+    for (first, last), base in zip(batches, [*SEED_BASE_OFFSETS, SEED_LOG_END], strict=True):
         accepted(producer.send(first, last), base)
     log_end = SEED_LOG_END + 5
 
@@ -279,8 +348,12 @@ def pipeline(conn: KafkaConnection, bodies: Sequence[dict[str, Any]]) -> list[An
     """Send every request before reading any answer; answers must come back in order."""
     api = codec.api_codec(ApiKey.PRODUCE, conn.version_for(ApiKey.PRODUCE))
     ids = [9000 + i for i in range(len(bodies))]
-    conn.send_raw(b"".join(codec.encode_request(api, cid, "pipeline", body)
-                           for cid, body in zip(ids, bodies)))  # fmt: skip
+    conn.send_raw(
+        b"".join(
+            codec.encode_request(api, cid, "pipeline", body)
+            for cid, body in zip(ids, bodies, strict=True)
+        )
+    )
     answers = []
     for cid in ids:
         correlation_id, response = codec.decode_response(api, conn.receive_frame())
@@ -290,12 +363,14 @@ def pipeline(conn: KafkaConnection, bodies: Sequence[dict[str, Any]]) -> list[An
 
 
 def test_five_batches_pipelined_on_one_socket(producer: RawProducer) -> None:
-    bodies = [produce_body(producer.topic, {0: batch(producer.pid, 0, f, l)})
-              for f, l in SEED_BATCHES]  # fmt: skip
-    for answer, base in zip(pipeline(producer.conn, bodies), SEED_BASE_OFFSETS):
+    bodies = [
+        produce_body(producer.topic, {0: batch(producer.pid, 0, f, last)})
+        for f, last in SEED_BATCHES
+    ]
+    for answer, base in zip(pipeline(producer.conn, bodies), SEED_BASE_OFFSETS, strict=True):
         accepted(answer, base)
     # All five retried back-to-back (every ack lost): all five are duplicates.
-    for answer, base in zip(pipeline(producer.conn, bodies), SEED_BASE_OFFSETS):
+    for answer, base in zip(pipeline(producer.conn, bodies), SEED_BASE_OFFSETS, strict=True):
         accepted(answer, base)
     assert_stored(producer.conn, producer.topic, SEED_BATCHES)
 
@@ -303,7 +378,9 @@ def test_five_batches_pipelined_on_one_socket(producer: RawProducer) -> None:
 def test_pipelined_gap_refuses_everything_after_it(producer: RawProducer) -> None:
     """2.3 with the requests really in flight together: 125-132 never sent."""
     sent = [SEED_BATCHES[0], SEED_BATCHES[1], SEED_BATCHES[3], SEED_BATCHES[4]]
-    bodies = [produce_body(producer.topic, {0: batch(producer.pid, 0, f, l)}) for f, l in sent]
+    bodies = [
+        produce_body(producer.topic, {0: batch(producer.pid, 0, f, last)}) for f, last in sent
+    ]
     first, second, third, fourth = pipeline(producer.conn, bodies)
     accepted(first, 0)
     accepted(second, 7)
@@ -368,7 +445,10 @@ def test_sequence_wraps_from_int32_max_to_zero(producer: RawProducer) -> None:
     accepted(other.send(2, 3), 9)
     accepted(other.send(INT32_MAX - 1, 1), 5)  # its retry is still a duplicate
     refused(other.send(INT32_MAX, 0), ErrorCode.out_of_order_sequence_number)
-    assert_stored(producer.conn, producer.topic,
-                  [(INT32_MAX - 2, INT32_MAX), (0, 1), (INT32_MAX - 1, 1), (2, 3)])
+    assert_stored(
+        producer.conn,
+        producer.topic,
+        [(INT32_MAX - 2, INT32_MAX), (0, 1), (INT32_MAX - 1, 1), (2, 3)],
+    )
     last = {p.producer_id: p.last_sequence for p in describe(producer.conn, producer.topic)}
     assert last == {producer.pid: 1, other.pid: 3}

@@ -89,7 +89,9 @@ def test_split_refusals() -> None:
     assert refused(data[:-1]) == ErrorCode.corrupt_message  # torn
     assert refused(data + data[:5]) == ErrorCode.corrupt_message  # trailing partial
     assert refused(patched(data, ">b", 16, 1)) == ErrorCode.invalid_record  # magic 1
-    assert refused(patched(data, ">i", 8, 40, fix_crc=False)[: 12 + 40]) == ErrorCode.corrupt_message
+    assert (
+        refused(patched(data, ">i", 8, 40, fix_crc=False)[: 12 + 40]) == ErrorCode.corrupt_message
+    )
     flipped = bytearray(data)
     flipped[-1] ^= 0xFF
     assert refused(bytes(flipped)) == ErrorCode.corrupt_message
@@ -142,9 +144,13 @@ def test_iter_stored_batches_stops_at_torn_tail() -> None:
 def test_control_batch_markers() -> None:
     for commit, name in ((True, "COMMIT"), (False, "ABORT")):
         data = build_control_batch(
-            commit, producer_id=9, producer_epoch=2, coordinator_epoch=5, base_offset=40,
+            commit,
+            producer_id=9,
+            producer_epoch=2,
+            coordinator_epoch=5,
+            base_offset=40,
             timestamp_ms=77,
-        )  # fmt: skip
+        )
         h = parse_header(data)
         assert h.is_control and h.is_transactional and crc_is_valid(data)
         assert describe_control(data) == name
@@ -201,6 +207,9 @@ def test_build_decode_round_trip_against_kafka_python(
         assert (mine.offset, mine.timestamp) == (base_offset + i, stamps[i])
         assert (mine.key, mine.value, mine.headers) == (r.key, r.value, r.headers)
         assert (ref.offset, ref.timestamp, ref.key, ref.value) == (
-            mine.offset, mine.timestamp, mine.key, mine.value,
-        )  # fmt: skip
+            mine.offset,
+            mine.timestamp,
+            mine.key,
+            mine.value,
+        )
         assert tuple(ref.headers) == mine.headers

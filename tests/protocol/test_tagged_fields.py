@@ -33,17 +33,39 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 METADATA_V13 = (3, 13)
 FETCH_V16 = (1, 16)
 CLIENT_ID = "tags"
-HEADER_END = 8 + 2 + len(CLIENT_ID)  # the header's tag section: key, version, correlation id, client id
-METADATA_BODY = {"topics": [{"topic_id": uuid.UUID(int=7), "name": "t"}], "allow_auto_topic_creation": False,
-                 "include_topic_authorized_operations": False}  # fmt: skip
+HEADER_END = (
+    8 + 2 + len(CLIENT_ID)
+)  # the header's tag section: key, version, correlation id, client id
+METADATA_BODY = {
+    "topics": [{"topic_id": uuid.UUID(int=7), "name": "t"}],
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+}
 FETCH_BODY = {
-    "max_wait": 500, "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 1, "session_id": 0,
-    "session_epoch": -1, "rack_id": "",
-    "topics": [{"topic_id": uuid.UUID(int=9), "partitions": [
-        {"partition": 0, "current_leader_epoch": 3, "fetch_offset": 10, "last_fetched_epoch": -1,
-         "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+    "max_wait": 500,
+    "min_bytes": 1,
+    "max_bytes": 1 << 20,
+    "isolation_level": 1,
+    "session_id": 0,
+    "session_epoch": -1,
+    "rack_id": "",
+    "topics": [
+        {
+            "topic_id": uuid.UUID(int=9),
+            "partitions": [
+                {
+                    "partition": 0,
+                    "current_leader_epoch": 3,
+                    "fetch_offset": 10,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": 1 << 20,
+                }
+            ],
+        }
+    ],
     "forgotten_topics_data": [],
-}  # fmt: skip
+}
 # Two unknown fields, as a tagged section: tag 99 with 3 bytes, tag 123 empty.
 UNKNOWN_SECTION = b"\x02" + b"\x63\x03abc" + b"\x7b\x00"
 
@@ -85,19 +107,24 @@ def future(cls: type, tags: frozenset[int], only: str | None = None) -> type:
     for f in dataclasses.fields(cls):
         default = dataclasses.field(metadata=f.metadata)
         if f.default is not dataclasses.MISSING:
-            default = dataclasses.field(metadata=f.metadata, default=to_future(f.default, tags, only))
+            default = dataclasses.field(
+                metadata=f.metadata, default=to_future(f.default, tags, only)
+            )
         specs.append((f.name, _future_type(f.type, tags, only), default))
     if cls.__flexible__ and only in (None, cls.__name__):
         known = {_tag(f) for f in dataclasses.fields(cls)}
         for tag in sorted(tags - known):
             field = dataclasses.field(metadata={"kafka_type": "bytes", "tag": tag}, default=None)
             specs.append((f"unknown_{tag}", bytes | None, field))
-    class_vars = {name: getattr(cls, name) for name in
-                  ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
-                  if hasattr(cls, name)}  # fmt: skip
+    class_vars = {
+        name: getattr(cls, name)
+        for name in ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+        if hasattr(cls, name)
+    }
     # The same name: kio treats a class called RequestHeader specially (legacy client id).
-    return dataclasses.make_dataclass(cls.__name__, specs, namespace=class_vars,
-                                      frozen=True, slots=True, kw_only=True)  # fmt: skip
+    return dataclasses.make_dataclass(
+        cls.__name__, specs, namespace=class_vars, frozen=True, slots=True, kw_only=True
+    )
 
 
 def _future_type(hint: Any, tags: frozenset[int], only: str | None) -> Any:
@@ -112,8 +139,12 @@ def _future_type(hint: Any, tags: frozenset[int], only: str | None) -> Any:
     return hint
 
 
-def to_future(value: Any, tags: frozenset[int], only: str | None = None,
-              unknown: Callable[[str], bytes | None] = lambda name: None) -> Any:  # fmt: skip
+def to_future(
+    value: Any,
+    tags: frozenset[int],
+    only: str | None = None,
+    unknown: Callable[[str], bytes | None] = lambda name: None,
+) -> Any:
     """`value` (an entity, tuple, or primitive) as the newer client's types, with the
     unknown fields set by `unknown(field name)` (None: not sent)."""
     if isinstance(value, tuple):
@@ -121,20 +152,28 @@ def to_future(value: Any, tags: frozenset[int], only: str | None = None,
     if not (dataclasses.is_dataclass(value) and not isinstance(value, type)):
         return value
     cls = future(type(value), tags, only)
-    kwargs = {f.name: to_future(getattr(value, f.name), tags, only, unknown)
-              for f in dataclasses.fields(value)}  # fmt: skip
+    kwargs = {
+        f.name: to_future(getattr(value, f.name), tags, only, unknown)
+        for f in dataclasses.fields(value)
+    }
     for f in dataclasses.fields(cls):
         if f.name.startswith("unknown_"):
             kwargs[f.name] = unknown(f.name)
     return cls(**kwargs)
 
 
-def newer_client_frame(api: tuple[int, int], body: Any, tags: frozenset[int], only: str | None = None,
-                       unknown: Callable[[str], bytes | None] = lambda name: b"?") -> bytes:  # fmt: skip
+def newer_client_frame(
+    api: tuple[int, int],
+    body: Any,
+    tags: frozenset[int],
+    only: str | None = None,
+    unknown: Callable[[str], bytes | None] = lambda name: b"?",
+) -> bytes:
     """The frame a newer client sends: header and body written by kio from the future schema."""
     api_codec = codec.api_codec(*api)
-    header = RequestHeaderV2(request_api_key=api[0], request_api_version=api[1], correlation_id=1,
-                             client_id=CLIENT_ID)  # fmt: skip
+    header = RequestHeaderV2(
+        request_api_key=api[0], request_api_version=api[1], correlation_id=1, client_id=CLIENT_ID
+    )
     entity = codec.build(api_codec.request_type, body)
     buffer = io.BytesIO()
     for value in (header, entity):
@@ -143,7 +182,7 @@ def newer_client_frame(api: tuple[int, int], body: Any, tags: frozenset[int], on
     return buffer.getvalue()
 
 
-# -- examples ---------------------------------------------------------------------------------------
+# -- examples --------------------------------------------------------------------------------
 
 
 def test_unknown_tags_in_the_header_are_skipped() -> None:
@@ -170,7 +209,9 @@ def test_unknown_tags_in_a_nested_struct_are_skipped() -> None:
     assert body.topics[0].name == "t" and body.topics[0].topic_id == uuid.UUID(int=7)
 
 
-@pytest.mark.parametrize("only", ["FetchTopic", "FetchPartition", "RequestHeader", "FetchRequest", None])
+@pytest.mark.parametrize(
+    "only", ["FetchTopic", "FetchPartition", "RequestHeader", "FetchRequest", None]
+)
 def test_unknown_tags_written_by_a_newer_client_fetch(only: str | None) -> None:
     tags = frozenset({2, 99, 1000, 2**28})  # 2**28: a tag of five varint bytes
     tagged = newer_client_frame(FETCH_V16, FETCH_BODY, tags, only)
@@ -183,7 +224,11 @@ def test_unknown_tags_written_by_a_newer_client_fetch(only: str | None) -> None:
 def test_known_tagged_fields_still_decode() -> None:
     """Fetch v15+ carries cluster_id (tag 0) and replica_state (tag 1, a struct with its own
     tag section) as tagged fields; unknown tags around and inside them are skipped."""
-    body = {**FETCH_BODY, "cluster_id": "cluster-a", "replica_state": {"replica_id": 4, "replica_epoch": 17}}
+    body = {
+        **FETCH_BODY,
+        "cluster_id": "cluster-a",
+        "replica_state": {"replica_id": 4, "replica_epoch": 17},
+    }
     clean = clean_frame(FETCH_V16, body)
     _, decoded = decode(FETCH_V16, clean)
     assert decoded.cluster_id == "cluster-a"
@@ -291,7 +336,9 @@ def _flexible_request_apis() -> list[tuple[int, int]]:
 @pytest.mark.parametrize("api", _flexible_request_apis(), ids=lambda api: f"{api[0]}v{api[1]}")
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_every_flexible_request_kio_knows_is_walked(api: tuple[int, int], data: st.DataObject) -> None:
+def test_every_flexible_request_kio_knows_is_walked(
+    api: tuple[int, int], data: st.DataObject
+) -> None:
     """No field type of any flexible request schema is beyond the walker."""
     entity = data.draw(st.from_type(load_request_schema(*api)), label="request")
     tagged = newer_client_frame(api, entity, frozenset({77}))
@@ -307,4 +354,3 @@ def test_requests_without_tags_do_not_take_the_slow_path(monkeypatch: pytest.Mon
     assert decode(FETCH_V16, clean_frame(FETCH_V16, FETCH_BODY))[0].client_id == CLIENT_ID
     metadata_v4 = clean_frame((3, 4), {"topics": None, "allow_auto_topic_creation": False})
     assert decode((3, 4), metadata_v4)[1].topics is None
-

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
-
 
 
 @pytest.fixture(scope="session")
@@ -41,5 +40,3 @@ def spark() -> Iterator[object]:
 @pytest.fixture
 def bootstrap(oncelog_session_broker) -> str:  # type: ignore[no-untyped-def]
     return oncelog_session_broker.bootstrap_servers
-
-

@@ -18,9 +18,18 @@ def create_topic(bootstrap: str, name: str, partitions: int = 2, config: dict | 
     return name
 
 
-def produce_transaction(bootstrap: str, topic: str, values: list[bytes], *, commit: bool = True,
-                        txn_id: str | None = None, partition: int | None = None) -> None:  # fmt: skip
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id or unique("txn")})
+def produce_transaction(
+    bootstrap: str,
+    topic: str,
+    values: list[bytes],
+    *,
+    commit: bool = True,
+    txn_id: str | None = None,
+    partition: int | None = None,
+) -> None:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": txn_id or unique("txn")}
+    )
     producer.init_transactions(30)
     producer.begin_transaction()
     for value in values:
@@ -35,9 +44,15 @@ def produce_transaction(bootstrap: str, topic: str, values: list[bytes], *, comm
 
 def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """Every value in `topic`, read with a plain confluent consumer (not our reader)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("verify"),
-                         "isolation.level": isolation, "enable.partition.eof": True,
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("verify"),
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+        }
+    )
     meta = consumer.list_topics(topic, timeout=30).topics[topic]
     parts = sorted(meta.partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])

@@ -18,8 +18,12 @@ from oncelog.testing import EmbeddedBroker
 def test_range_below_the_log_start_fails_or_skips_ahead() -> None:
     with EmbeddedBroker({"log.retention.check.interval.ms": "100"}) as broker:
         bootstrap = broker.bootstrap_servers
-        topic = create_topic(bootstrap, unique("retained"), partitions=1,
-                             config={"segment.bytes": "1024", "retention.bytes": "1"})  # fmt: skip
+        topic = create_topic(
+            bootstrap,
+            unique("retained"),
+            partitions=1,
+            config={"segment.bytes": "1024", "retention.bytes": "1"},
+        )
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
         for i in range(200):
             producer.produce(topic, value=b"value-%03d" % i + b"." * 40)
@@ -33,12 +37,19 @@ def test_range_below_the_log_start_fails_or_skips_ahead() -> None:
         end = cluster.offsets([(topic, 0)], "latest", True)[(topic, 0)]
         assert 0 < log_start < end == 200
 
-        strict = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False)
+        strict = parse_read_options(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False
+        )
         with pytest.raises(DataLossError, match="below the log start offset"):
             list(read_range(strict, OffsetRange(topic, 0, 0, end)))
-        lenient = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
-                                      "failondataloss": "false"}, False)  # fmt: skip
-        offsets = [o for batch in read_range(lenient, OffsetRange(topic, 0, 0, end))
-                   for o in batch.column("offset").to_pylist()]  # fmt: skip
+        lenient = parse_read_options(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "failondataloss": "false"},
+            False,
+        )
+        offsets = [
+            o
+            for batch in read_range(lenient, OffsetRange(topic, 0, 0, end))
+            for o in batch.column("offset").to_pylist()
+        ]
         assert offsets[0] >= log_start and offsets[-1] == end - 1
         assert offsets == list(range(offsets[0], end))

@@ -6,11 +6,12 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-
 from spark_helpers import create_topic, produce_transaction, read_all, unique
 
-KAFKA_SCHEMA = ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-                "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>")  # fmt: skip
+KAFKA_SCHEMA = (
+    "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+    "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+)
 
 
 def _batch(spark, bootstrap: str, topic: str, **options: str):  # type: ignore[no-untyped-def]
@@ -28,8 +29,9 @@ def test_batch_read_returns_exactly_the_committed_records(spark, bootstrap: str)
         ok = [b"ok-%d-%d" % (round_, i) for i in range(20)]
         produce_transaction(bootstrap, topic, ok)
         committed += ok
-        produce_transaction(bootstrap, topic, [b"aborted-%d-%d" % (round_, i) for i in range(15)],
-                            commit=False)  # fmt: skip
+        produce_transaction(
+            bootstrap, topic, [b"aborted-%d-%d" % (round_, i) for i in range(15)], commit=False
+        )
     plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     plain.produce(topic, value=b"plain", key=None, headers=[("h1", b"x"), ("h2", None)])
     plain.flush(30)
@@ -52,7 +54,9 @@ def test_batch_read_returns_exactly_the_committed_records(spark, bootstrap: str)
     assert abs(with_headers.timestamp.timestamp() - time.time()) < 600
 
     # the same test fails when aborted data leaks: read_uncommitted sees it
-    dirty = _batch(spark, bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"}).collect()
+    dirty = _batch(
+        spark, bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"}
+    ).collect()
     assert sum(r.value.startswith(b"aborted") for r in dirty) == 45
     assert any(r.value == b"open-not-yet" for r in dirty)
     open_txn.abort_transaction(30)
@@ -62,10 +66,16 @@ def test_batch_read_offset_json_bounds(spark, bootstrap: str) -> None:
     topic = create_topic(bootstrap, unique("bounds"), partitions=1)
     produce_transaction(bootstrap, topic, [b"v%d" % i for i in range(10)], partition=0)
     # offsets 0..9 are records, 10 is the commit marker
-    df = _batch(spark, bootstrap, topic, startingOffsets=f'{{"{topic}": {{"0": 3}}}}',
-                endingOffsets=f'{{"{topic}": {{"0": 7}}}}')  # fmt: skip
+    df = _batch(
+        spark,
+        bootstrap,
+        topic,
+        startingOffsets=f'{{"{topic}": {{"0": 3}}}}',
+        endingOffsets=f'{{"{topic}": {{"0": 7}}}}',
+    )
     assert [(r.offset, r.value) for r in df.orderBy("offset").collect()] == [
-        (i, b"v%d" % i) for i in range(3, 7)]  # fmt: skip
+        (i, b"v%d" % i) for i in range(3, 7)
+    ]
 
 
 @pytest.mark.slow
@@ -77,11 +87,18 @@ def test_streaming_read_across_several_triggers(spark, bootstrap: str, tmp_path)
         seen[batch_id] = [r.value for r in batch_df.collect()]
 
     def run_available_now() -> None:
-        query = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
-                 .option("subscribePattern", topic + ".*").option("startingOffsets", "earliest")
-                 .option("maxOffsetsPerTrigger", "25").load()
-                 .writeStream.foreachBatch(collect)
-                 .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())  # fmt: skip
+        query = (
+            spark.readStream.format("oncelog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribePattern", topic + ".*")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "25")
+            .load()
+            .writeStream.foreachBatch(collect)
+            .option("checkpointLocation", str(tmp_path / "ck"))
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination(120)
         assert query.exception() is None
 

@@ -17,23 +17,38 @@ FAIL_AFTER = 30
 
 def _frame(spark, n: int, tag: str = "v"):  # type: ignore[no-untyped-def]
     # two partitions, so two write tasks, each failing once when asked to
-    return spark.range(0, n, 1, 2).selectExpr("cast(id as string) as key",
-                                             f"concat('{tag}', id) as value")  # fmt: skip
+    return spark.range(0, n, 1, 2).selectExpr(
+        "cast(id as string) as key", f"concat('{tag}', id) as value"
+    )
 
 
 def _write(df, bootstrap: str, topic: str, guarantee: str, sink_id: str, **options: object) -> None:  # type: ignore[no-untyped-def]
-    writer = (df.write.format("oncelog").mode("append").option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", topic).option("delivery.guarantee", guarantee).option("sink.id", sink_id))  # fmt: skip
+    writer = (
+        df.write.format("oncelog")
+        .mode("append")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("delivery.guarantee", guarantee)
+        .option("sink.id", sink_id)
+    )
     for k, v in options.items():
         writer = writer.option(k, str(v))
     writer.save()
 
 
 @pytest.mark.parametrize("guarantee", [EXACTLY_ONCE, AT_LEAST_ONCE])
-def test_batch_write_when_a_task_fails_after_part_of_its_output(spark, bootstrap: str, guarantee: str) -> None:
+def test_batch_write_when_a_task_fails_after_part_of_its_output(
+    spark, bootstrap: str, guarantee: str
+) -> None:
     topic = create_topic(bootstrap, unique("out-fail"), partitions=2)
-    _write(_frame(spark, 200), bootstrap, topic, guarantee, unique("sink"),
-           **{"oncelog.test.fail_after": FAIL_AFTER})  # fmt: skip
+    _write(
+        _frame(spark, 200),
+        bootstrap,
+        topic,
+        guarantee,
+        unique("sink"),
+        **{"oncelog.test.fail_after": FAIL_AFTER},
+    )
     counts = Counter(read_all(bootstrap, topic))
     assert set(counts) == {b"v%d" % i for i in range(200)}
     duplicates = sum(c - 1 for c in counts.values())
@@ -57,38 +72,59 @@ def test_batch_write_replayed_writes_nothing_again(spark, bootstrap: str, guaran
     assert sum(counts.values()) == (100 if guarantee == EXACTLY_ONCE else 200)
 
 
-def test_replay_with_different_input_is_refused_and_a_new_write_id_writes(spark, bootstrap: str) -> None:
+def test_replay_with_different_input_is_refused_and_a_new_write_id_writes(
+    spark, bootstrap: str
+) -> None:
     topic = create_topic(bootstrap, unique("out-refuse"), partitions=2)
     sink = unique("sink")
     _write(_frame(spark, 50), bootstrap, topic, EXACTLY_ONCE, sink)
     with pytest.raises(Exception, match="already written with different rows"):
         _write(_frame(spark, 60), bootstrap, topic, EXACTLY_ONCE, sink)
     _write(_frame(spark, 10, "w"), bootstrap, topic, EXACTLY_ONCE, sink, **{"write.id": 1})
-    assert sorted(read_all(bootstrap, topic)) == sorted([b"v%d" % i for i in range(50)] +
-                                                       [b"w%d" % i for i in range(10)])  # fmt: skip
+    assert sorted(read_all(bootstrap, topic)) == sorted(
+        [b"v%d" % i for i in range(50)] + [b"w%d" % i for i in range(10)]
+    )
     with pytest.raises(Exception, match="ahead of batch 0"):  # write ids only move forward
         _write(_frame(spark, 10, "x"), bootstrap, topic, EXACTLY_ONCE, sink, **{"write.id": 0})
 
 
 def test_missing_sink_id_and_topic_are_refused_before_any_task(spark, bootstrap: str) -> None:
     df = _frame(spark, 1)
-    with pytest.raises(Exception, match="sink.id is required"):
-        df.write.format("oncelog").mode("append").option("kafka.bootstrap.servers", bootstrap) \
-            .option("topic", "t").save()
+    with pytest.raises(Exception, match=r"sink\.id is required"):
+        df.write.format("oncelog").mode("append").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).option("topic", "t").save()
     with pytest.raises(Exception, match="no topic to write to"):
-        df.write.format("oncelog").mode("append").option("kafka.bootstrap.servers", bootstrap) \
-            .option("sink.id", "x").save()
+        df.write.format("oncelog").mode("append").option(
+            "kafka.bootstrap.servers", bootstrap
+        ).option("sink.id", "x").save()
 
 
-def _stream_copy(spark, bootstrap: str, source: str, target: str, guarantee: str, sink: str,  # type: ignore[no-untyped-def]
-                 checkpoint: Path, **options: object) -> None:
-    stream = (spark.readStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", source).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", "60").load()
-              .selectExpr("key", "upper(cast(value as string)) as value", "partition")
-              .writeStream.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
-              .option("topic", target).option("delivery.guarantee", guarantee).option("sink.id", sink)
-              .option("checkpointLocation", str(checkpoint)))  # fmt: skip
+def _stream_copy(
+    spark,
+    bootstrap: str,
+    source: str,
+    target: str,
+    guarantee: str,
+    sink: str,  # type: ignore[no-untyped-def]
+    checkpoint: Path,
+    **options: object,
+) -> None:
+    stream = (
+        spark.readStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "60")
+        .load()
+        .selectExpr("key", "upper(cast(value as string)) as value", "partition")
+        .writeStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", target)
+        .option("delivery.guarantee", guarantee)
+        .option("sink.id", sink)
+        .option("checkpointLocation", str(checkpoint))
+    )
     for k, v in options.items():
         stream = stream.option(k, str(v))
     query = stream.trigger(availableNow=True).start()
@@ -102,8 +138,9 @@ def _stream_copy(spark, bootstrap: str, source: str, target: str, guarantee: str
 
 @pytest.mark.slow
 @pytest.mark.parametrize("guarantee", [EXACTLY_ONCE, AT_LEAST_ONCE])
-def test_streaming_write_with_task_failures_then_a_replayed_batch(spark, bootstrap: str, guarantee: str,
-                                                                  tmp_path: Path) -> None:  # fmt: skip
+def test_streaming_write_with_task_failures_then_a_replayed_batch(
+    spark, bootstrap: str, guarantee: str, tmp_path: Path
+) -> None:
     source = create_topic(bootstrap, unique("src"), partitions=2)
     target = create_topic(bootstrap, unique("dst"), partitions=2)
     values = [b"order-%03d" % i for i in range(150)]
@@ -114,13 +151,23 @@ def test_streaming_write_with_task_failures_then_a_replayed_batch(spark, bootstr
     sink, checkpoint = unique("sink"), tmp_path / "ck"
 
     # (a) every task's first attempt fails after writing part of its output
-    _stream_copy(spark, bootstrap, source, target, guarantee, sink, checkpoint,
-                 **{"oncelog.test.fail_after": 10})  # fmt: skip
+    _stream_copy(
+        spark,
+        bootstrap,
+        source,
+        target,
+        guarantee,
+        sink,
+        checkpoint,
+        **{"oncelog.test.fail_after": 10},
+    )
     first = Counter(read_all(bootstrap, target))
     assert set(first) == expected
     # (c) the last batch is replayed: its commit is dropped from the checkpoint, as when the
     # driver dies after the tasks committed and before Spark recorded the batch as done
-    commits = sorted((checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    commits = sorted(
+        (checkpoint / "commits").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1
+    )
     last = [p for p in commits if p.name.isdigit()][-1]
     os.remove(last)
     crc = last.with_name(f".{last.name}.crc")  # Hadoop's checksum file would block the rewrite

@@ -44,7 +44,9 @@ def opened(path: Path, config: LogConfig = SMALL, clean: bool = True) -> Partiti
 def offsets(data: bytes) -> list[int]:
     view = memoryview(data)
     return [
-        r.offset for pos, h in iter_stored_batches(data) for r in decode_records(view[pos : pos + h.size])
+        r.offset
+        for pos, h in iter_stored_batches(data)
+        for r in decode_records(view[pos : pos + h.size])
     ]
 
 
@@ -64,8 +66,12 @@ def path(tmp_path: Path) -> Path:
 
 def test_public_names() -> None:
     assert set(oncelog.storage.__all__) == {
-        "AppendResult", "LogConfig", "PartitionLog", "RecoveryReport", "SegmentInfo",
-    }  # fmt: skip
+        "AppendResult",
+        "LogConfig",
+        "PartitionLog",
+        "RecoveryReport",
+        "SegmentInfo",
+    }
 
 
 def test_append_assigns_offsets_and_read_returns_them(path: Path) -> None:
@@ -325,7 +331,10 @@ def test_offset_for_timestamp_and_max_timestamp(path: Path) -> None:
     log = opened(path, clean=False)
     for i in range(20):  # batch i holds offsets 2i (ts 100i) and 2i+1 (ts 100i+50)
         data = build_batch(
-            [Record(None, b"a", timestamp_ms=100 * i), Record(None, b"b", timestamp_ms=100 * i + 50)],
+            [
+                Record(None, b"a", timestamp_ms=100 * i),
+                Record(None, b"b", timestamp_ms=100 * i + 50),
+            ],
             timestamp_ms=0,
         )
         append(log, data)

@@ -10,8 +10,8 @@ import statistics
 import struct
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -102,11 +102,19 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
 
 def read_values(bootstrap: str, topic: str, partitions: int = 1) -> list[bytes]:
     """Every record value of the topic, up to the high watermarks read first."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused",
-                         "enable.auto.commit": False, **FAST_RECONNECT})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            **FAST_RECONNECT,
+        }
+    )
     try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), TIMEOUT_S)[1]
-                for p in range(partitions)}
+        ends = {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), TIMEOUT_S)[1]
+            for p in range(partitions)
+        }
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         values: list[bytes] = []
         deadline = time.monotonic() + TIMEOUT_S
@@ -143,8 +151,17 @@ def produce_numbered(producer: Producer, topic: str, numbers: range) -> None:
 # -- configuration and safety ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("upstream", [("10.0.0.1", 9092), ("192.168.1.2", 9092), "example.com:9092",
-                                      ("8.8.8.8", 53), ("0.0.0.0", 9092), ("::", 9092)])
+@pytest.mark.parametrize(
+    "upstream",
+    [
+        ("10.0.0.1", 9092),
+        ("192.168.1.2", 9092),
+        "example.com:9092",
+        ("8.8.8.8", 53),
+        ("0.0.0.0", 9092),
+        ("::", 9092),
+    ],
+)
 def test_refuses_upstreams_off_this_machine(upstream: object) -> None:
     with pytest.raises(ValueError, match="loopback"):
         FaultInjectionProxy(upstream=upstream)  # type: ignore[arg-type]
@@ -164,9 +181,17 @@ def test_accepts_loopback_upstreams_and_pins_localhost() -> None:
         FaultInjectionProxy(upstream=("127.0.0.1", 0))
 
 
-@pytest.mark.parametrize("bad", [{"drop_response_rate": 1.5}, {"drop_request_rate": -0.1},
-                                 {"cut_connection_rate": 2}, {"delay_ms": (50, 10)},
-                                 {"delay_ms": -1}, {"close_after_drop_ms": -5}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"drop_response_rate": 1.5},
+        {"drop_request_rate": -0.1},
+        {"cut_connection_rate": 2},
+        {"delay_ms": (50, 10)},
+        {"delay_ms": -1},
+        {"close_after_drop_ms": -5},
+    ],
+)
 def test_fault_settings_are_validated(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         FaultInjectionProxy(**bad)  # type: ignore[arg-type]
@@ -185,7 +210,9 @@ def test_delay_ms_number_means_a_fixed_delay() -> None:
 
 
 def test_pipelined_responses_keep_their_order_under_random_delays(embedded: EmbeddedBroker) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), delay_ms=(0, 60), seed=3) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), delay_ms=(0, 60), seed=3
+    ) as proxy:
         with connect(proxy) as sock:
             sock.sendall(b"".join(api_versions_request(cid) for cid in range(1, 31)))
             assert [read_correlation_id(sock) for _ in range(30)] == list(range(1, 31))
@@ -205,8 +232,9 @@ def test_a_client_half_close_still_gets_its_responses(embedded: EmbeddedBroker) 
 
 
 def test_dropped_response_kills_the_connection_shortly_after(embedded: EmbeddedBroker) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0,
-                             close_after_drop_ms=150) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0, close_after_drop_ms=150
+    ) as proxy:
         with connect(proxy) as sock:
             sent = time.monotonic()
             sock.sendall(api_versions_request(1))
@@ -223,8 +251,9 @@ def test_dropped_response_kills_the_connection_shortly_after(embedded: EmbeddedB
 def test_without_close_after_drop_a_dead_connection_stays_open_and_silent(
     embedded: EmbeddedBroker,
 ) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0,
-                             close_after_drop_ms=None) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0, close_after_drop_ms=None
+    ) as proxy:
         with connect(proxy, timeout_s=0.5) as sock:
             sock.sendall(api_versions_request(1))
             with pytest.raises(socket.timeout):
@@ -240,8 +269,9 @@ def test_without_close_after_drop_a_dead_connection_stays_open_and_silent(
 
 
 def test_dropped_request_never_reaches_the_broker(embedded: EmbeddedBroker) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), drop_request_rate=1.0,
-                             close_after_drop_ms=0) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), drop_request_rate=1.0, close_after_drop_ms=0
+    ) as proxy:
         with connect(proxy) as sock:
             sock.sendall(api_versions_request(1))
             assert read_correlation_id(sock) is None
@@ -251,7 +281,9 @@ def test_dropped_request_never_reaches_the_broker(embedded: EmbeddedBroker) -> N
 
 
 def test_cut_forwards_the_request_then_closes_both_sides(embedded: EmbeddedBroker) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), cut_connection_rate=1.0) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), cut_connection_rate=1.0
+    ) as proxy:
         with connect(proxy) as sock:
             sock.sendall(api_versions_request(1))
             assert read_correlation_id(sock) is None
@@ -262,8 +294,12 @@ def test_cut_forwards_the_request_then_closes_both_sides(embedded: EmbeddedBroke
 
 
 def test_api_keys_limit_the_faults_and_pause_resume_switches_them(embedded: EmbeddedBroker) -> None:
-    with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0,
-                             api_keys={ApiKey.PRODUCE}, close_after_drop_ms=0) as proxy:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port),
+        drop_response_rate=1.0,
+        api_keys={ApiKey.PRODUCE},
+        close_after_drop_ms=0,
+    ) as proxy:
         with connect(proxy) as sock:  # ApiVersions is not targeted
             sock.sendall(api_versions_request(1))
             assert read_correlation_id(sock) == 1
@@ -286,8 +322,12 @@ def test_the_seed_fixes_the_sequence_of_decisions(embedded: EmbeddedBroker) -> N
 
     def pattern(seed: int) -> list[bool]:
         answered = []
-        with FaultInjectionProxy(upstream=("127.0.0.1", embedded.port), drop_request_rate=0.5,
-                                 close_after_drop_ms=0, seed=seed) as proxy:
+        with FaultInjectionProxy(
+            upstream=("127.0.0.1", embedded.port),
+            drop_request_rate=0.5,
+            close_after_drop_ms=0,
+            seed=seed,
+        ) as proxy:
             assert proxy.seed == seed
             for cid in range(16):
                 with connect(proxy) as sock:
@@ -315,13 +355,17 @@ def test_no_upstream_yet_closes_client_connections() -> None:
 # -- real clients ------------------------------------------------------------------------------
 
 
-def test_pass_through_and_metadata_advertises_the_proxy(embedded: EmbeddedBroker, topic: str) -> None:
+def test_pass_through_and_metadata_advertises_the_proxy(
+    embedded: EmbeddedBroker, topic: str
+) -> None:
     with FaultInjectionProxy(seed=1) as proxy:
         proxy.attach(embedded)
         assert proxy.upstream == ("127.0.0.1", embedded.port)
         # Even a client bootstrapping at the broker itself is sent to the proxy.
         for bootstrap in (proxy.bootstrap_servers, embedded.bootstrap_servers):
-            brokers = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).brokers
+            brokers = (
+                AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=TIMEOUT_S).brokers
+            )
             assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", proxy.port)]
         create_topic(proxy.bootstrap_servers, topic, partitions=2)
         producer = Producer({"bootstrap.servers": proxy.bootstrap_servers, "linger.ms": 5})
@@ -332,19 +376,28 @@ def test_pass_through_and_metadata_advertises_the_proxy(embedded: EmbeddedBroker
     assert stats.faults == 0 and stats.requests_forwarded > 0 and stats.responses_forwarded > 0
 
 
-def test_dropped_responses_reach_the_client_as_duplicates(embedded: EmbeddedBroker, topic: str) -> None:
+def test_dropped_responses_reach_the_client_as_duplicates(
+    embedded: EmbeddedBroker, topic: str
+) -> None:
     """No idempotence: each lost acknowledgement makes librdkafka resend a stored batch."""
     with FaultInjectionProxy(drop_response_rate=0.2, seed=20) as proxy:
         proxy.attach(embedded)
         proxy.pause()
         create_topic(proxy.bootstrap_servers, topic)
-        producer = Producer({
-            "bootstrap.servers": proxy.bootstrap_servers,
-            "enable.idempotence": False, "acks": "all", "retries": 1_000_000,
-            "max.in.flight.requests.per.connection": 5, "linger.ms": 2,
-            "batch.num.messages": 40, "request.timeout.ms": 5000,
-            "message.timeout.ms": 45_000, **FAST_RECONNECT,
-        })  # fmt: skip
+        producer = Producer(
+            {
+                "bootstrap.servers": proxy.bootstrap_servers,
+                "enable.idempotence": False,
+                "acks": "all",
+                "retries": 1_000_000,
+                "max.in.flight.requests.per.connection": 5,
+                "linger.ms": 2,
+                "batch.num.messages": 40,
+                "request.timeout.ms": 5000,
+                "message.timeout.ms": 45_000,
+                **FAST_RECONNECT,
+            }
+        )
         producer.list_topics(topic, timeout=TIMEOUT_S)
         proxy.resume()
         produce_numbered(producer, topic, range(2000))
@@ -374,7 +427,9 @@ def test_delay_slows_responses(embedded: EmbeddedBroker, topic: str) -> None:
         proxy.attach(embedded)
         proxy.pause()
         create_topic(proxy.bootstrap_servers, topic)
-        producer = Producer({"bootstrap.servers": proxy.bootstrap_servers, "linger.ms": 0, "acks": 1})
+        producer = Producer(
+            {"bootstrap.servers": proxy.bootstrap_servers, "linger.ms": 0, "acks": 1}
+        )
         produce_numbered(producer, topic, range(1))  # warm up: connections and metadata
         baseline = median_round_trip_s(producer)
         proxy.resume()
@@ -386,16 +441,21 @@ def test_delay_slows_responses(embedded: EmbeddedBroker, topic: str) -> None:
     assert delayed < 5.0  # generous: only catches a delay applied many times over
 
 
-def test_cut_all_connections_clients_reconnect_and_continue(embedded: EmbeddedBroker, topic: str) -> None:
+def test_cut_all_connections_clients_reconnect_and_continue(
+    embedded: EmbeddedBroker, topic: str
+) -> None:
     with FaultInjectionProxy() as proxy:
         proxy.attach(embedded)
         create_topic(proxy.bootstrap_servers, topic)
-        producer = Producer({"bootstrap.servers": proxy.bootstrap_servers, "linger.ms": 2,
-                             **FAST_RECONNECT})
+        producer = Producer(
+            {"bootstrap.servers": proxy.bootstrap_servers, "linger.ms": 2, **FAST_RECONNECT}
+        )
         produce_numbered(producer, topic, range(300))
         accepted = proxy.stats.connections_accepted
         assert proxy.cut_all_connections() >= 1
-        wait_for(lambda: proxy.stats.connections_open == 0 or proxy.stats.connections_accepted > accepted)
+        wait_for(
+            lambda: proxy.stats.connections_open == 0 or proxy.stats.connections_accepted > accepted
+        )
         produce_numbered(producer, topic, range(300, 600))
         values = read_values(proxy.bootstrap_servers, topic)
         stats = proxy.stats
@@ -408,7 +468,7 @@ def test_attach_needs_a_running_embedded_broker() -> None:
     with FaultInjectionProxy() as proxy:
         with pytest.raises(RuntimeError, match="start"):
             proxy.attach(EmbeddedBroker())
-        with pytest.raises(TypeError, match="advertised.listeners"):
+        with pytest.raises(TypeError, match=r"advertised\.listeners"):
             proxy.attach(object())  # type: ignore[arg-type]
 
 
@@ -420,19 +480,24 @@ def test_broker_process_advertises_the_proxy_from_its_config(tmp_path: Path, top
         config = {"advertised.listeners": proxy.advertised_listener}
         with BrokerProcess(tmp_path / "data", config=config) as broker:
             proxy.set_upstream("127.0.0.1", broker.port)
-            brokers = AdminClient({"bootstrap.servers": broker.bootstrap_servers}).list_topics(
-                timeout=TIMEOUT_S
-            ).brokers
+            brokers = (
+                AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+                .list_topics(timeout=TIMEOUT_S)
+                .brokers
+            )
             assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", proxy.port)]
             create_topic(proxy.bootstrap_servers, topic)
-            produce_numbered(Producer({"bootstrap.servers": proxy.bootstrap_servers}), topic, range(10))
+            produce_numbered(
+                Producer({"bootstrap.servers": proxy.bootstrap_servers}), topic, range(10)
+            )
             assert proxy.stats.requests_forwarded > 0
 
 
 def test_embedded_broker_config_route_survives_a_restart(tmp_path: Path) -> None:
     with FaultInjectionProxy(listen_port=0) as proxy:
-        embedded = EmbeddedBroker(config={"advertised.listeners": proxy.advertised_listener},
-                                  data_dir=tmp_path / "data")
+        embedded = EmbeddedBroker(
+            config={"advertised.listeners": proxy.advertised_listener}, data_dir=tmp_path / "data"
+        )
         with embedded:
             proxy.set_upstream("127.0.0.1", embedded.port)
             assert embedded.broker is not None
@@ -441,20 +506,30 @@ def test_embedded_broker_config_route_survives_a_restart(tmp_path: Path) -> None
             assert embedded.broker.advertised_address == ("127.0.0.1", proxy.port)
 
 
-@pytest.mark.parametrize("value", ["PLAINTEXT://127.0.0.1:0", "PLAINTEXT://127.0.0.1",
-                                   "SSL://127.0.0.1:9093", "127.0.0.1:9093",
-                                   "PLAINTEXT://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9094",
-                                   "PLAINTEXT://127.0.0.1:99999"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "PLAINTEXT://127.0.0.1:0",
+        "PLAINTEXT://127.0.0.1",
+        "SSL://127.0.0.1:9093",
+        "127.0.0.1:9093",
+        "PLAINTEXT://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9094",
+        "PLAINTEXT://127.0.0.1:99999",
+    ],
+)
 def test_bad_advertised_listeners_are_refused_at_start(tmp_path: Path, value: str) -> None:
-    with pytest.raises(ConfigError, match="advertised.listeners"):
+    with pytest.raises(ConfigError, match=r"advertised\.listeners"):
         EmbeddedBroker(config={"advertised.listeners": value}, data_dir=tmp_path).start()
 
 
-@pytest.mark.parametrize("value, expected", [
-    ("PLAINTEXT://localhost:9093", ("localhost", 9093)),
-    ("plaintext://[::1]:9094", ("::1", 9094)),
-    ("PLAINTEXT://:9095", ("127.0.0.1", 9095)),  # empty host: the listen host
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("PLAINTEXT://localhost:9093", ("localhost", 9093)),
+        ("plaintext://[::1]:9094", ("::1", 9094)),
+        ("PLAINTEXT://:9095", ("127.0.0.1", 9095)),  # empty host: the listen host
+    ],
+)
 def test_advertised_listeners_forms(tmp_path: Path, value: str, expected: tuple[str, int]) -> None:
     with EmbeddedBroker(config={"advertised.listeners": value}, data_dir=tmp_path) as embedded:
         assert embedded.broker is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from txn_harness import MAX_TIMEOUT, Harness
 
-from oncelog.protocol.errors import ErrorCode as E
 from oncelog.coordinator_partitions import java_string_hash, partition_for
+from oncelog.protocol.errors import ErrorCode as E
 from oncelog.transactions.coordinator import (
     API_ADD_OFFSETS_TO_TXN,
     API_ADD_PARTITIONS_TO_TXN,
@@ -160,8 +160,18 @@ def test_init_on_ongoing_fences_aborts_and_answers_concurrent(h: Harness) -> Non
 
 
 def test_init_exhausted_epoch_rotates_producer_id(h: Harness) -> None:
-    seed(h, TransactionMetadata("tx", 77, SHORT_MAX - 1, 1000, S.COMPLETE_COMMIT,
-                                txn_start_timestamp=1, txn_last_update_timestamp=1))  # fmt: skip
+    seed(
+        h,
+        TransactionMetadata(
+            "tx",
+            77,
+            SHORT_MAX - 1,
+            1000,
+            S.COMPLETE_COMMIT,
+            txn_start_timestamp=1,
+            txn_last_update_timestamp=1,
+        ),
+    )
     r = h.init()
     assert r.response == TxnResponse(E.none, 1000, 0)
     md = h.shard.get("tx")
@@ -169,15 +179,27 @@ def test_init_exhausted_epoch_rotates_producer_id(h: Harness) -> None:
 
 
 def test_init_below_exhaustion_still_bumps(h: Harness) -> None:
-    seed(h, TransactionMetadata("tx", 77, SHORT_MAX - 2, 1000, S.EMPTY, txn_last_update_timestamp=1))
+    seed(
+        h, TransactionMetadata("tx", 77, SHORT_MAX - 2, 1000, S.EMPTY, txn_last_update_timestamp=1)
+    )
     assert h.init().response == TxnResponse(E.none, 77, SHORT_MAX - 1)
     assert h.init().response == TxnResponse(E.none, 1000, 0)  # now exhausted: rotate
 
 
 def test_fence_of_last_epoch_then_rotation(h: Harness) -> None:
-    seed(h, TransactionMetadata("tx", 77, SHORT_MAX - 1, 1000, S.ONGOING,
-                                partitions=frozenset({("t", 0)}), txn_start_timestamp=1,
-                                txn_last_update_timestamp=1))  # fmt: skip
+    seed(
+        h,
+        TransactionMetadata(
+            "tx",
+            77,
+            SHORT_MAX - 1,
+            1000,
+            S.ONGOING,
+            partitions=frozenset({("t", 0)}),
+            txn_start_timestamp=1,
+            txn_last_update_timestamp=1,
+        ),
+    )
     r = h.init()
     assert r.response == TxnResponse(E.concurrent_transactions)
     assert r.markers[0].producer_epoch == SHORT_MAX  # 32767 fences the holder of 32766
@@ -197,8 +219,15 @@ def test_kip360_bump_with_expected_epoch(h: Harness) -> None:
     # and it survives a reload (last epoch is persisted)
     fresh = h.reloaded()
     fresh.finish_loading()
-    again = fresh.init_producer_id("tx", 60_000, pid, 0, now_ms=h.now, allocate_producer_id=h.allocate,
-                                   max_timeout_ms=MAX_TIMEOUT)  # fmt: skip
+    again = fresh.init_producer_id(
+        "tx",
+        60_000,
+        pid,
+        0,
+        now_ms=h.now,
+        allocate_producer_id=h.allocate,
+        max_timeout_ms=MAX_TIMEOUT,
+    )
     assert again.response == TxnResponse(E.none, pid, 1)
 
 
@@ -215,11 +244,16 @@ def test_kip360_on_new_id_accepts_any_expected(h: Harness) -> None:
 
 
 def test_kip360_retry_after_rotation(h: Harness) -> None:
-    seed(h, TransactionMetadata("tx", 77, SHORT_MAX - 1, 1000, S.EMPTY, txn_last_update_timestamp=1))
+    seed(
+        h, TransactionMetadata("tx", 77, SHORT_MAX - 1, 1000, S.EMPTY, txn_last_update_timestamp=1)
+    )
     r = h.init(pid=77, epoch=SHORT_MAX - 1)
     assert r.response == TxnResponse(E.none, 1000, 0)
     md = h.shard.get("tx")
-    assert md is not None and (md.previous_producer_id, md.last_producer_epoch) == (77, SHORT_MAX - 1)
+    assert md is not None and (md.previous_producer_id, md.last_producer_epoch) == (
+        77,
+        SHORT_MAX - 1,
+    )
     # retry of the rotation: old pid with its exhausted epoch gets the same answer
     assert h.init(pid=77, epoch=SHORT_MAX - 1).response == TxnResponse(E.none, 1000, 0)
     # old pid with a non-exhausted epoch is fenced
@@ -228,8 +262,18 @@ def test_kip360_retry_after_rotation(h: Harness) -> None:
 
 def test_kip360_exhausted_with_wrong_expected_epoch_is_fenced(h: Harness) -> None:
     # Kafka would throw here (prepareIncrementProducerEpoch on an exhausted epoch); we fence.
-    seed(h, TransactionMetadata("tx", 77, SHORT_MAX, 1000, S.COMPLETE_ABORT,
-                                txn_start_timestamp=1, txn_last_update_timestamp=1))  # fmt: skip
+    seed(
+        h,
+        TransactionMetadata(
+            "tx",
+            77,
+            SHORT_MAX,
+            1000,
+            S.COMPLETE_ABORT,
+            txn_start_timestamp=1,
+            txn_last_update_timestamp=1,
+        ),
+    )
     assert h.init(pid=77, epoch=SHORT_MAX - 1).response == TxnResponse(E.producer_fenced)
 
 
@@ -256,7 +300,9 @@ def test_add_partitions_flow(h: Harness) -> None:
     more = h.add(pid, 0, ("a", 0), ("b", 2))
     assert len(more.records) == 1
     md = h.shard.get("tx")
-    assert md is not None and md.partitions == {("a", 0), ("b", 2)} and md.txn_start_timestamp == 5000
+    assert (
+        md is not None and md.partitions == {("a", 0), ("b", 2)} and md.txn_start_timestamp == 5000
+    )
 
 
 @pytest.mark.parametrize(
@@ -269,7 +315,9 @@ def test_add_partitions_flow(h: Harness) -> None:
         ("", 0, 2, E.invalid_request),
     ],
 )
-def test_add_partitions_refusals(h: Harness, tid: str, pid_delta: int, epoch: int, error: E) -> None:
+def test_add_partitions_refusals(
+    h: Harness, tid: str, pid_delta: int, epoch: int, error: E
+) -> None:
     pid = h.init().response.producer_id  # type: ignore[union-attr]
     h.init()
     h.init()  # the current epoch is 2
@@ -306,7 +354,9 @@ def test_end_txn_flow(h: Harness, commit: bool) -> None:
     h.now = 9000
     r = h.end(pid, epoch, commit)
     assert r.response == TxnResponse(E.none, pid, epoch)
-    assert r.markers == (MarkerRequest("tx", pid, epoch, commit, 0, frozenset({("a", 0), ("b", 1)})),)
+    assert r.markers == (
+        MarkerRequest("tx", pid, epoch, commit, 0, frozenset({("a", 0), ("b", 1)})),
+    )
     md = h.shard.get("tx")
     assert md is not None and md.state is (S.PREPARE_COMMIT if commit else S.PREPARE_ABORT)
     assert h.shard.pending_markers() == list(r.markers)
@@ -335,7 +385,9 @@ def test_end_txn_on_empty_is_invalid_txn_state(h: Harness, commit: bool) -> None
 def test_end_txn_refusals(h: Harness) -> None:
     pid, epoch = start_txn(h)
     assert h.end(pid, epoch, True, tid="").response == TxnResponse(E.invalid_request)
-    assert h.end(pid, epoch, True, tid="other").response == TxnResponse(E.invalid_producer_id_mapping)
+    assert h.end(pid, epoch, True, tid="other").response == TxnResponse(
+        E.invalid_producer_id_mapping
+    )
     assert h.end(pid + 1, epoch, True).response == TxnResponse(E.invalid_producer_id_mapping)
     assert h.end(pid, epoch + 1, True).response == TxnResponse(E.producer_fenced)
     assert h.end(pid, epoch - 1, True).response == TxnResponse(E.producer_fenced)
@@ -349,11 +401,14 @@ def test_write_in_flight_blocks_then_clears(h: Harness) -> None:
     r = h.shard.add_partitions("tx", pid, 0, [("a", 0)], h.now)  # not written yet
     assert h.shard.pending("tx") is r.transitions[0]
     assert h.shard.add_partitions("tx", pid, 0, [("b", 0)], h.now).response == TxnResponse(
-        E.concurrent_transactions)  # fmt: skip
-    assert h.shard.end_txn("tx", pid, 0, True, h.now).response == TxnResponse(E.concurrent_transactions)
-    assert h.shard.init_producer_id("tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                    max_timeout_ms=MAX_TIMEOUT).response == TxnResponse(
-        E.concurrent_transactions)  # fmt: skip
+        E.concurrent_transactions
+    )
+    assert h.shard.end_txn("tx", pid, 0, True, h.now).response == TxnResponse(
+        E.concurrent_transactions
+    )
+    assert h.shard.init_producer_id(
+        "tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    ).response == TxnResponse(E.concurrent_transactions)
     h.shard.write_failed(r)
     assert h.shard.pending("tx") is None and h.shard.get("tx").state is S.EMPTY  # type: ignore[union-attr]
     h.write(h.shard.add_partitions("tx", pid, 0, [("a", 0)], h.now))
@@ -361,9 +416,10 @@ def test_write_in_flight_blocks_then_clears(h: Harness) -> None:
 
 
 def test_failed_fence_does_not_bump_twice(h: Harness) -> None:
-    pid, epoch = start_txn(h)
-    fence = h.shard.init_producer_id("tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                     max_timeout_ms=MAX_TIMEOUT)  # fmt: skip
+    _pid, epoch = start_txn(h)
+    fence = h.shard.init_producer_id(
+        "tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    )
     h.shard.write_failed(fence)
     assert h.shard.get("tx").producer_epoch == epoch  # type: ignore[union-attr]
     again = h.init()
@@ -371,10 +427,12 @@ def test_failed_fence_does_not_bump_twice(h: Harness) -> None:
 
 
 def test_new_id_in_flight(h: Harness) -> None:
-    r = h.shard.init_producer_id("tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                 max_timeout_ms=MAX_TIMEOUT)  # fmt: skip
-    again = h.shard.init_producer_id("tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                     max_timeout_ms=MAX_TIMEOUT)  # fmt: skip
+    r = h.shard.init_producer_id(
+        "tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    )
+    again = h.shard.init_producer_id(
+        "tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    )
     assert again.response == TxnResponse(E.concurrent_transactions)
     h.shard.write_failed(r)
     assert h.shard.get("tx") is None and h.shard.pending("tx") is None
@@ -435,7 +493,7 @@ def test_only_ongoing_transactions_time_out(h: Harness) -> None:
 def test_expire_idle_ids(h: Harness) -> None:
     h.now = 1000
     h.init(tid="idle")
-    pid, epoch = start_txn(h)
+    _pid, _epoch = start_txn(h)
     h.init(tid="done")
     h.write(h.shard.add_partitions("done", 1002, 0, [("x", 0)], h.now))
     h.write(h.shard.end_txn("done", 1002, 0, True, h.now))
@@ -444,9 +502,9 @@ def test_expire_idle_ids(h: Harness) -> None:
     r = h.shard.expire_transactional_ids(1000 + 10_000, 10_000)
     assert sorted(r.records) == sorted([(encode_key("done"), None), (encode_key("idle"), None)])
     assert h.shard.describe(["idle"])[0].error == E.none  # still there until written
-    assert h.shard.init_producer_id("idle", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                    max_timeout_ms=MAX_TIMEOUT).response == TxnResponse(
-        E.concurrent_transactions)  # fmt: skip
+    assert h.shard.init_producer_id(
+        "idle", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    ).response == TxnResponse(E.concurrent_transactions)
     h.write(r)
     assert set(h.shard.metadata) == {"tx"}  # ongoing transactions never expire
     assert h.shard.describe(["idle"])[0].error == E.transactional_id_not_found
@@ -475,8 +533,9 @@ def test_load_in_progress_then_pending_markers(h: Harness) -> None:
     fresh = h.reloaded()
     assert fresh.loading
     loading = TxnResponse(E.coordinator_load_in_progress)
-    init = fresh.init_producer_id("tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate,
-                                  max_timeout_ms=MAX_TIMEOUT)  # fmt: skip
+    init = fresh.init_producer_id(
+        "tx", 1000, now_ms=h.now, allocate_producer_id=h.allocate, max_timeout_ms=MAX_TIMEOUT
+    )
     assert init.response == loading
     assert fresh.add_partitions("tx", pid, epoch, [], 0).response == loading
     assert fresh.end_txn("tx", pid, epoch, True, 0).response == loading
@@ -507,8 +566,16 @@ def test_markers_carry_the_coordinator_epoch() -> None:
 def test_replay_skips_unknown_key_versions_and_reads_kafka_v0(h: Harness) -> None:
     h.shard.replay(b"\x00\x09\x00\x02tx", b"whatever")
     assert h.shard.metadata == {}
-    md = TransactionMetadata("tx", 5, 1, 1000, S.ONGOING, partitions=frozenset({("a", 0)}),
-                             txn_start_timestamp=3, txn_last_update_timestamp=4)  # fmt: skip
+    md = TransactionMetadata(
+        "tx",
+        5,
+        1,
+        1000,
+        S.ONGOING,
+        partitions=frozenset({("a", 0)}),
+        txn_start_timestamp=3,
+        txn_last_update_timestamp=4,
+    )
     h.shard.replay(encode_key("tx"), encode_value(md, version=0))
     assert h.shard.get("tx") == md
 
@@ -535,7 +602,12 @@ def test_describe(h: Harness) -> None:
     pid, epoch = start_txn(h, ("b", 2), ("a", 1), ("a", 0))
     [d, missing, bad] = h.shard.describe(["tx", "missing", ""])
     assert d.error == E.none and d.state == "Ongoing"
-    assert (d.producer_id, d.producer_epoch, d.timeout_ms, d.start_time_ms) == (pid, epoch, 60_000, 4000)
+    assert (d.producer_id, d.producer_epoch, d.timeout_ms, d.start_time_ms) == (
+        pid,
+        epoch,
+        60_000,
+        4000,
+    )
     assert d.topics == {"a": (0, 1), "b": (2,)}
     assert missing.error == E.transactional_id_not_found
     assert bad.error == E.invalid_request
@@ -550,13 +622,21 @@ def test_list_transactions_filters(h: Harness) -> None:
     assert listing.error == E.none
     assert listing.transactions == (("idle", 1001, "Empty"), ("tx", pid, "Ongoing"))
     only = h.shard.list_transactions(["Ongoing", "Bogus"], now_ms=6000)
-    assert only.transactions == (("tx", pid, "Ongoing"),) and only.unknown_state_filters == ("Bogus",)
+    assert only.transactions == (("tx", pid, "Ongoing"),) and only.unknown_state_filters == (
+        "Bogus",
+    )
     assert h.shard.list_transactions(producer_ids=[1001], now_ms=6000).transactions == (
-        ("idle", 1001, "Empty"),)  # fmt: skip
-    # duration: strictly longer than the filter (an Empty start of -1 counts as very old, as in Kafka)
-    assert h.shard.list_transactions(["Ongoing"], duration_filter_ms=5000, now_ms=6000).transactions == ()
-    assert h.shard.list_transactions(["Ongoing"], duration_filter_ms=4999, now_ms=6000).transactions == (
-        ("tx", pid, "Ongoing"),)  # fmt: skip
+        ("idle", 1001, "Empty"),
+    )
+    # duration: strictly longer than the filter (an Empty start of -1 counts as very old,
+    # as in Kafka)
+    assert (
+        h.shard.list_transactions(["Ongoing"], duration_filter_ms=5000, now_ms=6000).transactions
+        == ()
+    )
+    assert h.shard.list_transactions(
+        ["Ongoing"], duration_filter_ms=4999, now_ms=6000
+    ).transactions == (("tx", pid, "Ongoing"),)
 
 
 def test_shard_rejects_dead_values_as_removal() -> None:

@@ -29,34 +29,59 @@ def test_key_layout() -> None:
 
 
 def test_value_v0_layout() -> None:
-    m = TransactionMetadata("t", 5, 2, 60000, S.ONGOING, partitions=frozenset({("b", 1), ("a", 0), ("a", 3)}),
-                            txn_start_timestamp=10, txn_last_update_timestamp=20)  # fmt: skip
+    m = TransactionMetadata(
+        "t",
+        5,
+        2,
+        60000,
+        S.ONGOING,
+        partitions=frozenset({("b", 1), ("a", 0), ("a", 3)}),
+        txn_start_timestamp=10,
+        txn_last_update_timestamp=20,
+    )
     expected = (
         struct.pack(">hqhib", 0, 5, 2, 60000, 1)
         + struct.pack(">i", 2)
-        + struct.pack(">h", 1) + b"a" + struct.pack(">iii", 2, 0, 3)
-        + struct.pack(">h", 1) + b"b" + struct.pack(">ii", 1, 1)
+        + struct.pack(">h", 1)
+        + b"a"
+        + struct.pack(">iii", 2, 0, 3)
+        + struct.pack(">h", 1)
+        + b"b"
+        + struct.pack(">ii", 1, 1)
         + struct.pack(">qq", 20, 10)
-    )  # fmt: skip
+    )
     assert encode_value(m, version=0) == expected
 
 
 def test_value_v1_layout_empty() -> None:
-    m = TransactionMetadata("t", 5, 0, 1000, S.EMPTY, previous_producer_id=5,
-                            txn_last_update_timestamp=20)  # fmt: skip
+    m = TransactionMetadata(
+        "t", 5, 0, 1000, S.EMPTY, previous_producer_id=5, txn_last_update_timestamp=20
+    )
     expected = (
         struct.pack(">hqhib", 1, 5, 0, 1000, 0)
         + b"\x00"  # null compact array (Empty)
         + struct.pack(">qq", 20, -1)
-        + b"\x01" + b"\x00\x08" + struct.pack(">q", 5)  # one tag: previous producer id
-    )  # fmt: skip
+        + b"\x01"
+        + b"\x00\x08"
+        + struct.pack(">q", 5)  # one tag: previous producer id
+    )
     assert encode_value(m) == expected
 
 
 def test_v1_tags_including_private_last_epoch() -> None:
-    m = TransactionMetadata("t", 5, 4, 1000, S.COMPLETE_ABORT, previous_producer_id=4,
-                            next_producer_id=9, last_producer_epoch=3, client_transaction_version=2,
-                            txn_start_timestamp=1, txn_last_update_timestamp=2)  # fmt: skip
+    m = TransactionMetadata(
+        "t",
+        5,
+        4,
+        1000,
+        S.COMPLETE_ABORT,
+        previous_producer_id=4,
+        next_producer_id=9,
+        last_producer_epoch=3,
+        client_transaction_version=2,
+        txn_start_timestamp=1,
+        txn_last_update_timestamp=2,
+    )
     raw = encode_value(m)
     assert raw.endswith(b"\xe8\x07\x02" + struct.pack(">h", 3))  # tag 1000 = e8 07, size 2
     assert LAST_PRODUCER_EPOCH_TAG == 1000
@@ -64,7 +89,11 @@ def test_v1_tags_including_private_last_epoch() -> None:
     # version 0 has no tags: the extra fields fall back to their defaults
     back = decode_value("t", encode_value(m, version=0))
     assert back is not None
-    assert (back.previous_producer_id, back.last_producer_epoch, back.next_producer_id) == (-1, -1, -1)
+    assert (back.previous_producer_id, back.last_producer_epoch, back.next_producer_id) == (
+        -1,
+        -1,
+        -1,
+    )
 
 
 def test_unknown_tags_are_skipped() -> None:
@@ -112,10 +141,22 @@ def test_partitions_of_empty_are_ignored() -> None:
 
 STORED_STATES = [s for s in S if s is not S.DEAD]
 metadata_st = st.builds(
-    lambda tid, pid, epoch, last, prev, timeout, state, parts, start, upd, nxt, tv: TransactionMetadata(
-        tid, pid, epoch, timeout, state, previous_producer_id=prev, next_producer_id=nxt,
-        last_producer_epoch=last, partitions=frozenset() if state is S.EMPTY else frozenset(parts),
-        txn_start_timestamp=start, txn_last_update_timestamp=upd, client_transaction_version=tv),
+    lambda tid, pid, epoch, last, prev, timeout, state, parts, start, upd, nxt, tv: (
+        TransactionMetadata(
+            tid,
+            pid,
+            epoch,
+            timeout,
+            state,
+            previous_producer_id=prev,
+            next_producer_id=nxt,
+            last_producer_epoch=last,
+            partitions=frozenset() if state is S.EMPTY else frozenset(parts),
+            txn_start_timestamp=start,
+            txn_last_update_timestamp=upd,
+            client_transaction_version=tv,
+        )
+    ),
     st.text(min_size=1, max_size=20),
     st.integers(0, 2**63 - 1),
     st.integers(0, 32767),
@@ -128,7 +169,7 @@ metadata_st = st.builds(
     st.integers(-1, 2**62),
     st.integers(-1, 2**63 - 1),
     st.integers(0, 2),
-)  # fmt: skip
+)
 
 
 @given(metadata_st)
@@ -141,10 +182,23 @@ def test_round_trip_v1(m: TransactionMetadata) -> None:
 def test_round_trip_v0_keeps_the_v0_fields(m: TransactionMetadata) -> None:
     back = decode_value(m.transactional_id, encode_value(m, version=0))
     assert back is not None
-    assert (back.producer_id, back.producer_epoch, back.txn_timeout_ms, back.state, back.partitions,
-            back.txn_start_timestamp, back.txn_last_update_timestamp) == (
-        m.producer_id, m.producer_epoch, m.txn_timeout_ms, m.state, m.partitions,
-        m.txn_start_timestamp, m.txn_last_update_timestamp)  # fmt: skip
+    assert (
+        back.producer_id,
+        back.producer_epoch,
+        back.txn_timeout_ms,
+        back.state,
+        back.partitions,
+        back.txn_start_timestamp,
+        back.txn_last_update_timestamp,
+    ) == (
+        m.producer_id,
+        m.producer_epoch,
+        m.txn_timeout_ms,
+        m.state,
+        m.partitions,
+        m.txn_start_timestamp,
+        m.txn_last_update_timestamp,
+    )
 
 
 @given(st.binary(max_size=80))

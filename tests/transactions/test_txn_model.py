@@ -67,7 +67,7 @@ class Model:
         if m.state is S.ONGOING:
             self.write(tid, m, now, epoch=min(m.epoch + 1, MAX), last=-1, state=S.PREPARE_ABORT)
             return E.concurrent_transactions
-        idle = dict(state=S.EMPTY, parts=frozenset(), start=-1, timeout=TIMEOUT)
+        idle = {"state": S.EMPTY, "parts": frozenset(), "start": -1, "timeout": TIMEOUT}
         if m.epoch >= MAX - 1 and (expected is None or expected[1] == m.epoch):
             last = m.epoch if expected is not None else -1
             self.write(tid, m, now, pid=new_pid, epoch=0, last=last, **idle)
@@ -117,7 +117,9 @@ class Model:
         self.write(tid, m, now, state=done, parts=frozenset())
 
     def time_out(self, now: int) -> set[str]:
-        timed = {t for t, m in self.ids.items() if m.state is S.ONGOING and m.start + m.timeout < now}
+        timed = {
+            t for t, m in self.ids.items() if m.state is S.ONGOING and m.start + m.timeout < now
+        }
         for t in timed:
             m = self.ids[t]
             self.write(t, m, now, epoch=min(m.epoch + 1, MAX), last=-1, state=S.PREPARE_ABORT)
@@ -179,9 +181,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
             expected = None
         pid_arg, epoch_arg = expected if expected is not None else (-1, -1)
         result = self.shard.init_producer_id(
-            tid, TIMEOUT, pid_arg, epoch_arg, now_ms=self.now,
-            allocate_producer_id=self.allocate, max_timeout_ms=60_000,
-        )  # fmt: skip
+            tid,
+            TIMEOUT,
+            pid_arg,
+            epoch_arg,
+            now_ms=self.now,
+            allocate_producer_id=self.allocate,
+            max_timeout_ms=60_000,
+        )
         before = dict(self.model.ids)
         error = self.model.init(tid, expected, self.now, self.next_pid)
         assert result.response is not None and result.response.error == error, (tid, expected)
@@ -257,8 +264,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if not self.write(result, fail):
             self.model.ids = before
 
-    @rule(tid=TIDS, state=st.sampled_from([S.EMPTY, S.COMPLETE_ABORT, S.ONGOING]),
-          epoch=st.sampled_from([MAX - 3, MAX - 2, MAX - 1]))  # fmt: skip
+    @rule(
+        tid=TIDS,
+        state=st.sampled_from([S.EMPTY, S.COMPLETE_ABORT, S.ONGOING]),
+        epoch=st.sampled_from([MAX - 3, MAX - 2, MAX - 1]),
+    )
     def seed_near_exhaustion(self, tid: str, state: S, epoch: int) -> None:
         """An id from an earlier run, close to the end of its epochs."""
         if tid in self.model.ids:
@@ -266,13 +276,23 @@ class CoordinatorMachine(RuleBasedStateMachine):
         pid = self.allocate()
         parts = frozenset({("t", 0)}) if state is S.ONGOING else frozenset()
         start = self.now if state is not S.EMPTY else -1
-        md = TransactionMetadata(tid, pid, epoch, TIMEOUT, state, previous_producer_id=pid,
-                                 partitions=parts, txn_start_timestamp=start,
-                                 txn_last_update_timestamp=self.now)  # fmt: skip
+        md = TransactionMetadata(
+            tid,
+            pid,
+            epoch,
+            TIMEOUT,
+            state,
+            previous_producer_id=pid,
+            partitions=parts,
+            txn_start_timestamp=start,
+            txn_last_update_timestamp=self.now,
+        )
         record = (encode_key(tid), encode_value(md))
         self.log.append(record)
         self.shard.replay(*record)
-        self.model.ids[tid] = M(pid, epoch, state, prev=pid, parts=parts, start=start, updated=self.now)
+        self.model.ids[tid] = M(
+            pid, epoch, state, prev=pid, parts=parts, start=start, updated=self.now
+        )
 
     @rule()
     def reload(self) -> None:
@@ -281,7 +301,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for key, value in self.log:
             fresh.replay(key, value)
         markers = fresh.finish_loading()
-        prepared = {t for t, m in self.model.ids.items() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)}
+        prepared = {
+            t for t, m in self.model.ids.items() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
+        }
         assert {m.transactional_id for m in markers} == prepared
         assert all(m.coordinator_epoch == 6 for m in markers)
         self.shard = fresh
@@ -291,10 +313,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @invariant()
     def matches_model(self) -> None:
         got = {
-            tid: (md.producer_id, md.producer_epoch, md.state, md.partitions, md.last_producer_epoch,
-                  md.previous_producer_id, md.txn_start_timestamp, md.txn_last_update_timestamp)
+            tid: (
+                md.producer_id,
+                md.producer_epoch,
+                md.state,
+                md.partitions,
+                md.last_producer_epoch,
+                md.previous_producer_id,
+                md.txn_start_timestamp,
+                md.txn_last_update_timestamp,
+            )
             for tid, md in self.shard.metadata.items()
-        }  # fmt: skip
+        }
         want = {
             tid: (m.pid, m.epoch, m.state, m.parts, m.last, m.prev, m.start, m.updated)
             for tid, m in self.model.ids.items()
@@ -319,7 +349,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 
 CoordinatorMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None,
+    max_examples=200,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-)  # fmt: skip
+)
 TestCoordinatorModel = CoordinatorMachine.TestCase

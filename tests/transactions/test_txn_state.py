@@ -34,17 +34,20 @@ KAFKA_TABLE = {
 
 
 def md(state: TxnState = S.EMPTY, **kw: object) -> TransactionMetadata:
-    base = dict(
-        transactional_id="t",
-        producer_id=7,
-        producer_epoch=3,
-        txn_timeout_ms=60_000,
-        state=state,
-        txn_last_update_timestamp=100,
-    )
+    base = {
+        "transactional_id": "t",
+        "producer_id": 7,
+        "producer_epoch": 3,
+        "txn_timeout_ms": 60_000,
+        "state": state,
+        "txn_last_update_timestamp": 100,
+    }
     if state not in (S.EMPTY,):
-        base["partitions"] = frozenset({("a", 0)}) if state in (
-            S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT) else frozenset()  # fmt: skip
+        base["partitions"] = (
+            frozenset({("a", 0)})
+            if state in (S.ONGOING, S.PREPARE_COMMIT, S.PREPARE_ABORT)
+            else frozenset()
+        )
         base["txn_start_timestamp"] = 50
     base.update(kw)
     return TransactionMetadata(**base)  # type: ignore[arg-type]
@@ -56,9 +59,15 @@ def test_table_matches_kafka() -> None:
 
 def test_state_ids_and_names() -> None:
     assert [(s.id, s.kafka_name) for s in S] == [
-        (0, "Empty"), (1, "Ongoing"), (2, "PrepareCommit"), (3, "PrepareAbort"),
-        (4, "CompleteCommit"), (5, "CompleteAbort"), (6, "Dead"), (7, "PrepareEpochFence"),
-    ]  # fmt: skip
+        (0, "Empty"),
+        (1, "Ongoing"),
+        (2, "PrepareCommit"),
+        (3, "PrepareAbort"),
+        (4, "CompleteCommit"),
+        (5, "CompleteAbort"),
+        (6, "Dead"),
+        (7, "PrepareEpochFence"),
+    ]
     for s in S:
         assert S.from_id(s.id) is s and S.from_kafka_name(s.kafka_name) is s
     assert S.from_kafka_name("ongoing") is None
@@ -111,20 +120,37 @@ def test_every_transition_is_checked(name: str, state: TxnState) -> None:
 def test_increment_and_rotation() -> None:
     m = md(S.COMPLETE_COMMIT, last_producer_epoch=1)
     t = m.prepare_increment_epoch(5000, 4, 3, 300).target
-    assert (t.state, t.producer_epoch, t.last_producer_epoch, t.txn_timeout_ms) == (S.EMPTY, 4, 3, 5000)
-    assert (t.partitions, t.txn_start_timestamp, t.txn_last_update_timestamp) == (frozenset(), -1, 300)
+    assert (t.state, t.producer_epoch, t.last_producer_epoch, t.txn_timeout_ms) == (
+        S.EMPTY,
+        4,
+        3,
+        5000,
+    )
+    assert (t.partitions, t.txn_start_timestamp, t.txn_last_update_timestamp) == (
+        frozenset(),
+        -1,
+        300,
+    )
     with pytest.raises(IllegalTxnTransition):
         m.prepare_increment_epoch(5000, 5, 3, 300)  # skips an epoch
     r = md(S.EMPTY, producer_epoch=SHORT_MAX - 1).prepare_producer_id_rotation(8, 1, 9, True).target
     assert (r.producer_id, r.producer_epoch, r.last_producer_epoch, r.previous_producer_id) == (
-        8, 0, SHORT_MAX - 1, 7)  # fmt: skip
+        8,
+        0,
+        SHORT_MAX - 1,
+        7,
+    )
     r2 = md(S.EMPTY).prepare_producer_id_rotation(8, 1, 9, False).target
     assert r2.last_producer_epoch == NO_PRODUCER_EPOCH
 
 
 def test_add_partitions_start_time() -> None:
     fresh = md(S.COMPLETE_ABORT).prepare_add_partitions({("x", 1)}, 500).target
-    assert (fresh.state, fresh.txn_start_timestamp, fresh.partitions) == (S.ONGOING, 500, {("x", 1)})
+    assert (fresh.state, fresh.txn_start_timestamp, fresh.partitions) == (
+        S.ONGOING,
+        500,
+        {("x", 1)},
+    )
     more = md(S.ONGOING).prepare_add_partitions({("x", 1)}, 600).target
     assert more.txn_start_timestamp == 50 and more.partitions == {("a", 0), ("x", 1)}
 
@@ -132,7 +158,10 @@ def test_add_partitions_start_time() -> None:
 def test_fence_bumps_and_forgets_last_epoch() -> None:
     t = md(S.ONGOING, last_producer_epoch=2).prepare_fence_and_abort(700)
     assert (t.target.state, t.target.producer_epoch, t.target.last_producer_epoch) == (
-        S.PREPARE_ABORT, 4, NO_PRODUCER_EPOCH)  # fmt: skip
+        S.PREPARE_ABORT,
+        4,
+        NO_PRODUCER_EPOCH,
+    )
     assert t.target.partitions == {("a", 0)} and t.target.txn_start_timestamp == 50
     at_max = md(S.ONGOING, producer_epoch=SHORT_MAX).prepare_fence_and_abort(700)
     assert at_max.target.producer_epoch == SHORT_MAX  # never overflows
@@ -141,7 +170,11 @@ def test_fence_bumps_and_forgets_last_epoch() -> None:
 def test_complete_clears_partitions_keeps_epochs() -> None:
     t = md(S.PREPARE_COMMIT, last_producer_epoch=2).prepare_complete(800).target
     assert (t.state, t.partitions, t.producer_epoch, t.last_producer_epoch) == (
-        S.COMPLETE_COMMIT, frozenset(), 3, 2)  # fmt: skip
+        S.COMPLETE_COMMIT,
+        frozenset(),
+        3,
+        2,
+    )
     assert t.txn_start_timestamp == 50 and t.txn_last_update_timestamp == 800
     assert md(S.PREPARE_ABORT).prepare_complete(1).target.state is S.COMPLETE_ABORT
 

@@ -27,16 +27,32 @@ class Harness:
         self.shard.apply(result)
         return result
 
-    def init(self, tid: str | None = "tx", timeout: int = 60_000, pid: int = -1, epoch: int = -1,
-             version_max: int = MAX_TIMEOUT) -> CoordinatorResult:  # fmt: skip
+    def init(
+        self,
+        tid: str | None = "tx",
+        timeout: int = 60_000,
+        pid: int = -1,
+        epoch: int = -1,
+        version_max: int = MAX_TIMEOUT,
+    ) -> CoordinatorResult:
         return self.write(
-            self.shard.init_producer_id(tid, timeout, pid, epoch, now_ms=self.now,
-                                        allocate_producer_id=self.allocate,
-                                        max_timeout_ms=version_max)  # fmt: skip
+            self.shard.init_producer_id(
+                tid,
+                timeout,
+                pid,
+                epoch,
+                now_ms=self.now,
+                allocate_producer_id=self.allocate,
+                max_timeout_ms=version_max,
+            )
         )
 
-    def add(self, pid: int, epoch: int, *parts: tuple[str, int], tid: str = "tx") -> CoordinatorResult:
-        return self.write(self.shard.add_partitions(tid, pid, epoch, parts or (("t", 0),), self.now))
+    def add(
+        self, pid: int, epoch: int, *parts: tuple[str, int], tid: str = "tx"
+    ) -> CoordinatorResult:
+        return self.write(
+            self.shard.add_partitions(tid, pid, epoch, parts or (("t", 0),), self.now)
+        )
 
     def end(self, pid: int, epoch: int, commit: bool, tid: str = "tx") -> CoordinatorResult:
         return self.write(self.shard.end_txn(tid, pid, epoch, commit, self.now))

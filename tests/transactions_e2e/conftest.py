@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from e2e_helpers import FAST_START, install_group_stand_in  # noqa: E402
+from e2e_helpers import FAST_START, install_group_stand_in
 
-from oncelog.testing import EmbeddedBroker  # noqa: E402
+from oncelog.testing import EmbeddedBroker
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -20,7 +21,7 @@ class _NoGroupCoordinatorYet:
         return None
 
 
-def install_group_stand_in(embedded: "EmbeddedBroker") -> None:
+def install_group_stand_in(embedded: EmbeddedBroker) -> None:
     broker = embedded.broker
     assert broker is not None
     if not hasattr(broker, "groups"):
@@ -33,8 +34,14 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
 
 
 def txn_producer(bootstrap: str, transactional_id: str, **conf: Any) -> Producer:
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                         "linger.ms": 2, **conf})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "linger.ms": 2,
+            **conf,
+        }
+    )
     producer.init_transactions(TIMEOUT_S)
     return producer
 
@@ -53,12 +60,16 @@ def produce_flushed(producer: Producer, topic: str, values: list[tuple[int, byte
 
 
 def plain_produce(bootstrap: str, topic: str, values: list[tuple[int, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 2, "enable.idempotence": True}
+    )
     errors = produce_flushed(producer, topic, values)
     assert errors == [None] * len(values), errors
 
 
-def wait_until(predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S, what: str = "") -> float:
+def wait_until(
+    predicate: Callable[[], bool], timeout_s: float = TIMEOUT_S, what: str = ""
+) -> float:
     """Poll `predicate` until true; return the seconds it took; fail after the timeout."""
     start = time.monotonic()
     while not predicate():
@@ -74,9 +85,15 @@ def read_confluent(
     """Read `topic` from offset 0 with librdkafka until every partition's position reaches
     `ends[partition]` (or the timeout), then poll `settle_s` more for anything extra.
     Returns the messages (partition, offset, value) and the final positions."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "e2e-unused",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "e2e-unused",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": False,
+        }
+    )
     tps = [TopicPartition(topic, p, 0) for p in sorted(ends)]
     consumer.assign(tps)
     got: list[tuple[int, int, bytes | None]] = []
@@ -116,9 +133,14 @@ def read_kafka_python(
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                             isolation_level=isolation, auto_offset_reset="earliest",
-                             request_timeout_ms=30000)  # fmt: skip
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        auto_offset_reset="earliest",
+        request_timeout_ms=30000,
+    )
     tps = [KTP(topic, p) for p in sorted(ends)]
     consumer.assign(tps)
     for tp in tps:

@@ -19,7 +19,6 @@ coordinator state directly.
 
 from __future__ import annotations
 
-import os
 import stat
 import sys
 import textwrap
@@ -43,15 +42,15 @@ from e2e_helpers import (
 
 from oncelog.broker.partition import Partition
 from oncelog.client.connection import KafkaConnection
+from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import BrokerProcess, EmbeddedBroker
-from oncelog.coordinator_partitions import partition_for
 from oncelog.transactions.state import TxnState
 
 PARTITIONS = 3
 CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
 
-LAUNCHER = '''
+LAUNCHER = """
 import os, runpy, sys
 from pathlib import Path
 from oncelog.broker.partition import Partition
@@ -70,13 +69,15 @@ Partition.append_marker = append_marker
 assert sys.argv[1:3] == ["-m", "oncelog"], sys.argv
 sys.argv = ["oncelog", *sys.argv[3:]]
 runpy.run_module("oncelog", run_name="__main__", alter_sys=True)
-'''
+"""
 
 
 def _describe_producers(bootstrap: str, topic: str) -> dict[int, list[Any]]:
     with KafkaConnection(bootstrap) as conn:
-        response = conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
-            {"name": topic, "partition_indexes": list(range(PARTITIONS))}]})  # fmt: skip
+        response = conn.request(
+            ApiKey.DESCRIBE_PRODUCERS,
+            {"topics": [{"name": topic, "partition_indexes": list(range(PARTITIONS))}]},
+        )
     return {p.partition_index: list(p.active_producers) for p in response.topics[0].partitions}
 
 
@@ -84,18 +85,31 @@ def _latest(bootstrap: str, topic: str, isolation: int) -> dict[int, int]:
     from datetime import timedelta
 
     with KafkaConnection(bootstrap) as conn:
-        response = conn.request(ApiKey.LIST_OFFSETS, {
-            "replica_id": -1, "isolation_level": isolation, "timeout": timedelta(seconds=10),
-            "topics": [{"name": topic, "partitions": [
-                {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
-                for p in range(PARTITIONS)]}],
-        })  # fmt: skip
+        response = conn.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": -1,
+                "isolation_level": isolation,
+                "timeout": timedelta(seconds=10),
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": p, "current_leader_epoch": -1, "timestamp": -1}
+                            for p in range(PARTITIONS)
+                        ],
+                    }
+                ],
+            },
+        )
     return {p.partition_index: p.offset for p in response.topics[0].partitions}
 
 
 def _open_txn_starts(bootstrap: str, topic: str) -> dict[int, list[int]]:
-    return {p: sorted(r.current_txn_start_offset for r in rows if r.current_txn_start_offset >= 0)
-            for p, rows in _describe_producers(bootstrap, topic).items()}
+    return {
+        p: sorted(r.current_txn_start_offset for r in rows if r.current_txn_start_offset >= 0)
+        for p, rows in _describe_producers(bootstrap, topic).items()
+    }
 
 
 def _visible(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, list[bytes]]:
@@ -108,8 +122,9 @@ def _visible(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, list
 
 
 @pytest.mark.slow
-def test_sigkill_between_prepare_commit_and_markers(tmp_path: Path, topic: str,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sigkill_between_prepare_commit_and_markers(
+    tmp_path: Path, topic: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     launcher = tmp_path / "launch_blocked_markers.py"
     launcher.write_text(textwrap.dedent(LAUNCHER))
     wrapper = tmp_path / "python-blocked-markers"
@@ -134,8 +149,8 @@ def test_sigkill_between_prepare_commit_and_markers(tmp_path: Path, topic: str,
         producer.commit_transaction(TIMEOUT_S)  # PREPARE_COMMIT durable: the decision
         wait_until(flag.exists, timeout_s=5, what="the marker writer to reach the blocked topic")
         # No marker on any partition: the transaction still holds every LSO.
-        assert _latest(bootstrap, topic, 1) == {p: 1 for p in range(PARTITIONS)}
-        assert _latest(bootstrap, topic, 0) == {p: 3 for p in range(PARTITIONS)}
+        assert _latest(bootstrap, topic, 1) == dict.fromkeys(range(PARTITIONS), 1)
+        assert _latest(bootstrap, topic, 0) == dict.fromkeys(range(PARTITIONS), 3)
         assert _open_txn_starts(bootstrap, topic) == {p: [1] for p in range(PARTITIONS)}
         crashing.kill()
         assert not (data_dir / CLEAN_SHUTDOWN_MARKER).exists()
@@ -146,13 +161,20 @@ def test_sigkill_between_prepare_commit_and_markers(tmp_path: Path, topic: str,
         started = time.monotonic()
         normal.start()
         bootstrap = normal.bootstrap_servers
-        wait_until(lambda: _latest(bootstrap, topic, 1) == {p: 4 for p in range(PARTITIONS)},
-                   timeout_s=10, what="the resumed commit markers")  # fmt: skip
+        wait_until(
+            lambda: _latest(bootstrap, topic, 1) == dict.fromkeys(range(PARTITIONS), 4),
+            timeout_s=10,
+            what="the resumed commit markers",
+        )
         print(f"commit markers written {time.monotonic() - started:.2f} s after the restart began")
-        assert _latest(bootstrap, topic, 0) == {p: 4 for p in range(PARTITIONS)}  # one marker each
+        assert _latest(bootstrap, topic, 0) == dict.fromkeys(
+            range(PARTITIONS), 4
+        )  # one marker each
         assert _open_txn_starts(bootstrap, topic) == {p: [] for p in range(PARTITIONS)}
-        expected = sorted([v for _, v in values] + [b"plain-before-%d" % p for p in range(PARTITIONS)])
-        for name, view in _visible(bootstrap, topic, {p: 4 for p in range(PARTITIONS)}).items():
+        expected = sorted(
+            [v for _, v in values] + [b"plain-before-%d" % p for p in range(PARTITIONS)]
+        )
+        for name, view in _visible(bootstrap, topic, dict.fromkeys(range(PARTITIONS), 4)).items():
             assert view == expected, name
         assert "resuming commit" in normal.read_log(current_run=True)
         normal.terminate()
@@ -167,8 +189,10 @@ def test_sigkill_between_prepare_commit_and_markers(tmp_path: Path, topic: str,
         tid = f"{topic}-txn"
         shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
         assert shard.get(tid).state is TxnState.COMPLETE_COMMIT
-        assert all(embedded.broker.topics.partition(topic, p).high_watermark == 4
-                   for p in range(PARTITIONS))  # no marker written twice
+        assert all(
+            embedded.broker.topics.partition(topic, p).high_watermark == 4
+            for p in range(PARTITIONS)
+        )  # no marker written twice
 
 
 def test_unclean_restart_between_prepare_commit_and_markers_in_process(
@@ -201,8 +225,9 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
         coordinator = first.broker.transactions
         shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
         assert shard.get(tid).state is TxnState.PREPARE_COMMIT
-        assert [first.broker.topics.partition(topic, p).last_stable_offset
-                for p in range(PARTITIONS)] == [0] * PARTITIONS  # fmt: skip
+        assert [
+            first.broker.topics.partition(topic, p).last_stable_offset for p in range(PARTITIONS)
+        ] == [0] * PARTITIONS
         producer.flush(0)
         del producer
     finally:
@@ -217,11 +242,16 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
         assert second.broker is not None
         coordinator = second.broker.transactions
         shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
-        wait_until(lambda: shard.get(tid).state is TxnState.COMPLETE_COMMIT, timeout_s=10,
-                   what="COMPLETE_COMMIT after the restart")  # fmt: skip
+        wait_until(
+            lambda: shard.get(tid).state is TxnState.COMPLETE_COMMIT,
+            timeout_s=10,
+            what="COMPLETE_COMMIT after the restart",
+        )
         partitions = [second.broker.topics.partition(topic, p) for p in range(PARTITIONS)]
-        assert [(p.high_watermark, p.last_stable_offset) for p in partitions] == [(2, 2)] * PARTITIONS
-        views = _visible(second.bootstrap_servers, topic, {p: 2 for p in range(PARTITIONS)})
+        assert [(p.high_watermark, p.last_stable_offset) for p in partitions] == [
+            (2, 2)
+        ] * PARTITIONS
+        views = _visible(second.bootstrap_servers, topic, dict.fromkeys(range(PARTITIONS), 2))
         for name, view in views.items():
             assert view == sorted(v for _, v in values), name
 
@@ -254,9 +284,12 @@ def test_open_transaction_survives_a_restart(tmp_path: Path, topic: str, clean: 
         partition = embedded.broker.topics.partition(topic, 0)
         assert (partition.high_watermark, partition.last_stable_offset) == (4, 1)
         producer.commit_transaction(TIMEOUT_S)
-        wait_until(lambda: partition.last_stable_offset == partition.high_watermark == 5,
-                   timeout_s=10, what="the commit marker after the restart")  # fmt: skip
-        got, positions = read_confluent(bootstrap, topic, {0: 5}, "read_committed")
+        wait_until(
+            lambda: partition.last_stable_offset == partition.high_watermark == 5,
+            timeout_s=10,
+            what="the commit marker after the restart",
+        )
+        got, _positions = read_confluent(bootstrap, topic, {0: 5}, "read_committed")
         assert [v for _, _, v in got] == [b"before", b"txn-0", b"txn-1", b"after"]
     finally:
         embedded.stop()

@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from e2e_helpers import TIMEOUT_S, create_topic, produce_flushed, read_confluent, read_kafka_python, txn_producer
+from e2e_helpers import (
+    TIMEOUT_S,
+    create_topic,
+    produce_flushed,
+    read_confluent,
+    read_kafka_python,
+    txn_producer,
+)
 
 from oncelog.testing import EmbeddedBroker
 
@@ -29,8 +36,12 @@ def _produce_as_zombie(producer: Any, topic: str, values: list[tuple[int, bytes]
     errors: list[Any] = []
     for partition, value in values:
         try:
-            producer.produce(topic, value=value, partition=partition,
-                             on_delivery=lambda err, msg: errors.append(err))
+            producer.produce(
+                topic,
+                value=value,
+                partition=partition,
+                on_delivery=lambda err, msg: errors.append(err),
+            )
         except KafkaException as exc:
             errors.append(exc.args[0])
     for _ in range(3):  # a raise from flush can interrupt it: flush until it is empty
@@ -59,14 +70,18 @@ def _visible(broker: EmbeddedBroker, topic: str) -> dict[str, list[bytes]]:
 
 
 @pytest.mark.parametrize("zombie_has_open_txn", [True, False], ids=["open-txn", "between-txns"])
-def test_second_init_fences_first(broker: EmbeddedBroker, topic: str, zombie_has_open_txn: bool) -> None:
+def test_second_init_fences_first(
+    broker: EmbeddedBroker, topic: str, zombie_has_open_txn: bool
+) -> None:
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic, PARTITIONS)
     tid = f"{topic}-shared"
     reported: list[Any] = []  # errors librdkafka reports on its own (error_cb)
     zombie = txn_producer(bootstrap, tid, error_cb=reported.append)
     zombie.begin_transaction()
-    assert produce_flushed(zombie, topic, [(0, b"z-committed-0"), (1, b"z-committed-1")]) == [None] * 2
+    assert (
+        produce_flushed(zombie, topic, [(0, b"z-committed-0"), (1, b"z-committed-1")]) == [None] * 2
+    )
     zombie.commit_transaction(TIMEOUT_S)
     if zombie_has_open_txn:
         zombie.begin_transaction()
@@ -84,9 +99,11 @@ def test_second_init_fences_first(broker: EmbeddedBroker, topic: str, zombie_has
     with pytest.raises(KafkaException) as failed:
         zombie.commit_transaction(TIMEOUT_S)
     error = failed.value.args[0]
-    print(f"zombie deliveries: {[e and (e.code(), e.name()) for e in late]}; "
-          f"commit: code={error.code()} name={error.name()} fatal={error.fatal()} "
-          f"abortable={error.txn_requires_abort()} retriable={error.retriable()}")
+    print(
+        f"zombie deliveries: {[e and (e.code(), e.name()) for e in late]}; "
+        f"commit: code={error.code()} name={error.name()} fatal={error.fatal()} "
+        f"abortable={error.txn_requires_abort()} retriable={error.retriable()}"
+    )
     assert _fenced(error), error
     assert error.fatal(), error
     assert late and all(e is not None for e in late), "a late record of the zombie was acknowledged"

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import IsolationLevel
-from confluent_kafka.admin import OffsetSpec
 from confluent_kafka import TopicPartition as CTP
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from e2e_helpers import (
     TIMEOUT_S,
     create_topic,
@@ -33,11 +32,22 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 def _raw_latest(bootstrap: str, topic: str, isolation: int) -> int:
     with KafkaConnection(bootstrap) as conn:
-        response = conn.request(ApiKey.LIST_OFFSETS, {
-            "replica_id": -1, "isolation_level": isolation, "timeout": timedelta(seconds=10),
-            "topics": [{"name": topic, "partitions": [
-                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}],
-        })  # fmt: skip
+        response = conn.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": -1,
+                "isolation_level": isolation,
+                "timeout": timedelta(seconds=10),
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                        ],
+                    }
+                ],
+            },
+        )
     (answer,) = response.topics[0].partitions
     assert answer.error_code == 0, answer
     return answer.offset
@@ -45,8 +55,9 @@ def _raw_latest(bootstrap: str, topic: str, isolation: int) -> int:
 
 def _admin_latest(bootstrap: str, topic: str, isolation: Any) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.list_offsets({CTP(topic, 0): OffsetSpec.latest()}, isolation_level=isolation,
-                                 request_timeout=TIMEOUT_S)  # fmt: skip
+    futures = admin.list_offsets(
+        {CTP(topic, 0): OffsetSpec.latest()}, isolation_level=isolation, request_timeout=TIMEOUT_S
+    )
     (future,) = futures.values()
     return future.result(TIMEOUT_S).offset
 
@@ -77,15 +88,36 @@ def _fetch_lso(bootstrap: str, topic: str) -> tuple[int, int]:
     """(high_watermark, last_stable_offset) as a read_committed Fetch response gives them."""
     with KafkaConnection(bootstrap) as conn:
         version = min(conn.version_for(ApiKey.FETCH), 12)  # by name, not topic id
-        response = conn.request(ApiKey.FETCH, {
-            "replica_id": -1, "max_wait": timedelta(0), "min_bytes": 0, "max_bytes": 1 << 20,
-            "isolation_level": READ_COMMITTED, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [
-                {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                 "last_fetched_epoch": -1, "log_start_offset": -1,
-                 "partition_max_bytes": 1 << 20}]}],
-            "forgotten_topics_data": [], "rack_id": "",
-        }, version=version)  # fmt: skip
+        response = conn.request(
+            ApiKey.FETCH,
+            {
+                "replica_id": -1,
+                "max_wait": timedelta(0),
+                "min_bytes": 0,
+                "max_bytes": 1 << 20,
+                "isolation_level": READ_COMMITTED,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": 0,
+                                "current_leader_epoch": -1,
+                                "fetch_offset": 0,
+                                "last_fetched_epoch": -1,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": 1 << 20,
+                            }
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+            version=version,
+        )
     (answer,) = response.responses[0].partitions
     assert answer.error_code == 0, answer
     return answer.high_watermark, answer.last_stable_offset
@@ -93,8 +125,9 @@ def _fetch_lso(bootstrap: str, topic: str) -> tuple[int, int]:
 
 def _describe_producers(bootstrap: str, topic: str) -> list[Any]:
     with KafkaConnection(bootstrap) as conn:
-        response = conn.request(ApiKey.DESCRIBE_PRODUCERS,
-                                {"topics": [{"name": topic, "partition_indexes": [0]}]})
+        response = conn.request(
+            ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": [0]}]}
+        )
     (answer,) = response.topics[0].partitions
     assert answer.error_code == 0, answer
     return list(answer.active_producers)
@@ -119,9 +152,12 @@ def test_lso_holds_read_committed_until_the_transaction_ends(
     assert (partition.high_watermark, partition.last_stable_offset) == (8, 3)
     assert _fetch_lso(bootstrap, topic) == (8, 3)
     assert _latest_everywhere(bootstrap, topic) == {
-        "raw read_committed": 3, "raw read_uncommitted": 8,
-        "admin read_committed": 3, "admin read_uncommitted": 8,
-        "kafka-python read_committed": 3, "kafka-python read_uncommitted": 8,
+        "raw read_committed": 3,
+        "raw read_uncommitted": 8,
+        "admin read_committed": 3,
+        "admin read_uncommitted": 8,
+        "kafka-python read_committed": 3,
+        "kafka-python read_uncommitted": 8,
     }
     for read in (read_confluent, read_kafka_python):
         # Wait for position 8 (never reached): the read stops at the LSO after the timeout.

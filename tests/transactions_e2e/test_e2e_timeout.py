@@ -9,7 +9,8 @@ fail and its records stay invisible, also if it then tries to write more.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -26,8 +27,8 @@ from e2e_helpers import (
     wait_until,
 )
 
-from oncelog.testing import EmbeddedBroker
 from oncelog.coordinator_partitions import partition_for
+from oncelog.testing import EmbeddedBroker
 from oncelog.transactions.state import TxnState
 
 PARTITIONS = 2
@@ -40,7 +41,10 @@ EPOCH_ERRORS = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVAL
 
 @pytest.fixture
 def fast_timeout_broker() -> Iterator[EmbeddedBroker]:
-    config = {**FAST_START, "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_MS)}
+    config = {
+        **FAST_START,
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_MS),
+    }
     with EmbeddedBroker(config) as embedded:
         install_group_stand_in(embedded)
         yield embedded
@@ -62,34 +66,50 @@ def test_silent_producer_is_aborted_and_fenced(
     create_topic(bootstrap, topic, PARTITIONS)
     tid = f"{topic}-silent"
     reported: list[Any] = []
-    producer = txn_producer(bootstrap, tid, **{"transaction.timeout.ms": TXN_TIMEOUT_MS,
-                                               "error_cb": reported.append})  # fmt: skip
+    producer = txn_producer(
+        bootstrap, tid, **{"transaction.timeout.ms": TXN_TIMEOUT_MS, "error_cb": reported.append}
+    )
     epoch_before = _state(broker, tid).producer_epoch
     producer.begin_transaction()
     began = time.monotonic()
-    assert produce_flushed(producer, topic, [(p, b"silent-%d" % p) for p in range(PARTITIONS)]) == [None] * 2
+    assert (
+        produce_flushed(producer, topic, [(p, b"silent-%d" % p) for p in range(PARTITIONS)])
+        == [None] * 2
+    )
     plain_produce(bootstrap, topic, [(p, b"plain-%d" % p) for p in range(PARTITIONS)])
     partitions = [broker.broker.topics.partition(topic, p) for p in range(PARTITIONS)]
     assert [p.last_stable_offset for p in partitions] == [0, 0]
 
     # The producer goes silent (no poll, no request). The coordinator aborts within a few s.
-    wait_until(lambda: all(p.last_stable_offset == p.high_watermark == 3 for p in partitions),
-               timeout_s=10, what="the timed-out transaction's abort markers")  # fmt: skip
+    wait_until(
+        lambda: all(p.last_stable_offset == p.high_watermark == 3 for p in partitions),
+        timeout_s=10,
+        what="the timed-out transaction's abort markers",
+    )
     aborted_after = time.monotonic() - began
-    print(f"aborted {aborted_after:.2f} s after the transaction began "
-          f"(timeout {TXN_TIMEOUT_MS} ms, cleanup every {CLEANUP_MS} ms)")
+    print(
+        f"aborted {aborted_after:.2f} s after the transaction began "
+        f"(timeout {TXN_TIMEOUT_MS} ms, cleanup every {CLEANUP_MS} ms)"
+    )
     assert TXN_TIMEOUT_MS / 1000 <= aborted_after + 0.1, "aborted before its timeout"
     assert aborted_after < TXN_TIMEOUT_MS / 1000 + 3
-    wait_until(lambda: _state(broker, tid).state is TxnState.COMPLETE_ABORT, timeout_s=5,
-               what="COMPLETE_ABORT")  # fmt: skip
+    wait_until(
+        lambda: _state(broker, tid).state is TxnState.COMPLETE_ABORT,
+        timeout_s=5,
+        what="COMPLETE_ABORT",
+    )
     assert _state(broker, tid).producer_epoch == epoch_before + 1, "the abort must bump the epoch"
 
     # The producer comes back.
     late: list[Any] = []
     if comes_back_with == "produce-then-commit":
         try:
-            producer.produce(topic, value=b"silent-late", partition=0,
-                             on_delivery=lambda err, msg: late.append(err))
+            producer.produce(
+                topic,
+                value=b"silent-late",
+                partition=0,
+                on_delivery=lambda err, msg: late.append(err),
+            )
             producer.flush(TIMEOUT_S)
         except KafkaException as exc:
             late.append(exc.args[0])
@@ -100,9 +120,11 @@ def test_silent_producer_is_aborted_and_fenced(
     with pytest.raises(KafkaException) as failed:
         producer.commit_transaction(TIMEOUT_S)
     error = failed.value.args[0]
-    print(f"late deliveries: {[(e.code(), e.name()) for e in late]}; commit: code={error.code()} "
-          f"name={error.name()} fatal={error.fatal()} abortable={error.txn_requires_abort()}; "
-          f"error_cb: {[(e.code(), e.name()) for e in reported]}")
+    print(
+        f"late deliveries: {[(e.code(), e.name()) for e in late]}; commit: code={error.code()} "
+        f"name={error.name()} fatal={error.fatal()} abortable={error.txn_requires_abort()}; "
+        f"error_cb: {[(e.code(), e.name()) for e in reported]}"
+    )
     assert error.code() in EPOCH_ERRORS, error
     if error.txn_requires_abort():
         # librdkafka's recoverable path: abort, then the records must still be invisible

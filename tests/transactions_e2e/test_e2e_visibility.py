@@ -30,7 +30,9 @@ ROUNDS = 6
 PER_TXN = 8  # two records per partition
 
 
-def _check_views(broker: EmbeddedBroker, topic: str, committed: list[bytes], aborted: list[bytes]) -> None:
+def _check_views(
+    broker: EmbeddedBroker, topic: str, committed: list[bytes], aborted: list[bytes]
+) -> None:
     bootstrap = broker.bootstrap_servers
     assert broker.broker is not None
     partitions = [broker.broker.topics.partition(topic, p) for p in range(PARTITIONS)]
@@ -44,7 +46,9 @@ def _check_views(broker: EmbeddedBroker, topic: str, committed: list[bytes], abo
             f"{read.__name__}: missing {sorted((Counter(committed) - values).elements())[:10]}, "
             f"unexpected {sorted((values - Counter(committed)).elements())[:10]}"
         )
-        assert positions == ends, f"{read.__name__}: read_committed did not get past the last markers"
+        assert positions == ends, (
+            f"{read.__name__}: read_committed did not get past the last markers"
+        )
         got, positions = read(bootstrap, topic, ends, "read_uncommitted")
         values = Counter(v for _, _, v in got)
         assert values == Counter(committed + aborted), f"{read.__name__} read_uncommitted"
@@ -70,8 +74,10 @@ def test_interleaved_confluent_producers(broker: EmbeddedBroker, topic: str) -> 
             batches: dict[int, list[bytes]] = {}
             for half in range(2):
                 for i, p in enumerate(producers):
-                    values = [(k % PARTITIONS, b"txn%d-r%d-k%d" % (i, r, k))
-                              for k in range(half * PER_TXN // 2, (half + 1) * PER_TXN // 2)]
+                    values = [
+                        (k % PARTITIONS, b"txn%d-r%d-k%d" % (i, r, k))
+                        for k in range(half * PER_TXN // 2, (half + 1) * PER_TXN // 2)
+                    ]
                     errors = produce_flushed(p, topic, values)
                     assert errors == [None] * len(values)
                     batches.setdefault(i, []).extend(v for _, v in values)
@@ -106,8 +112,10 @@ def test_interleaved_kafka_python_producers(broker: EmbeddedBroker, topic: str) 
 
     bootstrap = broker.bootstrap_servers
     create_topic(bootstrap, topic, PARTITIONS)
-    producers = [KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-kp-{i}",
-                               linger_ms=2) for i in range(2)]  # fmt: skip
+    producers = [
+        KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{topic}-kp-{i}", linger_ms=2)
+        for i in range(2)
+    ]
     committed: list[bytes] = []
     aborted: list[bytes] = []
     transactions = 0

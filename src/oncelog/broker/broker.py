@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from oncelog.broker import handlers
-from oncelog.clock import wall_clock_ms
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.group_coordinator import GroupCoordinator
@@ -16,10 +16,11 @@ from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.broker.transaction_coordinator import TransactionCoordinator
+from oncelog.clock import wall_clock_ms
 from oncelog.producers.pid_allocator import ProducerIdAllocator
-from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,9 @@ class Broker:
         self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
-            advertised_host, advertised_port = _parse_advertised_listener(config.advertised_listeners)
+            advertised_host, advertised_port = _parse_advertised_listener(
+                config.advertised_listeners
+            )
         self._advertised = (advertised_host, advertised_port)
         self._handlers: dict[int, Handler] = handlers.by_api_key()
         self._maintenance: asyncio.Task[None] | None = None

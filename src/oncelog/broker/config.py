@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Generic, Mapping, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 log = logging.getLogger("oncelog.config")
 
@@ -155,151 +156,421 @@ _FLUSH_MESSAGES_DOC = (
 )
 
 BROKER_DEFS: tuple[ConfigDef, ...] = (
-    ConfigDef("node.id", T.INT, 0, "The id of this broker in Metadata answers. oncelog runs "
-              "one node, so it defaults to 0 (Kafka requires it to be set).", Range(0)),
-    ConfigDef("listeners", T.LIST, ["PLAINTEXT://:9092"],
-              "Comma-separated URIs to listen on, e.g. PLAINTEXT://127.0.0.1:9092."),
-    ConfigDef("advertised.listeners", T.LIST, None,
-              "Addresses given to clients in Metadata, if different from listeners."),
-    ConfigDef("log.dir", T.STRING, "/tmp/kafka-logs",
-              "Data directory, used when log.dirs is unset."),
+    ConfigDef(
+        "node.id",
+        T.INT,
+        0,
+        "The id of this broker in Metadata answers. oncelog runs "
+        "one node, so it defaults to 0 (Kafka requires it to be set).",
+        Range(0),
+    ),
+    ConfigDef(
+        "listeners",
+        T.LIST,
+        ["PLAINTEXT://:9092"],
+        "Comma-separated URIs to listen on, e.g. PLAINTEXT://127.0.0.1:9092.",
+    ),
+    ConfigDef(
+        "advertised.listeners",
+        T.LIST,
+        None,
+        "Addresses given to clients in Metadata, if different from listeners.",
+    ),
+    ConfigDef(
+        "log.dir", T.STRING, "/tmp/kafka-logs", "Data directory, used when log.dirs is unset."
+    ),
     ConfigDef("log.dirs", T.LIST, None, "Data directories (oncelog uses the first one)."),
-    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True,
-              "Create a topic when a client asks for metadata of, or produces to, an unknown one."),
-    ConfigDef("num.partitions", T.INT, 1, "Partition count of automatically created topics.",
-              Range(1)),
-    ConfigDef("default.replication.factor", T.INT, 1,
-              "Replication factor of automatically created topics."),
-    ConfigDef("delete.topic.enable", T.BOOLEAN, True,
-              "Whether DeleteTopics deletes; when false it is refused."),
-    ConfigDef("socket.request.max.bytes", T.INT, 104_857_600,
-              "Largest request accepted on a connection; a bigger frame closes it.", Range(1)),
-    ConfigDef("message.max.bytes", T.INT, 1_048_588,
-              "Largest record batch accepted, after compression.", Range(0),
-              topic_key="max.message.bytes"),
-    ConfigDef("fetch.max.bytes", T.INT, 57_671_680,
-              "Upper bound on the bytes returned by one Fetch.", Range(1024)),
-    ConfigDef("compression.type", T.STRING, "producer",
-              "Compression of stored batches; 'producer' keeps what the producer sent.",
-              _COMPRESSION_TYPES, topic_key="compression.type"),
-    ConfigDef("log.segment.bytes", T.INT, 1_073_741_824,
-              "Size at which a partition rolls to a new segment file.", Range(1_048_576),
-              topic_key="segment.bytes"),
-    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment is rolled; overrides "
-              "log.roll.hours.", Range(1), topic_key="segment.ms"),
-    ConfigDef("log.roll.hours", T.INT, 168, "Age in hours at which a segment is rolled, used "
-              "when log.roll.ms is unset.", Range(1), topic_key="segment.ms",
-              to_topic_unit=_HOUR_MS),
-    ConfigDef("log.retention.ms", T.LONG, None, "How long data is kept; overrides "
-              "log.retention.minutes and log.retention.hours. Negative: no time limit.",
-              topic_key="retention.ms"),
-    ConfigDef("log.retention.minutes", T.INT, None, "Retention in minutes, used when "
-              "log.retention.ms is unset.", topic_key="retention.ms", to_topic_unit=_MINUTE_MS),
-    ConfigDef("log.retention.hours", T.INT, 168, "Retention in hours, used when neither "
-              "log.retention.ms nor log.retention.minutes is set.", topic_key="retention.ms",
-              to_topic_unit=_HOUR_MS),
-    ConfigDef("log.retention.bytes", T.LONG, -1, "Size a partition may reach before old "
-              "segments are deleted. Negative: no size limit.", topic_key="retention.bytes"),
-    ConfigDef("log.retention.check.interval.ms", T.LONG, 300_000,
-              "How often retention is enforced.", Range(1)),
-    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "What happens to data past "
-              "retention: delete and/or compact.", _CLEANUP_POLICIES, topic_key="cleanup.policy"),
-    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86_400_000, "How long tombstones "
-              "stay in a compacted topic.", Range(0), topic_key="delete.retention.ms"),
-    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Minimum age before a record "
-              "may be compacted.", Range(0), topic_key="min.compaction.lag.ms"),
-    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Maximum age before a "
-              "record must be eligible for compaction.", Range(1),
-              topic_key="max.compaction.lag.ms"),
-    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "Dirty fraction of a log "
-              "that triggers compaction.", Range(0, 1), topic_key="min.cleanable.dirty.ratio"),
-    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60_000, "Delay before a deleted "
-              "segment's files are removed.", Range(0), topic_key="file.delete.delay.ms"),
-    ConfigDef("log.index.size.max.bytes", T.INT, 10_485_760, "Largest offset index file.",
-              Range(4), topic_key="segment.index.bytes"),
-    ConfigDef("log.index.interval.bytes", T.INT, 4096, "Bytes of log between two offset "
-              "index entries.", Range(0), topic_key="index.interval.bytes"),
-    ConfigDef("log.preallocate", T.BOOLEAN, False, "Preallocate segment files.",
-              topic_key="preallocate"),
-    ConfigDef("log.flush.interval.messages", T.LONG, 1, _FLUSH_MESSAGES_DOC, Range(1),
-              topic_key="flush.messages"),
-    ConfigDef("log.flush.interval.ms", T.LONG, None, "Longest time appended data may stay "
-              "unflushed; when unset, log.flush.scheduler.interval.ms is used.",
-              Range(0), topic_key="flush.ms"),
-    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "How often the flusher "
-              "looks for partitions to fsync; the default never runs it.", Range(0),
-              topic_key="flush.ms"),
-    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "Record timestamps: the "
-              "producer's (CreateTime) or the broker's at append (LogAppendTime).",
-              _TIMESTAMP_TYPES, topic_key="message.timestamp.type"),
-    ConfigDef("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, "With CreateTime, "
-              "how far in the past a batch timestamp may be.", Range(0),
-              topic_key="message.timestamp.before.max.ms"),
-    ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3_600_000, "With CreateTime, "
-              "how far in the future a batch timestamp may be.", Range(0),
-              topic_key="message.timestamp.after.max.ms"),
-    ConfigDef("min.insync.replicas", T.INT, 1, "Replicas that must hold an acks=-1 write. "
-              "oncelog has one replica, so only 1 can be met.", Range(1),
-              topic_key="min.insync.replicas"),
-    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Accepted for "
-              "compatibility; oncelog has no followers to elect.",
-              topic_key="unclean.leader.election.enable"),
-    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets; "
-              "fixed once the topic exists.", Range(1)),
-    ConfigDef("offsets.retention.minutes", T.INT, 10_080, "How long committed offsets of an "
-              "empty group are kept.", Range(1)),
-    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600_000,
-              "How often expired offsets are removed.", Range(1)),
-    ConfigDef("group.min.session.timeout.ms", T.INT, 6000,
-              "Smallest session timeout a consumer may ask for."),
-    ConfigDef("group.max.session.timeout.ms", T.INT, 1_800_000,
-              "Largest session timeout a consumer may ask for."),
-    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "How long the first rebalance "
-              "of an empty group waits for more members."),
-    ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of "
-              "__transaction_state; fixed once the topic exists.", Range(1)),
-    ConfigDef("transaction.max.timeout.ms", T.INT, 900_000, "Largest transaction.timeout.ms "
-              "a producer may ask for; InitProducerId beyond it is refused.", Range(1)),
-    ConfigDef("transactional.id.expiration.ms", T.INT, 604_800_000, "Idle time after which a "
-              "transactional id with no ongoing transaction is forgotten.", Range(1)),
-    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10_000,
-              "How often transactions past their timeout are aborted.", Range(1)),
-    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3_600_000,
-              "How often expired transactional ids are removed.", Range(1)),
-    ConfigDef("producer.id.expiration.ms", T.INT, 86_400_000, "Idle time after which a "
-              "producer id's state is dropped from a partition.", Range(1)),
-    ConfigDef("producer.id.expiration.check.interval.ms", T.INT, 600_000,
-              "How often expired producer ids are removed.", Range(1)),
+    ConfigDef(
+        "auto.create.topics.enable",
+        T.BOOLEAN,
+        True,
+        "Create a topic when a client asks for metadata of, or produces to, an unknown one.",
+    ),
+    ConfigDef(
+        "num.partitions", T.INT, 1, "Partition count of automatically created topics.", Range(1)
+    ),
+    ConfigDef(
+        "default.replication.factor",
+        T.INT,
+        1,
+        "Replication factor of automatically created topics.",
+    ),
+    ConfigDef(
+        "delete.topic.enable",
+        T.BOOLEAN,
+        True,
+        "Whether DeleteTopics deletes; when false it is refused.",
+    ),
+    ConfigDef(
+        "socket.request.max.bytes",
+        T.INT,
+        104_857_600,
+        "Largest request accepted on a connection; a bigger frame closes it.",
+        Range(1),
+    ),
+    ConfigDef(
+        "message.max.bytes",
+        T.INT,
+        1_048_588,
+        "Largest record batch accepted, after compression.",
+        Range(0),
+        topic_key="max.message.bytes",
+    ),
+    ConfigDef(
+        "fetch.max.bytes",
+        T.INT,
+        57_671_680,
+        "Upper bound on the bytes returned by one Fetch.",
+        Range(1024),
+    ),
+    ConfigDef(
+        "compression.type",
+        T.STRING,
+        "producer",
+        "Compression of stored batches; 'producer' keeps what the producer sent.",
+        _COMPRESSION_TYPES,
+        topic_key="compression.type",
+    ),
+    ConfigDef(
+        "log.segment.bytes",
+        T.INT,
+        1_073_741_824,
+        "Size at which a partition rolls to a new segment file.",
+        Range(1_048_576),
+        topic_key="segment.bytes",
+    ),
+    ConfigDef(
+        "log.roll.ms",
+        T.LONG,
+        None,
+        "Age at which a segment is rolled; overrides log.roll.hours.",
+        Range(1),
+        topic_key="segment.ms",
+    ),
+    ConfigDef(
+        "log.roll.hours",
+        T.INT,
+        168,
+        "Age in hours at which a segment is rolled, used when log.roll.ms is unset.",
+        Range(1),
+        topic_key="segment.ms",
+        to_topic_unit=_HOUR_MS,
+    ),
+    ConfigDef(
+        "log.retention.ms",
+        T.LONG,
+        None,
+        "How long data is kept; overrides "
+        "log.retention.minutes and log.retention.hours. Negative: no time limit.",
+        topic_key="retention.ms",
+    ),
+    ConfigDef(
+        "log.retention.minutes",
+        T.INT,
+        None,
+        "Retention in minutes, used when log.retention.ms is unset.",
+        topic_key="retention.ms",
+        to_topic_unit=_MINUTE_MS,
+    ),
+    ConfigDef(
+        "log.retention.hours",
+        T.INT,
+        168,
+        "Retention in hours, used when neither log.retention.ms nor log.retention.minutes is set.",
+        topic_key="retention.ms",
+        to_topic_unit=_HOUR_MS,
+    ),
+    ConfigDef(
+        "log.retention.bytes",
+        T.LONG,
+        -1,
+        "Size a partition may reach before old segments are deleted. Negative: no size limit.",
+        topic_key="retention.bytes",
+    ),
+    ConfigDef(
+        "log.retention.check.interval.ms",
+        T.LONG,
+        300_000,
+        "How often retention is enforced.",
+        Range(1),
+    ),
+    ConfigDef(
+        "log.cleanup.policy",
+        T.LIST,
+        ["delete"],
+        "What happens to data past retention: delete and/or compact.",
+        _CLEANUP_POLICIES,
+        topic_key="cleanup.policy",
+    ),
+    ConfigDef(
+        "log.cleaner.delete.retention.ms",
+        T.LONG,
+        86_400_000,
+        "How long tombstones stay in a compacted topic.",
+        Range(0),
+        topic_key="delete.retention.ms",
+    ),
+    ConfigDef(
+        "log.cleaner.min.compaction.lag.ms",
+        T.LONG,
+        0,
+        "Minimum age before a record may be compacted.",
+        Range(0),
+        topic_key="min.compaction.lag.ms",
+    ),
+    ConfigDef(
+        "log.cleaner.max.compaction.lag.ms",
+        T.LONG,
+        LONG_MAX,
+        "Maximum age before a record must be eligible for compaction.",
+        Range(1),
+        topic_key="max.compaction.lag.ms",
+    ),
+    ConfigDef(
+        "log.cleaner.min.cleanable.ratio",
+        T.DOUBLE,
+        0.5,
+        "Dirty fraction of a log that triggers compaction.",
+        Range(0, 1),
+        topic_key="min.cleanable.dirty.ratio",
+    ),
+    ConfigDef(
+        "log.segment.delete.delay.ms",
+        T.LONG,
+        60_000,
+        "Delay before a deleted segment's files are removed.",
+        Range(0),
+        topic_key="file.delete.delay.ms",
+    ),
+    ConfigDef(
+        "log.index.size.max.bytes",
+        T.INT,
+        10_485_760,
+        "Largest offset index file.",
+        Range(4),
+        topic_key="segment.index.bytes",
+    ),
+    ConfigDef(
+        "log.index.interval.bytes",
+        T.INT,
+        4096,
+        "Bytes of log between two offset index entries.",
+        Range(0),
+        topic_key="index.interval.bytes",
+    ),
+    ConfigDef(
+        "log.preallocate", T.BOOLEAN, False, "Preallocate segment files.", topic_key="preallocate"
+    ),
+    ConfigDef(
+        "log.flush.interval.messages",
+        T.LONG,
+        1,
+        _FLUSH_MESSAGES_DOC,
+        Range(1),
+        topic_key="flush.messages",
+    ),
+    ConfigDef(
+        "log.flush.interval.ms",
+        T.LONG,
+        None,
+        "Longest time appended data may stay "
+        "unflushed; when unset, log.flush.scheduler.interval.ms is used.",
+        Range(0),
+        topic_key="flush.ms",
+    ),
+    ConfigDef(
+        "log.flush.scheduler.interval.ms",
+        T.LONG,
+        LONG_MAX,
+        "How often the flusher looks for partitions to fsync; the default never runs it.",
+        Range(0),
+        topic_key="flush.ms",
+    ),
+    ConfigDef(
+        "log.message.timestamp.type",
+        T.STRING,
+        "CreateTime",
+        "Record timestamps: the producer's (CreateTime) or the broker's at append (LogAppendTime).",
+        _TIMESTAMP_TYPES,
+        topic_key="message.timestamp.type",
+    ),
+    ConfigDef(
+        "log.message.timestamp.before.max.ms",
+        T.LONG,
+        LONG_MAX,
+        "With CreateTime, how far in the past a batch timestamp may be.",
+        Range(0),
+        topic_key="message.timestamp.before.max.ms",
+    ),
+    ConfigDef(
+        "log.message.timestamp.after.max.ms",
+        T.LONG,
+        3_600_000,
+        "With CreateTime, how far in the future a batch timestamp may be.",
+        Range(0),
+        topic_key="message.timestamp.after.max.ms",
+    ),
+    ConfigDef(
+        "min.insync.replicas",
+        T.INT,
+        1,
+        "Replicas that must hold an acks=-1 write. oncelog has one replica, so only 1 can be met.",
+        Range(1),
+        topic_key="min.insync.replicas",
+    ),
+    ConfigDef(
+        "unclean.leader.election.enable",
+        T.BOOLEAN,
+        False,
+        "Accepted for compatibility; oncelog has no followers to elect.",
+        topic_key="unclean.leader.election.enable",
+    ),
+    ConfigDef(
+        "offsets.topic.num.partitions",
+        T.INT,
+        50,
+        "Partitions of __consumer_offsets; fixed once the topic exists.",
+        Range(1),
+    ),
+    ConfigDef(
+        "offsets.retention.minutes",
+        T.INT,
+        10_080,
+        "How long committed offsets of an empty group are kept.",
+        Range(1),
+    ),
+    ConfigDef(
+        "offsets.retention.check.interval.ms",
+        T.LONG,
+        600_000,
+        "How often expired offsets are removed.",
+        Range(1),
+    ),
+    ConfigDef(
+        "group.min.session.timeout.ms",
+        T.INT,
+        6000,
+        "Smallest session timeout a consumer may ask for.",
+    ),
+    ConfigDef(
+        "group.max.session.timeout.ms",
+        T.INT,
+        1_800_000,
+        "Largest session timeout a consumer may ask for.",
+    ),
+    ConfigDef(
+        "group.initial.rebalance.delay.ms",
+        T.INT,
+        3000,
+        "How long the first rebalance of an empty group waits for more members.",
+    ),
+    ConfigDef(
+        "transaction.state.log.num.partitions",
+        T.INT,
+        50,
+        "Partitions of __transaction_state; fixed once the topic exists.",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.max.timeout.ms",
+        T.INT,
+        900_000,
+        "Largest transaction.timeout.ms "
+        "a producer may ask for; InitProducerId beyond it is refused.",
+        Range(1),
+    ),
+    ConfigDef(
+        "transactional.id.expiration.ms",
+        T.INT,
+        604_800_000,
+        "Idle time after which a transactional id with no ongoing transaction is forgotten.",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        T.INT,
+        10_000,
+        "How often transactions past their timeout are aborted.",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        T.INT,
+        3_600_000,
+        "How often expired transactional ids are removed.",
+        Range(1),
+    ),
+    ConfigDef(
+        "producer.id.expiration.ms",
+        T.INT,
+        86_400_000,
+        "Idle time after which a producer id's state is dropped from a partition.",
+        Range(1),
+    ),
+    ConfigDef(
+        "producer.id.expiration.check.interval.ms",
+        T.INT,
+        600_000,
+        "How often expired producer ids are removed.",
+        Range(1),
+    ),
 )
 
 # Topic keys; the value comes from the broker chain unless the topic overrides it. Types and
 # bounds are the topic's own, which can differ from the broker key's (segment.bytes >= 14).
 TOPIC_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("cleanup.policy", T.LIST, None, "delete and/or compact.", _CLEANUP_POLICIES),
-    ConfigDef("compression.type", T.STRING, None, "Compression of stored batches.",
-              _COMPRESSION_TYPES),
-    ConfigDef("delete.retention.ms", T.LONG, None, "Tombstone retention when compacted.",
-              Range(0)),
-    ConfigDef("file.delete.delay.ms", T.LONG, None, "Delay before deleted segment files are "
-              "removed.", Range(0)),
-    ConfigDef("flush.messages", T.LONG, None, "Per-topic log.flush.interval.messages: 1 makes "
-              "acks=-1 wait for fsync (oncelog default); see the broker key.", Range(1)),
+    ConfigDef(
+        "compression.type", T.STRING, None, "Compression of stored batches.", _COMPRESSION_TYPES
+    ),
+    ConfigDef("delete.retention.ms", T.LONG, None, "Tombstone retention when compacted.", Range(0)),
+    ConfigDef(
+        "file.delete.delay.ms",
+        T.LONG,
+        None,
+        "Delay before deleted segment files are removed.",
+        Range(0),
+    ),
+    ConfigDef(
+        "flush.messages",
+        T.LONG,
+        None,
+        "Per-topic log.flush.interval.messages: 1 makes "
+        "acks=-1 wait for fsync (oncelog default); see the broker key.",
+        Range(1),
+    ),
     ConfigDef("flush.ms", T.LONG, None, "Longest time data may stay unflushed.", Range(0)),
-    ConfigDef("index.interval.bytes", T.INT, None, "Bytes between offset index entries.",
-              Range(0)),
+    ConfigDef("index.interval.bytes", T.INT, None, "Bytes between offset index entries.", Range(0)),
     ConfigDef("max.compaction.lag.ms", T.LONG, None, "Maximum age before compaction.", Range(1)),
     ConfigDef("max.message.bytes", T.INT, None, "Largest record batch accepted.", Range(0)),
-    ConfigDef("message.timestamp.after.max.ms", T.LONG, None, "Allowed future skew of "
-              "CreateTime timestamps.", Range(0)),
-    ConfigDef("message.timestamp.before.max.ms", T.LONG, None, "Allowed past skew of "
-              "CreateTime timestamps.", Range(0)),
-    ConfigDef("message.timestamp.type", T.STRING, None, "CreateTime or LogAppendTime.",
-              _TIMESTAMP_TYPES),
-    ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, None, "Dirty fraction that triggers "
-              "compaction.", Range(0, 1)),
+    ConfigDef(
+        "message.timestamp.after.max.ms",
+        T.LONG,
+        None,
+        "Allowed future skew of CreateTime timestamps.",
+        Range(0),
+    ),
+    ConfigDef(
+        "message.timestamp.before.max.ms",
+        T.LONG,
+        None,
+        "Allowed past skew of CreateTime timestamps.",
+        Range(0),
+    ),
+    ConfigDef(
+        "message.timestamp.type", T.STRING, None, "CreateTime or LogAppendTime.", _TIMESTAMP_TYPES
+    ),
+    ConfigDef(
+        "min.cleanable.dirty.ratio",
+        T.DOUBLE,
+        None,
+        "Dirty fraction that triggers compaction.",
+        Range(0, 1),
+    ),
     ConfigDef("min.compaction.lag.ms", T.LONG, None, "Minimum age before compaction.", Range(0)),
-    ConfigDef("min.insync.replicas", T.INT, None, "Replicas that must hold an acks=-1 write.",
-              Range(1)),
+    ConfigDef(
+        "min.insync.replicas", T.INT, None, "Replicas that must hold an acks=-1 write.", Range(1)
+    ),
     ConfigDef("preallocate", T.BOOLEAN, None, "Preallocate segment files."),
     ConfigDef("retention.bytes", T.LONG, None, "Size limit per partition; negative: none."),
     ConfigDef("retention.ms", T.LONG, None, "Time limit on data; -1: none.", Range(-1)),
@@ -555,10 +826,18 @@ def describe_broker(cfg: BrokerConfig) -> list[ConfigEntry]:
     entries = []
     for d in BROKER_DEFS:
         chain = _CHAINS[d.topic_key] if d.topic_key else (d,)
-        synonyms = _synonyms(cfg, chain[chain.index(d):])
+        synonyms = _synonyms(cfg, chain[chain.index(d) :])
         entries.append(
-            ConfigEntry(d.key, _shown(d, cfg.get(d.key)), cfg.source(d.key), True,
-                        d.type is T.PASSWORD, d.type, d.doc, tuple(synonyms))
+            ConfigEntry(
+                d.key,
+                _shown(d, cfg.get(d.key)),
+                cfg.source(d.key),
+                True,
+                d.type is T.PASSWORD,
+                d.type,
+                d.doc,
+                tuple(synonyms),
+            )
         )
     return entries
 
@@ -600,8 +879,16 @@ class TopicConfig:
                 )
             source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
             entries.append(
-                ConfigEntry(d.key, _shown(d, self.get(d.key)), source, False,
-                            d.type is T.PASSWORD, d.type, d.doc, tuple(synonyms))
+                ConfigEntry(
+                    d.key,
+                    _shown(d, self.get(d.key)),
+                    source,
+                    False,
+                    d.type is T.PASSWORD,
+                    d.type,
+                    d.doc,
+                    tuple(synonyms),
+                )
             )
         return entries
 

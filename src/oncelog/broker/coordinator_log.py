@@ -12,7 +12,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from oncelog.protocol.record_batch import Record, build_batch, control_marker, decode_records, iter_stored_batches
+from oncelog.protocol.record_batch import (
+    Record,
+    build_batch,
+    control_marker,
+    decode_records,
+    iter_stored_batches,
+)
 
 if TYPE_CHECKING:
     from oncelog.broker.durability import GroupCommitFlusher
@@ -43,8 +49,8 @@ class StoredMarker:
 
 
 async def write_records(
-    partition: "Partition",
-    flusher: "GroupCommitFlusher",
+    partition: Partition,
+    flusher: GroupCommitFlusher,
     records: Sequence[tuple[bytes, bytes | None]],
     now_ms: int,
     *,
@@ -53,15 +59,19 @@ async def write_records(
     transactional: bool = False,
 ) -> int:
     """Append `records` as one batch, wait until it is fsynced; the last offset."""
-    batch = build_batch([Record(key, value) for key, value in records], producer_id=producer_id,
-                        producer_epoch=producer_epoch, transactional=transactional,
-                        timestamp_ms=now_ms)  # fmt: skip
+    batch = build_batch(
+        [Record(key, value) for key, value in records],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=transactional,
+        timestamp_ms=now_ms,
+    )
     outcome = partition.append_from_coordinator(batch, now_ms)
     await flusher.wait_durable(partition, outcome.last_offset + 1)
     return outcome.last_offset
 
 
-def read_records(partition: "Partition") -> Iterator[StoredRecord | StoredMarker]:
+def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker]:
     """Every record and transaction marker of `partition`, from its log start, in order."""
     offset = partition.log_start_offset
     end = partition.log.log_end_offset
@@ -77,6 +87,11 @@ def read_records(partition: "Partition") -> Iterator[StoredRecord | StoredMarker
                     yield StoredMarker(header.base_offset, header.producer_id, marker[0])
             else:
                 for record in decode_records(batch):
-                    yield StoredRecord(record.offset, record.key, record.value,
-                                       header.producer_id, header.is_transactional)  # fmt: skip
+                    yield StoredRecord(
+                        record.offset,
+                        record.key,
+                        record.value,
+                        header.producer_id,
+                        header.is_transactional,
+                    )
             offset = header.next_offset

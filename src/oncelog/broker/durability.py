@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Iterable
+from collections.abc import Iterable
 
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -36,7 +36,9 @@ class GroupCommitFlusher:
         for waiters in self._pending.values():
             for _, future in waiters:
                 if not future.done():
-                    future.set_exception(KafkaError(ErrorCode.request_timed_out, "broker shutting down"))
+                    future.set_exception(
+                        KafkaError(ErrorCode.request_timed_out, "broker shutting down")
+                    )
         self._pending.clear()
 
     def wait_durable(self, partition: Partition, end_offset: int) -> asyncio.Future[None]:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from oncelog.broker.coordinator_log import StoredMarker, read_records, write_records
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
@@ -38,7 +39,7 @@ class GroupWriteFailed(Exception):
 
 
 class GroupCoordinator:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._shards: dict[int, GroupCoordinatorShard] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -74,8 +75,9 @@ class GroupCoordinator:
         )
 
     def _load(self) -> None:
-        topic = ensure_internal_topic(self._broker.topics, CONSUMER_OFFSETS, self.num_partitions,
-                                      self._broker.now_ms())  # fmt: skip
+        topic = ensure_internal_topic(
+            self._broker.topics, CONSUMER_OFFSETS, self.num_partitions, self._broker.now_ms()
+        )
         config = self._config()
         for partition in topic.partitions:
             shard = GroupCoordinatorShard(partition.index, config)
@@ -99,7 +101,9 @@ class GroupCoordinator:
 
     # -- running operations ------------------------------------------------------------------
 
-    async def run(self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]) -> R:
+    async def run(
+        self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
+    ) -> R:
         """Run `operation(shard, now_ms)` on the group's shard; its response (waiting for
         a parked JoinGroup/SyncGroup to be answered)."""
         await self.ready()
@@ -122,7 +126,9 @@ class GroupCoordinator:
         finally:
             self._parked.pop(request_id, None)
 
-    async def _execute(self, index: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]) -> R:
+    async def _execute(
+        self, index: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
+    ) -> R:
         async with self._locks[index]:
             shard = self._shards[index]
             result = operation(shard, self._broker.now_ms())
@@ -134,14 +140,20 @@ class GroupCoordinator:
             partition = self._broker.topics.partition(CONSUMER_OFFSETS, index)
             try:
                 last = await write_records(
-                    partition, self._broker.flusher, [r.encode() for r in result.records],
-                    self._broker.now_ms(), producer_id=result.producer_id,
-                    producer_epoch=result.producer_epoch, transactional=result.producer_id >= 0,
-                )  # fmt: skip
+                    partition,
+                    self._broker.flusher,
+                    [r.encode() for r in result.records],
+                    self._broker.now_ms(),
+                    producer_id=result.producer_id,
+                    producer_epoch=result.producer_epoch,
+                    transactional=result.producer_id >= 0,
+                )
             except KafkaError as exc:
                 log.warning("group records not written to %r: %s", partition, exc)
                 raise GroupWriteFailed(
-                    exc.code if exc.code in _CLIENT_WRITE_ERRORS else ErrorCode.coordinator_not_available
+                    exc.code
+                    if exc.code in _CLIENT_WRITE_ERRORS
+                    else ErrorCode.coordinator_not_available
                 ) from exc
             shard.replay_result(result, last - len(result.records) + 1)
         for completion in result.completions:
@@ -169,7 +181,7 @@ class GroupCoordinator:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             now = self._broker.now_ms()
             for index, shard in self._shards.items():
@@ -187,5 +199,6 @@ class GroupCoordinator:
         return self._shards
 
 
-_CLIENT_WRITE_ERRORS = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced,
-                                  ErrorCode.invalid_txn_state})  # fmt: skip
+_CLIENT_WRITE_ERRORS = frozenset(
+    {ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced, ErrorCode.invalid_txn_state}
+)

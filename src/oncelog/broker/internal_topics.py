@@ -20,7 +20,7 @@ INTERNAL_SEGMENT_BYTES = 100 * 1024 * 1024
 _INTERNAL_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(INTERNAL_SEGMENT_BYTES)}
 
 
-def ensure_internal_topic(topics: "TopicRegistry", name: str, partitions: int, now_ms: int) -> Topic:
+def ensure_internal_topic(topics: TopicRegistry, name: str, partitions: int, now_ms: int) -> Topic:
     """The internal topic `name`, created with `partitions` partitions if missing."""
     topic = topics.get(name)
     if topic is None:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from oncelog.broker.durability import GroupCommitFlusher
@@ -26,8 +27,8 @@ CHECKPOINT_INTERVAL_MS = 60_000
 class Maintenance:
     def __init__(
         self,
-        topics: "TopicRegistry",
-        flusher: "GroupCommitFlusher",
+        topics: TopicRegistry,
+        flusher: GroupCommitFlusher,
         retention_check_interval_ms: int,
         producer_id_expiration_ms: int,
         clock_ms: Callable[[], int],

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
 from oncelog.protocol.errors import KafkaError
-from oncelog.protocol.record_batch import BatchHeader, build_control_batch, parse_header, split_batches
+from oncelog.protocol.record_batch import (
+    BatchHeader,
+    build_control_batch,
+    parse_header,
+    split_batches,
+)
 from oncelog.storage import AppendResult, PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -96,10 +101,14 @@ class Partition:
 
     def split(self, records: bytes) -> tuple[BatchHeader, memoryview]:
         """The one validated batch of a produce request (KafkaError if it is not valid)."""
-        ((header, batch),) = split_batches(records, max_message_bytes=self.settings.max_message_bytes)
+        ((header, batch),) = split_batches(
+            records, max_message_bytes=self.settings.max_message_bytes
+        )
         return header, batch
 
-    def append_client_batch(self, batch: memoryview, header: BatchHeader, now_ms: int) -> ProduceOutcome:
+    def append_client_batch(
+        self, batch: memoryview, header: BatchHeader, now_ms: int
+    ) -> ProduceOutcome:
         """Append a batch `split` validated (the produce path splits once, then checks
         transactional batches against the coordinator before appending)."""
         return self._append_checked(batch, header, now_ms, from_client=True)
@@ -119,29 +128,46 @@ class Partition:
         if isinstance(decision, Refuse):
             raise KafkaError(decision.error_code, decision.message)
         if isinstance(decision, Duplicate):
-            log.debug("%r: duplicate of batch at %d..%d from producer %d", self,
-                      decision.first_offset, decision.last_offset, header.producer_id)
-            return ProduceOutcome(decision.first_offset, decision.last_offset,
-                                  decision.timestamp, duplicate=True)
+            log.debug(
+                "%r: duplicate of batch at %d..%d from producer %d",
+                self,
+                decision.first_offset,
+                decision.last_offset,
+                header.producer_id,
+            )
+            return ProduceOutcome(
+                decision.first_offset, decision.last_offset, decision.timestamp, duplicate=True
+            )
         assert isinstance(decision, Append)
         result = self.append_batch(batch, header, now_ms)
         append_time = result.log_append_time_ms if self.settings.log_append_time else None
-        self.producers.commit(decision.pending, result.base_offset, result.last_offset,
-                              timestamp=append_time)
+        self.producers.commit(
+            decision.pending, result.base_offset, result.last_offset, timestamp=append_time
+        )
         return self._outcome(result)
 
-    def append_batch(self, batch: bytes | memoryview, header: BatchHeader, now_ms: int) -> AppendResult:
-        result = self.log.append(batch, header, now_ms, log_append_time=self.settings.log_append_time)
+    def append_batch(
+        self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
+    ) -> AppendResult:
+        result = self.log.append(
+            batch, header, now_ms, log_append_time=self.settings.log_append_time
+        )
         self._wake_waiters()
         return result
 
     @staticmethod
     def _outcome(result: AppendResult) -> ProduceOutcome:
-        return ProduceOutcome(result.base_offset, result.last_offset, result.log_append_time_ms,
-                              duplicate=False)
+        return ProduceOutcome(
+            result.base_offset, result.last_offset, result.log_append_time_ms, duplicate=False
+        )
 
     def append_marker(
-        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int, now_ms: int
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
     ) -> int:
         """Write a COMMIT or ABORT marker ending `producer_id`'s transaction; its offset.
 
@@ -154,15 +180,25 @@ class Partition:
         if isinstance(decision, Refuse):
             raise KafkaError(decision.error_code, decision.message)
         assert isinstance(decision, Append)
-        marker = build_control_batch(commit, producer_id=producer_id, producer_epoch=producer_epoch,
-                                     coordinator_epoch=coordinator_epoch, base_offset=0,
-                                     timestamp_ms=now_ms)  # fmt: skip
+        marker = build_control_batch(
+            commit,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            base_offset=0,
+            timestamp_ms=now_ms,
+        )
         result = self.append_batch(marker, parse_header(marker), now_ms)
         completed = self.producers.commit(decision.pending, result.base_offset, result.last_offset)
         if completed is not None and completed.aborted:
-            self.log.append_aborted_txn(AbortedTxn(
-                completed.producer_id, completed.first_offset, completed.last_offset,
-                self.last_stable_offset))  # fmt: skip
+            self.log.append_aborted_txn(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    self.last_stable_offset,
+                )
+            )
         return result.base_offset
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:

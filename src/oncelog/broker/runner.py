@@ -33,7 +33,9 @@ async def serve(
         loop.add_signal_handler(signum, stopping.set)
     if ready_file is not None:
         ready_file.write_text(f"{broker.port}\n")
-    log.info("oncelog broker %d serving %s from %s", broker.node_id, broker.bootstrap_servers, data_dir)
+    log.info(
+        "oncelog broker %d serving %s from %s", broker.node_id, broker.bootstrap_servers, data_dir
+    )
     try:
         await stopping.wait()
     finally:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Protocol
+from collections.abc import Awaitable
+from typing import Any, Protocol
 
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
@@ -27,7 +28,7 @@ MAX_PIPELINED_REQUESTS = 64
 
 class Dispatcher(Protocol):
     def dispatch(
-        self, header: codec.RequestHeader, request: Any, connection: "ConnectionInfo"
+        self, header: codec.RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any | None]:
         """Start handling one request; await the result for its response (None: none)."""
 
@@ -35,7 +36,7 @@ class Dispatcher(Protocol):
 class ConnectionInfo:
     """What a handler may know about the connection a request came on."""
 
-    __slots__ = ("peer", "connection_id")
+    __slots__ = ("connection_id", "peer")
 
     def __init__(self, peer: str, connection_id: int) -> None:
         self.peer = peer
@@ -219,4 +220,3 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
     return str(peer)
-

@@ -95,13 +95,15 @@ class TopicRegistry:
         if collision is not None:
             raise KafkaError(
                 ErrorCode.invalid_topic_exception,
-                f"topic {name!r} collides with existing topic {collision!r}: '.' and '_' are interchangeable in metric names",
+                f"topic {name!r} collides with existing topic {collision!r}: "
+                "'.' and '_' are interchangeable in metric names",
             )
         if num_partitions == -1:
             num_partitions = self._config.num_partitions
         if num_partitions < 1:
             raise KafkaError(
-                ErrorCode.invalid_partitions, f"number of partitions must be at least 1, got {num_partitions}"
+                ErrorCode.invalid_partitions,
+                f"number of partitions must be at least 1, got {num_partitions}",
             )
         try:
             overrides = cfg.TopicConfig.validate(configs)
@@ -138,9 +140,7 @@ class TopicRegistry:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
 
-    def _open_partitions(
-        self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int
-    ) -> None:
+    def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
         topic_config = cfg.TopicConfig(self._config, topic.configs)
         log_config = LogConfig(**topic_config.to_log_config())
         settings = PartitionSettings(
@@ -151,13 +151,13 @@ class TopicRegistry:
         )
         for index in range(count):
             directory = self._data_dir / f"{topic.name}-{index}"
-            partition_log = PartitionLog.open(
-                directory, log_config, clean_shutdown=clean_shutdown
-            )
+            partition_log = PartitionLog.open(directory, log_config, clean_shutdown=clean_shutdown)
             producers = load_producer_state(
                 directory, partition_log, now_ms, self._config.producer_id_expiration_ms
             )
-            topic.partitions.append(Partition(topic.name, index, partition_log, producers, settings))
+            topic.partitions.append(
+                Partition(topic.name, index, partition_log, producers, settings)
+            )
 
     def _persist(self) -> None:
         entries = [
@@ -170,4 +170,3 @@ class TopicRegistry:
             for t in self._topics.values()
         ]
         write_atomically(self._data_dir / CATALOGUE_FILE, json.dumps(entries, indent=1).encode())
-

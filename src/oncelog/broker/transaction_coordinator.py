@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from oncelog.broker.coordinator_log import StoredRecord, read_records, write_records
-from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE, ensure_internal_topic
+from oncelog.broker.internal_topics import (
+    CONSUMER_OFFSETS,
+    TRANSACTION_STATE,
+    ensure_internal_topic,
+)
 from oncelog.broker.load_once import LoadOnce
 from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -37,15 +42,17 @@ log = logging.getLogger(__name__)
 MARKER_RETRY_S = 0.5
 # Marker refusals that mean the partition needs no marker from this coordinator: it was
 # deleted, or a newer producer epoch or coordinator has written there since.
-_FINAL_MARKER_ERRORS = frozenset({
-    ErrorCode.unknown_topic_or_partition,
-    ErrorCode.invalid_producer_epoch,
-    ErrorCode.transaction_coordinator_fenced,
-})
+_FINAL_MARKER_ERRORS = frozenset(
+    {
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.invalid_producer_epoch,
+        ErrorCode.transaction_coordinator_fenced,
+    }
+)
 
 
 class TransactionCoordinator:
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._shards: dict[int, TransactionCoordinatorShard] = {}
         self._loading = LoadOnce(self._load)
@@ -68,8 +75,9 @@ class TransactionCoordinator:
         return asyncio.ensure_future(self.ready())
 
     def _load(self) -> None:
-        topic = ensure_internal_topic(self._broker.topics, TRANSACTION_STATE, self.num_partitions,
-                                      self._broker.now_ms())  # fmt: skip
+        topic = ensure_internal_topic(
+            self._broker.topics, TRANSACTION_STATE, self.num_partitions, self._broker.now_ms()
+        )
         for partition in topic.partitions:
             shard = TransactionCoordinatorShard(partition.index, loading=True)
             for stored in read_records(partition):
@@ -77,8 +85,11 @@ class TransactionCoordinator:
                     shard.replay(stored.key, stored.value)
             self._shards[partition.index] = shard
             for marker in shard.finish_loading():
-                log.info("resuming %s of transactional id %r after restart",
-                         "commit" if marker.committed else "abort", marker.transactional_id)
+                log.info(
+                    "resuming %s of transactional id %r after restart",
+                    "commit" if marker.committed else "abort",
+                    marker.transactional_id,
+                )
                 self._spawn(self._write_markers(shard, partition, marker))
         self._spawn(self._run_timeouts())
 
@@ -92,7 +103,7 @@ class TransactionCoordinator:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _shard_of(self, transactional_id: str) -> tuple[TransactionCoordinatorShard, "Partition"]:
+    def _shard_of(self, transactional_id: str) -> tuple[TransactionCoordinatorShard, Partition]:
         index = partition_for(transactional_id, self.num_partitions)
         return self._shards[index], self._broker.topics.partition(TRANSACTION_STATE, index)
 
@@ -106,20 +117,28 @@ class TransactionCoordinator:
         allocator = self._broker.producer_ids
         assert allocator is not None
         result = shard.init_producer_id(
-            transactional_id, timeout_ms, producer_id, producer_epoch,
-            now_ms=self._broker.now_ms(), allocate_producer_id=allocator.allocate,
+            transactional_id,
+            timeout_ms,
+            producer_id,
+            producer_epoch,
+            now_ms=self._broker.now_ms(),
+            allocate_producer_id=allocator.allocate,
             max_timeout_ms=self._broker.config.transaction_max_timeout_ms,
-        )  # fmt: skip
+        )
         return await self._run(shard, partition, result)
 
     async def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int,
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> TxnResponse:  # fmt: skip
+    ) -> TxnResponse:
         await self.ready()
         shard, partition = self._shard_of(transactional_id)
-        result = shard.add_partitions(transactional_id, producer_id, producer_epoch, partitions,
-                                      self._broker.now_ms())  # fmt: skip
+        result = shard.add_partitions(
+            transactional_id, producer_id, producer_epoch, partitions, self._broker.now_ms()
+        )
         return await self._run(shard, partition, result)
 
     async def add_offsets(
@@ -129,8 +148,14 @@ class TransactionCoordinator:
         await self._broker.groups.ready()
         shard, partition = self._shard_of(transactional_id)
         offsets_partition = (CONSUMER_OFFSETS, self._broker.groups.partition_of(group_id))
-        result = shard.add_offsets(transactional_id, producer_id, producer_epoch, group_id,
-                                   offsets_partition, self._broker.now_ms())  # fmt: skip
+        result = shard.add_offsets(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            group_id,
+            offsets_partition,
+            self._broker.now_ms(),
+        )
         return await self._run(shard, partition, result)
 
     async def end_txn(
@@ -138,8 +163,9 @@ class TransactionCoordinator:
     ) -> TxnResponse:
         await self.ready()
         shard, partition = self._shard_of(transactional_id)
-        result = shard.end_txn(transactional_id, producer_id, producer_epoch, commit,
-                               self._broker.now_ms())  # fmt: skip
+        result = shard.end_txn(
+            transactional_id, producer_id, producer_epoch, commit, self._broker.now_ms()
+        )
         return await self._run(shard, partition, result)
 
     def check_write(
@@ -148,16 +174,22 @@ class TransactionCoordinator:
         """KIP-890 part 1: a transactional batch must belong to the producer's ongoing
         transaction and to a partition added to it."""
         if not self._loading.done:
-            raise KafkaError(ErrorCode.invalid_txn_state,
-                             f"transactional id {transactional_id!r} has no transaction")  # fmt: skip
+            raise KafkaError(
+                ErrorCode.invalid_txn_state,
+                f"transactional id {transactional_id!r} has no transaction",
+            )
         shard, _ = self._shard_of(transactional_id)
         metadata = shard.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
-            raise KafkaError(ErrorCode.invalid_producer_id_mapping,
-                             f"producer {producer_id} is not {transactional_id!r}'s")  # fmt: skip
+            raise KafkaError(
+                ErrorCode.invalid_producer_id_mapping,
+                f"producer {producer_id} is not {transactional_id!r}'s",
+            )
         if producer_epoch < metadata.producer_epoch:
-            raise KafkaError(ErrorCode.invalid_producer_epoch,
-                             f"epoch {producer_epoch} is older than {metadata.producer_epoch}")  # fmt: skip
+            raise KafkaError(
+                ErrorCode.invalid_producer_epoch,
+                f"epoch {producer_epoch} is older than {metadata.producer_epoch}",
+            )
         if metadata.state is not TxnState.ONGOING or (topic, index) not in metadata.partitions:
             raise KafkaError(
                 ErrorCode.invalid_txn_state,
@@ -167,12 +199,13 @@ class TransactionCoordinator:
     # -- the write path ---------------------------------------------------------------------
 
     async def _run(
-        self, shard: TransactionCoordinatorShard, partition: "Partition", result: CoordinatorResult
+        self, shard: TransactionCoordinatorShard, partition: Partition, result: CoordinatorResult
     ) -> TxnResponse:
         if result.records:
             try:
-                await write_records(partition, self._broker.flusher, result.records,
-                                    self._broker.now_ms())  # fmt: skip
+                await write_records(
+                    partition, self._broker.flusher, result.records, self._broker.now_ms()
+                )
             except KafkaError as exc:
                 shard.write_failed(result)
                 log.warning("could not write to %r: %s", partition, exc)
@@ -183,7 +216,7 @@ class TransactionCoordinator:
         return result.response or TxnResponse(ErrorCode.none)
 
     async def _write_markers(
-        self, shard: TransactionCoordinatorShard, log_partition: "Partition", marker: MarkerRequest
+        self, shard: TransactionCoordinatorShard, log_partition: Partition, marker: MarkerRequest
     ) -> None:
         """Write the marker to every participant until each holds it durably, then complete.
 
@@ -197,9 +230,13 @@ class TransactionCoordinator:
             for topic, index in sorted(remaining):
                 try:
                     target = self._broker.topics.partition(topic, index)
-                    offset = target.append_marker(marker.producer_id, marker.producer_epoch,
-                                                  marker.committed, marker.coordinator_epoch,
-                                                  self._broker.now_ms())  # fmt: skip
+                    offset = target.append_marker(
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.committed,
+                        marker.coordinator_epoch,
+                        self._broker.now_ms(),
+                    )
                 except KafkaError as exc:
                     if exc.code not in _FINAL_MARKER_ERRORS:
                         log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
@@ -211,8 +248,12 @@ class TransactionCoordinator:
                     log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
                     continue
                 if topic == CONSUMER_OFFSETS:
-                    self._broker.groups.complete_transaction(index, marker.producer_id, marker.committed)
-                written.append((topic, index, self._broker.flusher.wait_durable(target, offset + 1)))
+                    self._broker.groups.complete_transaction(
+                        index, marker.producer_id, marker.committed
+                    )
+                written.append(
+                    (topic, index, self._broker.flusher.wait_durable(target, offset + 1))
+                )
             for topic, index, durable in written:
                 try:
                     await durable
@@ -243,7 +284,9 @@ class TransactionCoordinator:
                         log.info("transactional id %r timed out: aborting", marker.transactional_id)
                     await self._run(shard, partition, result)
                 if now >= next_expiry_ms:
-                    result = shard.expire_transactional_ids(now, config.transactional_id_expiration_ms)
+                    result = shard.expire_transactional_ids(
+                        now, config.transactional_id_expiration_ms
+                    )
                     await self._run(shard, partition, result)
             if now >= next_expiry_ms:
                 next_expiry_ms = now + expire_every_ms

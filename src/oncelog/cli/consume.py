@@ -37,38 +37,66 @@ POLL_S = 0.2
 @click.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic to read.")
-@click.option("--from-beginning", is_flag=True,
-              help="Start at the log start offset instead of the end.")
-@click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
-              default="read_committed", show_default=True,
-              help="read_committed skips aborted transactional records and stops at the"
-                   " last stable offset.")
+@click.option(
+    "--from-beginning", is_flag=True, help="Start at the log start offset instead of the end."
+)
+@click.option(
+    "--isolation-level",
+    type=click.Choice(["read_committed", "read_uncommitted"]),
+    default="read_committed",
+    show_default=True,
+    help="read_committed skips aborted transactional records and stops at the last stable offset.",
+)
 @click.option("--max-messages", type=click.IntRange(min=1), help="Stop after this many records.")
-@click.option("--timeout-ms", type=click.IntRange(min=1),
-              help="Stop when no record arrived for this long [default: wait forever].")
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=1),
+    help="Stop when no record arrived for this long [default: wait forever].",
+)
 @click.option("--print-key", is_flag=True, help="Print KEY SEP VALUE instead of the value alone.")
-@click.option("--key-separator", default="\t", show_default="tab",
-              help="Separator for --print-key.")
-@click.option("--partition", type=click.IntRange(min=0),
-              help="Read only this partition [default: all].")
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per record: topic, partition, offset, timestamp, key,"
-                   " value, headers.")
-@click.option("--binary", is_flag=True,
-              help="With --json: keys, values and headers in base64, not utf-8.")
+@click.option(
+    "--key-separator", default="\t", show_default="tab", help="Separator for --print-key."
+)
+@click.option(
+    "--partition", type=click.IntRange(min=0), help="Read only this partition [default: all]."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object per record: topic, partition, offset, timestamp, key, value, headers.",
+)
+@click.option(
+    "--binary", is_flag=True, help="With --json: keys, values and headers in base64, not utf-8."
+)
 @reports_errors
-def consume(bootstrap: str, topic: str, from_beginning: bool, isolation_level: str,
-            max_messages: int | None, timeout_ms: int | None, print_key: bool,
-            key_separator: str, partition: int | None, as_json: bool, binary: bool) -> None:
+def consume(
+    bootstrap: str,
+    topic: str,
+    from_beginning: bool,
+    isolation_level: str,
+    max_messages: int | None,
+    timeout_ms: int | None,
+    print_key: bool,
+    key_separator: str,
+    partition: int | None,
+    as_json: bool,
+    binary: bool,
+) -> None:
     """Write records to stdout, one per line.
 
     The count goes to stderr. No consumer group is joined and no offset is committed.
     """
-    consumer = Consumer(client_config(bootstrap, **{
-        "group.id": f"oncelog-console-{uuid.uuid4().hex}",
-        "enable.auto.commit": False,
-        "isolation.level": isolation_level,
-    }))
+    consumer = Consumer(
+        client_config(
+            bootstrap,
+            **{
+                "group.id": f"oncelog-console-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "isolation.level": isolation_level,
+            },
+        )
+    )
     out = sys.stdout.buffer
     count = 0
     try:
@@ -131,6 +159,8 @@ def _as_dict(message: Message, binary: bool) -> dict[str, Any]:
         "timestamp": timestamp,
         "key": render_bytes(message.key(), binary=binary),
         "value": render_bytes(message.value(), binary=binary),
-        "headers": [{"key": k, "value": render_bytes(v, binary=binary)}
-                    for k, v in (message.headers() or [])],
+        "headers": [
+            {"key": k, "value": render_bytes(v, binary=binary)}
+            for k, v in (message.headers() or [])
+        ],
     }

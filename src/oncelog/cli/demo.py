@@ -6,24 +6,55 @@ import click
 
 
 @click.command("demo")
-@click.option("--orders", default=20000, show_default=True, type=click.IntRange(min=2),
-              help="How many orders to generate, enrich and verify.")
-@click.option("--faults/--no-faults", default=True, show_default=True,
-              help="Inject the faults: a task failing half-way through its writes, the streaming "
-                   "driver killed with SIGKILL and restarted, the broker restarted.")
-@click.option("--bootstrap-servers", default=None, metavar="HOST:PORT[,...]",
-              help="Run against this Kafka-protocol cluster instead of an embedded broker (topics "
-                   "get a run suffix; the broker restart is skipped).")
-@click.option("--guarantee", default="exactly_once", show_default=True,
-              type=click.Choice(["exactly_once", "at_least_once"]),
-              help="The sink's delivery.guarantee; at_least_once is the control that shows duplicates.")
-@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), default=None,
-              help="Micro-batch size (default: a tenth of the orders).")
+@click.option(
+    "--orders",
+    default=20000,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="How many orders to generate, enrich and verify.",
+)
+@click.option(
+    "--faults/--no-faults",
+    default=True,
+    show_default=True,
+    help="Inject the faults: a task failing half-way through its writes, the streaming "
+    "driver killed with SIGKILL and restarted, the broker restarted.",
+)
+@click.option(
+    "--bootstrap-servers",
+    default=None,
+    metavar="HOST:PORT[,...]",
+    help="Run against this Kafka-protocol cluster instead of an embedded broker (topics "
+    "get a run suffix; the broker restart is skipped).",
+)
+@click.option(
+    "--guarantee",
+    default="exactly_once",
+    show_default=True,
+    type=click.Choice(["exactly_once", "at_least_once"]),
+    help="The sink's delivery.guarantee; at_least_once is the control that shows duplicates.",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Micro-batch size (default: a tenth of the orders).",
+)
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed of the order generator.")
-@click.option("--keep-work-dir", is_flag=True, help="Keep the broker data, checkpoint and driver log.")
+@click.option(
+    "--keep-work-dir", is_flag=True, help="Keep the broker data, checkpoint and driver log."
+)
 @click.pass_context
-def demo(ctx: click.Context, orders: int, faults: bool, bootstrap_servers: str | None, guarantee: str,
-         max_offsets_per_trigger: int | None, seed: int, keep_work_dir: bool) -> None:  # fmt: skip
+def demo(
+    ctx: click.Context,
+    orders: int,
+    faults: bool,
+    bootstrap_servers: str | None,
+    guarantee: str,
+    max_offsets_per_trigger: int | None,
+    seed: int,
+    keep_work_dir: bool,
+) -> None:
     """Generate orders, enrich them with a Spark Structured Streaming job that reads and
     writes through the exactly-once `oncelog` data source while faults are injected, and
     verify the output under read_committed: exit code 0 only if every order is there
@@ -32,12 +63,19 @@ def demo(ctx: click.Context, orders: int, faults: bool, bootstrap_servers: str |
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
     except ImportError:
-        raise click.ClickException("the pipeline needs the spark extra: pip install 'oncelog[spark]' "
-                                   "(scripts/demo.sh installs it), and Java 17") from None
+        raise click.ClickException(
+            "the pipeline needs the spark extra: pip install 'oncelog[spark]' "
+            "(scripts/demo.sh installs it), and Java 17"
+        ) from None
     from oncelog.pipeline.demo import run_pipeline_demo
 
-    result = run_pipeline_demo(orders, faults=faults, bootstrap_servers=bootstrap_servers,
-                               guarantee=guarantee, seed=seed,
-                               max_offsets_per_trigger=max_offsets_per_trigger,
-                               keep_work_dir=keep_work_dir)  # fmt: skip
+    result = run_pipeline_demo(
+        orders,
+        faults=faults,
+        bootstrap_servers=bootstrap_servers,
+        guarantee=guarantee,
+        seed=seed,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        keep_work_dir=keep_work_dir,
+    )
     ctx.exit(result.code)

@@ -18,9 +18,13 @@ import click
 from oncelog.cli.output import json_option, print_json, print_table, render_bytes
 from oncelog.protocol import record_batch as rb
 
-COMPRESSION_NAMES = {rb.COMPRESSION_NONE: "none", rb.COMPRESSION_GZIP: "gzip",
-                     rb.COMPRESSION_SNAPPY: "snappy", rb.COMPRESSION_LZ4: "lz4",
-                     rb.COMPRESSION_ZSTD: "zstd"}
+COMPRESSION_NAMES = {
+    rb.COMPRESSION_NONE: "none",
+    rb.COMPRESSION_GZIP: "gzip",
+    rb.COMPRESSION_SNAPPY: "snappy",
+    rb.COMPRESSION_LZ4: "lz4",
+    rb.COMPRESSION_ZSTD: "zstd",
+}
 DECODE_ERRORS = (ValueError, rb.CompressionUnavailable)
 
 
@@ -47,8 +51,9 @@ def dump(buf: bytes | mmap.mmap, with_records: bool) -> dict[str, Any]:
     return {"size_bytes": len(buf), "batches": batches, "torn_tail": torn}
 
 
-def _describe(position: int, header: rb.BatchHeader, batch: bytes,
-              with_records: bool) -> dict[str, Any]:
+def _describe(
+    position: int, header: rb.BatchHeader, batch: bytes, with_records: bool
+) -> dict[str, Any]:
     crc_valid = rb.crc_is_valid(batch)
     try:
         marker = rb.describe_control(batch)
@@ -78,8 +83,9 @@ def _describe(position: int, header: rb.BatchHeader, batch: bytes,
     return described
 
 
-def _records(batch: bytes,
-             header: rb.BatchHeader) -> tuple[list[dict[str, Any]] | None, str | None]:
+def _records(
+    batch: bytes, header: rb.BatchHeader
+) -> tuple[list[dict[str, Any]] | None, str | None]:
     """Decoded data records; a control batch's record is its marker, shown above."""
     if header.is_control:
         return [], None
@@ -88,9 +94,13 @@ def _records(batch: bytes,
     except DECODE_ERRORS as exc:
         return None, str(exc)
     return [
-        {"offset": r.offset, "timestamp": r.timestamp, "key": render_bytes(r.key),
-         "value": render_bytes(r.value),
-         "headers": [{"key": k, "value": render_bytes(v)} for k, v in r.headers]}
+        {
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "key": render_bytes(r.key),
+            "value": render_bytes(r.value),
+            "headers": [{"key": k, "value": render_bytes(v)} for k, v in r.headers],
+        }
         for r in records
     ], None
 
@@ -119,30 +129,71 @@ def _print_report(report: dict[str, Any], with_records: bool) -> None:
     plural = "" if len(batches) == 1 else "es"
     click.echo(f"{report['file']}: {report['size_bytes']} bytes, {len(batches)} batch{plural}")
     print_table(
-        ["Position", "Base offset", "Last offset", "Records", "Size", "Producer id", "Epoch",
-         "Base seq", "Txn", "Control", "CRC"],
-        [(b["position"], b["base_offset"], b["last_offset"], b["record_count"], b["size"],
-          b["producer_id"], b["producer_epoch"], b["base_sequence"],
-          "yes" if b["transactional"] else "", _control(b), "ok" if b["crc_valid"] else "INVALID")
-         for b in batches],
-        right=["Position", "Base offset", "Last offset", "Records", "Size", "Producer id", "Epoch",
-               "Base seq"],
+        [
+            "Position",
+            "Base offset",
+            "Last offset",
+            "Records",
+            "Size",
+            "Producer id",
+            "Epoch",
+            "Base seq",
+            "Txn",
+            "Control",
+            "CRC",
+        ],
+        [
+            (
+                b["position"],
+                b["base_offset"],
+                b["last_offset"],
+                b["record_count"],
+                b["size"],
+                b["producer_id"],
+                b["producer_epoch"],
+                b["base_sequence"],
+                "yes" if b["transactional"] else "",
+                _control(b),
+                "ok" if b["crc_valid"] else "INVALID",
+            )
+            for b in batches
+        ],
+        right=[
+            "Position",
+            "Base offset",
+            "Last offset",
+            "Records",
+            "Size",
+            "Producer id",
+            "Epoch",
+            "Base seq",
+        ],
     )
     if with_records:
         rows = []
         for b in batches:
             if b["decode_error"] is not None:
                 rows.append((b["base_offset"], "", "", f"cannot decode: {b['decode_error']}", ""))
-            rows += [(r["offset"], r["timestamp"], r["key"], r["value"],
-                      ", ".join(f"{h['key']}={h['value']}" for h in r["headers"]))
-                     for r in b["records"] or []]
+            rows += [
+                (
+                    r["offset"],
+                    r["timestamp"],
+                    r["key"],
+                    r["value"],
+                    ", ".join(f"{h['key']}={h['value']}" for h in r["headers"]),
+                )
+                for r in b["records"] or []
+            ]
         click.echo("Records:")
-        print_table(["Offset", "Timestamp", "Key", "Value", "Headers"], rows,
-                    right=["Offset", "Timestamp"])
+        print_table(
+            ["Offset", "Timestamp", "Key", "Value", "Headers"], rows, right=["Offset", "Timestamp"]
+        )
     torn = report["torn_tail"]
     if torn is not None:
-        click.echo(f"Torn tail: {torn['bytes']} bytes at position {torn['position']}"
-                   " are not a whole batch.")
+        click.echo(
+            f"Torn tail: {torn['bytes']} bytes at position {torn['position']}"
+            " are not a whole batch."
+        )
 
 
 def _control(batch: dict[str, Any]) -> str:

@@ -36,10 +36,27 @@ READ_COMMITTED = 1
 OFFSET_FETCH_VERSION = 7  # the last one-group layout; 8+ batch groups
 CONSUMER_PROTOCOL = "consumer"
 
-COLUMNS = ["Topic", "Partition", "Committed", "High watermark", "Last stable", "Lag (HW)",
-           "Lag (LSO)", "Unstable", "Member", "Client id"]
-NUMBER_COLUMNS = ["Partition", "Committed", "High watermark", "Last stable", "Lag (HW)",
-                  "Lag (LSO)", "Unstable"]
+COLUMNS = [
+    "Topic",
+    "Partition",
+    "Committed",
+    "High watermark",
+    "Last stable",
+    "Lag (HW)",
+    "Lag (LSO)",
+    "Unstable",
+    "Member",
+    "Client id",
+]
+NUMBER_COLUMNS = [
+    "Partition",
+    "Committed",
+    "High watermark",
+    "Last stable",
+    "Lag (HW)",
+    "Lag (LSO)",
+    "Unstable",
+]
 
 
 def check(code: int, message: str | None, what: str) -> None:
@@ -53,12 +70,15 @@ def check(code: int, message: str | None, what: str) -> None:
 
 def topic_partitions(conn: KafkaConnection, topics: list[str] | None) -> dict[str, list[int]]:
     """Partition indexes of the named topics (all topics, internal ones included, when None)."""
-    response = conn.request(ApiKey.METADATA, {
-        "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
-        "allow_auto_topic_creation": False,
-        "include_cluster_authorized_operations": False,
-        "include_topic_authorized_operations": False,
-    })
+    response = conn.request(
+        ApiKey.METADATA,
+        {
+            "topics": None if topics is None else [{"name": t, "topic_id": None} for t in topics],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
     found = {}
     for topic in response.topics:
         check(topic.error_code, None, f"topic {topic.name!r}")
@@ -66,17 +86,30 @@ def topic_partitions(conn: KafkaConnection, topics: list[str] | None) -> dict[st
     return found
 
 
-def latest_offsets(conn: KafkaConnection, partitions: dict[str, list[int]],
-                   isolation: int) -> dict[tuple[str, int], int]:  # fmt: skip
+def latest_offsets(
+    conn: KafkaConnection, partitions: dict[str, list[int]], isolation: int
+) -> dict[tuple[str, int], int]:
     """ListOffsets latest: the high watermark (read_uncommitted) or the LSO (read_committed)."""
     if not partitions:
         return {}
-    response = conn.request(ApiKey.LIST_OFFSETS, {
-        "replica_id": -1, "isolation_level": isolation, "timeout": 30_000,
-        "topics": [{"name": name, "partitions": [
-            {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST}
-            for i in indexes]} for name, indexes in sorted(partitions.items())],
-    })
+    response = conn.request(
+        ApiKey.LIST_OFFSETS,
+        {
+            "replica_id": -1,
+            "isolation_level": isolation,
+            "timeout": 30_000,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": i, "current_leader_epoch": -1, "timestamp": LATEST}
+                        for i in indexes
+                    ],
+                }
+                for name, indexes in sorted(partitions.items())
+            ],
+        },
+    )
     found = {}
     for topic in response.topics:
         for p in topic.partitions:
@@ -99,7 +132,7 @@ def decode_assignment(data: bytes) -> list[tuple[str, int]] | None:
         pairs = []
         for _ in range(max(count, 0)):
             (size,), pos = struct.unpack_from(">h", data, pos), pos + 2
-            topic, pos = data[pos:pos + size].decode("utf-8"), pos + size
+            topic, pos = data[pos : pos + size].decode("utf-8"), pos + size
             (n,), pos = struct.unpack_from(">i", data, pos), pos + 4
             indexes = struct.unpack_from(f">{max(n, 0)}i", data, pos)
             pos += 4 * max(n, 0)
@@ -163,27 +196,45 @@ class GroupDescription:
 def list_groups(conn: KafkaConnection) -> list[GroupSummary]:
     response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
     check(response.error_code, None, "list groups")
-    return sorted((GroupSummary(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "")
-                   for g in response.groups), key=lambda g: g.group_id)  # fmt: skip
+    return sorted(
+        (
+            GroupSummary(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "")
+            for g in response.groups
+        ),
+        key=lambda g: g.group_id,
+    )
 
 
 def describe_group(conn: KafkaConnection, group_id: str) -> GroupDescription:
-    response = conn.request(ApiKey.DESCRIBE_GROUPS,
-                            {"groups": [group_id], "include_authorized_operations": False})
+    response = conn.request(
+        ApiKey.DESCRIBE_GROUPS, {"groups": [group_id], "include_authorized_operations": False}
+    )
     (group,) = response.groups
     check(group.error_code, None, f"group {group_id!r}")
     members = []
     owner: dict[tuple[str, int], Any] = {}
     for m in group.members:
-        pairs = (decode_assignment(bytes(m.member_assignment))
-                 if group.protocol_type == CONSUMER_PROTOCOL and m.member_assignment else None)
+        pairs = (
+            decode_assignment(bytes(m.member_assignment))
+            if group.protocol_type == CONSUMER_PROTOCOL and m.member_assignment
+            else None
+        )
         for pair in pairs or ():
             owner[pair] = m
-        members.append(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                              None if pairs is None else [f"{t}-{p}" for t, p in sorted(pairs)]))
-    fetched = conn.request(ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": None,
-                                                 "require_stable": False},
-                           version=OFFSET_FETCH_VERSION)  # fmt: skip
+        members.append(
+            Member(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                None if pairs is None else [f"{t}-{p}" for t, p in sorted(pairs)],
+            )
+        )
+    fetched = conn.request(
+        ApiKey.OFFSET_FETCH,
+        {"group_id": group_id, "topics": None, "require_stable": False},
+        version=OFFSET_FETCH_VERSION,
+    )
     check(fetched.error_code, None, f"committed offsets of {group_id!r}")
     committed: dict[tuple[str, int], int] = {}
     for topic in fetched.topics:
@@ -200,17 +251,23 @@ def describe_group(conn: KafkaConnection, group_id: str) -> GroupDescription:
     for key in sorted(set(committed) | set(owner)):
         done = committed.get(key)
         member = owner.get(key)
-        rows.append(PartitionLag(
-            topic=key[0], partition=key[1], committed_offset=done,
-            high_watermark=high[key], last_stable_offset=stable[key],
-            lag_hw=None if done is None else high[key] - done,
-            lag_lso=None if done is None else stable[key] - done,
-            unstable=high[key] - stable[key],
-            member_id=None if member is None else member.member_id,
-            client_id=None if member is None else member.client_id,
-        ))  # fmt: skip
-    return GroupDescription(group.group_id, group.group_state, group.protocol_type,
-                            group.protocol_data, members, rows)
+        rows.append(
+            PartitionLag(
+                topic=key[0],
+                partition=key[1],
+                committed_offset=done,
+                high_watermark=high[key],
+                last_stable_offset=stable[key],
+                lag_hw=None if done is None else high[key] - done,
+                lag_lso=None if done is None else stable[key] - done,
+                unstable=high[key] - stable[key],
+                member_id=None if member is None else member.member_id,
+                client_id=None if member is None else member.client_id,
+            )
+        )
+    return GroupDescription(
+        group.group_id, group.group_state, group.protocol_type, group.protocol_data, members, rows
+    )
 
 
 # -- commands -----------------------------------------------------------------------------
@@ -235,8 +292,10 @@ def list_command(bootstrap: str, as_json: bool) -> None:
     if not found:
         click.echo("No consumer groups.")
         return
-    print_table(["Group", "Protocol type", "State"],
-                [(g.group_id, g.protocol_type or None, g.state) for g in found])
+    print_table(
+        ["Group", "Protocol type", "State"],
+        [(g.group_id, g.protocol_type or None, g.state) for g in found],
+    )
 
 
 @groups.command()
@@ -266,20 +325,42 @@ def describe(bootstrap: str, group_id: str, as_json: bool) -> None:
         data["total_lag_lso"] = found.total_lag_lso
         print_json(data)
         return
-    click.echo(f"Group {found.group_id}: state {found.state}"
-               + (f", protocol {found.protocol_type}" if found.protocol_type else "")
-               + (f"/{found.protocol}" if found.protocol else "")
-               + f", {len(found.members)} member(s)")
+    click.echo(
+        f"Group {found.group_id}: state {found.state}"
+        + (f", protocol {found.protocol_type}" if found.protocol_type else "")
+        + (f"/{found.protocol}" if found.protocol else "")
+        + f", {len(found.members)} member(s)"
+    )
     for m in found.members:
-        assigned = "" if m.assignment is None else f" assigned {', '.join(m.assignment) or 'nothing'}"
-        click.echo(f"  member {m.member_id} (client {m.client_id}, {m.client_host or '-'}){assigned}")
+        assigned = (
+            "" if m.assignment is None else f" assigned {', '.join(m.assignment) or 'nothing'}"
+        )
+        click.echo(
+            f"  member {m.member_id} (client {m.client_id}, {m.client_host or '-'}){assigned}"
+        )
     if not found.partitions:
         click.echo("No committed offsets and no assigned partitions.")
         return
-    print_table(COLUMNS, [
-        (p.topic, p.partition, p.committed_offset, p.high_watermark, p.last_stable_offset,
-         p.lag_hw, p.lag_lso, p.unstable, p.member_id, p.client_id)
-        for p in found.partitions
-    ], right=NUMBER_COLUMNS)
-    click.echo(f"Total lag: {found.total_lag_hw} to the high watermark, "
-               f"{found.total_lag_lso} to the last stable offset.")
+    print_table(
+        COLUMNS,
+        [
+            (
+                p.topic,
+                p.partition,
+                p.committed_offset,
+                p.high_watermark,
+                p.last_stable_offset,
+                p.lag_hw,
+                p.lag_lso,
+                p.unstable,
+                p.member_id,
+                p.client_id,
+            )
+            for p in found.partitions
+        ],
+        right=NUMBER_COLUMNS,
+    )
+    click.echo(
+        f"Total lag: {found.total_lag_hw} to the high watermark, "
+        f"{found.total_lag_lso} to the last stable offset."
+    )

@@ -28,18 +28,42 @@ def main(verbose: int) -> None:
 
 
 @main.command()
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Directory holding the partition logs and broker state.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory holding the partition logs and broker state.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=9092, show_default=True, type=int, help="Port (0 picks a free one).")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-              help="Kafka-style properties file.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override one configuration key (repeatable; beats --config).")
-@click.option("--ready-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the listening port to this file once the broker serves.")
-def broker(data_dir: Path, host: str, port: int, config_file: Path | None,
-           overrides: tuple[str, ...], ready_file: Path | None) -> None:
+@click.option(
+    "--port", default=9092, show_default=True, type=int, help="Port (0 picks a free one)."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Kafka-style properties file.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override one configuration key (repeatable; beats --config).",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the listening port to this file once the broker serves.",
+)
+def broker(
+    data_dir: Path,
+    host: str,
+    port: int,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    ready_file: Path | None,
+) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     from oncelog.broker.runner import run_forever
 

@@ -30,8 +30,12 @@ json_option = click.option(
 )
 
 bootstrap_option = click.option(
-    "--bootstrap-server", "bootstrap", default=DEFAULT_BOOTSTRAP, show_default=True,
-    metavar="HOST:PORT", help="Broker to connect to.",
+    "--bootstrap-server",
+    "bootstrap",
+    default=DEFAULT_BOOTSTRAP,
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Broker to connect to.",
 )
 
 
@@ -78,8 +82,9 @@ def print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
-def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]],
-                *, right: Sequence[str] = ()) -> None:
+def print_table(
+    columns: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[str] = ()
+) -> None:
     """A rich table; the columns named in `right` (numbers) are right-aligned, None is '-'."""
     table = Table()
     for column in columns:

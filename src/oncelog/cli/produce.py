@@ -42,24 +42,46 @@ def _records(lines: IO[bytes], separator: bytes | None) -> Iterator[tuple[bytes 
 @click.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic to write to.")
-@click.option("--key-separator", metavar="SEP",
-              help="Each line is KEY SEP VALUE (split at the first SEP); without it lines"
-                   " have no key.")
-@click.option("--acks", type=click.Choice(["0", "1", "-1", "all"]), default="all",
-              show_default=True, help="Acknowledgements the producer waits for.")
-@click.option("--partition", type=click.IntRange(min=0),
-              help="Write every record to this partition [default: the key's partition].")
-@click.option("--timeout-ms", type=click.IntRange(min=1), default=30_000, show_default=True,
-              help="Give up on a record not acknowledged within this time (message.timeout.ms).")
+@click.option(
+    "--key-separator",
+    metavar="SEP",
+    help="Each line is KEY SEP VALUE (split at the first SEP); without it lines have no key.",
+)
+@click.option(
+    "--acks",
+    type=click.Choice(["0", "1", "-1", "all"]),
+    default="all",
+    show_default=True,
+    help="Acknowledgements the producer waits for.",
+)
+@click.option(
+    "--partition",
+    type=click.IntRange(min=0),
+    help="Write every record to this partition [default: the key's partition].",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=1),
+    default=30_000,
+    show_default=True,
+    help="Give up on a record not acknowledged within this time (message.timeout.ms).",
+)
 @reports_errors
-def produce(bootstrap: str, topic: str, key_separator: str | None, acks: str,
-            partition: int | None, timeout_ms: int) -> None:
+def produce(
+    bootstrap: str,
+    topic: str,
+    key_separator: str | None,
+    acks: str,
+    partition: int | None,
+    timeout_ms: int,
+) -> None:
     """Send each line of stdin as one record.
 
     The count goes to stderr; the exit status is non-zero if any record was not delivered.
     """
-    producer = Producer(client_config(bootstrap, **{"acks": acks, "linger.ms": 5,
-                                                    "message.timeout.ms": timeout_ms}))
+    producer = Producer(
+        client_config(bootstrap, **{"acks": acks, "linger.ms": 5, "message.timeout.ms": timeout_ms})
+    )
     deliveries = _Deliveries()
     extra: dict[str, Any] = {} if partition is None else {"partition": partition}
     separator = key_separator.encode() if key_separator else None
@@ -69,14 +91,23 @@ def produce(bootstrap: str, topic: str, key_separator: str | None, acks: str,
     finally:
         producer.flush()
     noun = "record" if deliveries.delivered == 1 else "records"
-    click.echo(f"{deliveries.delivered} {noun} produced to {topic}"
-               + (f", {deliveries.failed} failed" if deliveries.failed else ""), err=True)
+    click.echo(
+        f"{deliveries.delivered} {noun} produced to {topic}"
+        + (f", {deliveries.failed} failed" if deliveries.failed else ""),
+        err=True,
+    )
     if deliveries.failed:
         raise SystemExit(1)
 
 
-def _send(producer: Producer, topic: str, key: bytes | None, value: bytes,
-          deliveries: _Deliveries, extra: dict[str, Any]) -> None:
+def _send(
+    producer: Producer,
+    topic: str,
+    key: bytes | None,
+    value: bytes,
+    deliveries: _Deliveries,
+    extra: dict[str, Any],
+) -> None:
     """Produce one record, waiting for room when librdkafka's local queue is full."""
     while True:
         try:

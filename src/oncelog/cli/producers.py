@@ -25,8 +25,16 @@ from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
-COLUMNS = ["Partition", "Producer id", "Epoch", "Last sequence", "Last timestamp",
-           "Last timestamp (UTC)", "Coordinator epoch", "Txn start offset"]
+COLUMNS = [
+    "Partition",
+    "Producer id",
+    "Epoch",
+    "Last sequence",
+    "Last timestamp",
+    "Last timestamp (UTC)",
+    "Coordinator epoch",
+    "Txn start offset",
+]
 NUMBER_COLUMNS = [c for c in COLUMNS if c != "Last timestamp (UTC)"]
 
 
@@ -57,30 +65,41 @@ def _check(code: int, message: str | None, what: str) -> None:
 
 
 def _partitions(conn: KafkaConnection, topic: str) -> list[int]:
-    response = conn.request(ApiKey.METADATA, {
-        "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
-        "include_cluster_authorized_operations": False,
-        "include_topic_authorized_operations": False,
-    })
+    response = conn.request(
+        ApiKey.METADATA,
+        {
+            "topics": [{"name": topic, "topic_id": None}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
     (found,) = response.topics
     _check(found.error_code, None, f"topic {topic!r}")
     return sorted(p.partition_index for p in found.partitions)
 
 
-def describe_producers(conn: KafkaConnection, topic: str,
-                       partitions: list[int] | None = None) -> list[ProducerRow]:  # fmt: skip
+def describe_producers(
+    conn: KafkaConnection, topic: str, partitions: list[int] | None = None
+) -> list[ProducerRow]:
     """Rows for every producer of the given partitions (all of the topic's by default),
     ordered by partition and producer id."""
     indexes = _partitions(conn, topic) if partitions is None else sorted(set(partitions))
-    response = conn.request(ApiKey.DESCRIBE_PRODUCERS,
-                            {"topics": [{"name": topic, "partition_indexes": indexes}]})
+    response = conn.request(
+        ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": indexes}]}
+    )
     rows: list[ProducerRow] = []
     for answer in response.topics:
         for partition in sorted(answer.partitions, key=lambda p: p.partition_index):
-            _check(partition.error_code, partition.error_message,
-                   f"producers of {topic}-{partition.partition_index}")
-            rows += [_row(partition.partition_index, p)
-                     for p in sorted(partition.active_producers, key=lambda p: p.producer_id)]
+            _check(
+                partition.error_code,
+                partition.error_message,
+                f"producers of {topic}-{partition.partition_index}",
+            )
+            rows += [
+                _row(partition.partition_index, p)
+                for p in sorted(partition.active_producers, key=lambda p: p.producer_id)
+            ]
     return rows
 
 
@@ -93,8 +112,9 @@ def _row(partition: int, state: Any) -> ProducerRow:
         last_timestamp=state.last_timestamp,
         last_timestamp_iso=iso_utc(state.last_timestamp),
         coordinator_epoch=None if state.coordinator_epoch < 0 else state.coordinator_epoch,
-        current_txn_start_offset=(None if state.current_txn_start_offset < 0
-                                  else state.current_txn_start_offset),
+        current_txn_start_offset=(
+            None if state.current_txn_start_offset < 0 else state.current_txn_start_offset
+        ),
     )
 
 
@@ -106,8 +126,13 @@ def producers() -> None:
 @producers.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic whose producers to show.")
-@click.option("--partition", "partitions", type=click.IntRange(min=0), multiple=True,
-              help="Only this partition (repeatable) [default: every partition].")
+@click.option(
+    "--partition",
+    "partitions",
+    type=click.IntRange(min=0),
+    multiple=True,
+    help="Only this partition (repeatable) [default: every partition].",
+)
 @json_option
 @reports_errors
 def describe(bootstrap: str, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
@@ -124,11 +149,25 @@ def describe(bootstrap: str, topic: str, partitions: tuple[int, ...], as_json: b
         print_json([asdict(row) for row in rows])
         return
     if not rows:
-        click.echo(f"No active producers on {topic}"
-                   + (f" partition {', '.join(map(str, partitions))}." if partitions else "."))
+        click.echo(
+            f"No active producers on {topic}"
+            + (f" partition {', '.join(map(str, partitions))}." if partitions else ".")
+        )
         return
-    print_table(COLUMNS, [
-        (r.partition, r.producer_id, r.producer_epoch, r.last_sequence, r.last_timestamp,
-         r.last_timestamp_iso, r.coordinator_epoch, r.current_txn_start_offset)
-        for r in rows
-    ], right=NUMBER_COLUMNS)
+    print_table(
+        COLUMNS,
+        [
+            (
+                r.partition,
+                r.producer_id,
+                r.producer_epoch,
+                r.last_sequence,
+                r.last_timestamp,
+                r.last_timestamp_iso,
+                r.coordinator_epoch,
+                r.current_txn_start_offset,
+            )
+            for r in rows
+        ],
+        right=NUMBER_COLUMNS,
+    )

@@ -21,8 +21,16 @@ from oncelog.cli.output import (
 from oncelog.cli.topic_admin import TopicAdmin, TopicDescription
 from oncelog.client.connection import KafkaConnection
 
-NUMBER_COLUMNS = ["Partition", "Leader", "Log start", "High watermark", "Last stable", "Log end",
-                  "Segments", "Bytes"]
+NUMBER_COLUMNS = [
+    "Partition",
+    "Leader",
+    "Log start",
+    "High watermark",
+    "Last stable",
+    "Log end",
+    "Segments",
+    "Bytes",
+]
 
 
 @contextmanager
@@ -39,16 +47,34 @@ def topics() -> None:
 @topics.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Name of the topic to create.")
-@click.option("--partitions", type=click.IntRange(min=1),
-              help="Partition count [default: the broker's num.partitions].")
-@click.option("--replication-factor", type=int, default=-1,
-              help="Replicas per partition; a single node accepts only 1 [default: the broker's].")
-@click.option("--config", "configs", multiple=True, metavar="KEY=VALUE",
-              help="Topic config override, e.g. retention.ms=60000 (repeatable).")
+@click.option(
+    "--partitions",
+    type=click.IntRange(min=1),
+    help="Partition count [default: the broker's num.partitions].",
+)
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=-1,
+    help="Replicas per partition; a single node accepts only 1 [default: the broker's].",
+)
+@click.option(
+    "--config",
+    "configs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Topic config override, e.g. retention.ms=60000 (repeatable).",
+)
 @json_option
 @reports_errors
-def create(bootstrap: str, topic: str, partitions: int | None, replication_factor: int,
-           configs: tuple[str, ...], as_json: bool) -> None:
+def create(
+    bootstrap: str,
+    topic: str,
+    partitions: int | None,
+    replication_factor: int,
+    configs: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Create a topic."""
     overrides = parse_key_values(configs, "--config")
     with _admin(bootstrap) as admin:
@@ -56,8 +82,10 @@ def create(bootstrap: str, topic: str, partitions: int | None, replication_facto
     if as_json:
         print_json(asdict(created))
     else:
-        click.echo(f"Created topic {created.name} ({created.partitions} partitions,"
-                   f" id {created.topic_id}).")
+        click.echo(
+            f"Created topic {created.name} ({created.partitions} partitions,"
+            f" id {created.topic_id})."
+        )
 
 
 @topics.command("list")
@@ -71,19 +99,23 @@ def list_topics(bootstrap: str, as_json: bool) -> None:
     if as_json:
         print_json([asdict(t) for t in found])
     else:
-        print_table(["Topic", "Partitions", "Internal", "Topic id"],
-                    [(t.name, t.partitions, "yes" if t.internal else "", t.topic_id)
-                     for t in found],
-                    right=["Partitions"])
+        print_table(
+            ["Topic", "Partitions", "Internal", "Topic id"],
+            [(t.name, t.partitions, "yes" if t.internal else "", t.topic_id) for t in found],
+            right=["Partitions"],
+        )
 
 
 @topics.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic to describe.")
-@click.option("--data-dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              help="The broker's data directory, when the CLI runs on the broker's machine: "
-                   "needed for the segment count, which no Kafka API reports "
-                   "(shown as '-' without it).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    help="The broker's data directory, when the CLI runs on the broker's machine: "
+    "needed for the segment count, which no Kafka API reports "
+    "(shown as '-' without it).",
+)
 @json_option
 @reports_errors
 def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -> None:
@@ -96,8 +128,11 @@ def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -
     """
     with _admin(bootstrap) as admin:
         description = admin.describe(topic)
-    segments = {p.partition: _count_segments(data_dir, topic, p.partition)
-                for p in description.partitions} if data_dir else {}
+    segments = (
+        {p.partition: _count_segments(data_dir, topic, p.partition) for p in description.partitions}
+        if data_dir
+        else {}
+    )
     if as_json:
         print_json(_describe_json(description, segments))
         return
@@ -106,9 +141,19 @@ def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -
     click.echo(f"Log dir {description.log_dir or '-'}")
     print_table(
         NUMBER_COLUMNS,
-        [(p.partition, p.leader, p.log_start_offset, p.high_watermark, p.last_stable_offset,
-          p.log_end_offset, segments.get(p.partition), p.size_bytes)
-         for p in description.partitions],
+        [
+            (
+                p.partition,
+                p.leader,
+                p.log_start_offset,
+                p.high_watermark,
+                p.last_stable_offset,
+                p.log_end_offset,
+                segments.get(p.partition),
+                p.size_bytes,
+            )
+            for p in description.partitions
+        ],
         right=NUMBER_COLUMNS,
     )
 
@@ -121,10 +166,16 @@ def _describe_json(description: TopicDescription, segments: dict[int, int]) -> d
         "internal": summary.internal,
         "log_dir": description.log_dir,
         "partitions": [
-            {"partition": p.partition, "leader": p.leader,
-             "log_start_offset": p.log_start_offset, "high_watermark": p.high_watermark,
-             "last_stable_offset": p.last_stable_offset, "log_end_offset": p.log_end_offset,
-             "segments": segments.get(p.partition), "size_bytes": p.size_bytes}
+            {
+                "partition": p.partition,
+                "leader": p.leader,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset,
+                "log_end_offset": p.log_end_offset,
+                "segments": segments.get(p.partition),
+                "size_bytes": p.size_bytes,
+            }
             for p in description.partitions
         ],
     }

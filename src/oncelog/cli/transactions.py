@@ -16,7 +16,13 @@ from typing import Any
 
 import click
 
-from oncelog.cli.groups import READ_COMMITTED, READ_UNCOMMITTED, check, latest_offsets, topic_partitions
+from oncelog.cli.groups import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    check,
+    latest_offsets,
+    topic_partitions,
+)
 from oncelog.cli.output import (
     CliError,
     bootstrap_option,
@@ -103,7 +109,7 @@ class _Reader:
 
     def string(self) -> str:
         size = self.uvarint() - 1
-        text = self.data[self.pos:self.pos + max(size, 0)].decode("utf-8")
+        text = self.data[self.pos : self.pos + max(size, 0)].decode("utf-8")
         self.pos += max(size, 0)
         return text
 
@@ -121,8 +127,9 @@ def _describe_request(conn: KafkaConnection, ids: list[str]) -> list[_DescribedS
     api = codec.api_codec(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION)
     correlation_id = 0x7E57
     try:
-        conn.send_raw(codec.encode_request(api, correlation_id, conn.client_id,
-                                           {"transactional_ids": ids}))
+        conn.send_raw(
+            codec.encode_request(api, correlation_id, conn.client_id, {"transactional_ids": ids})
+        )
         frame = conn.receive_frame()
     except OSError as exc:
         raise ProtocolClientError(f"DESCRIBE_TRANSACTIONS request failed: {exc}") from exc
@@ -143,28 +150,39 @@ def _describe_request(conn: KafkaConnection, ids: list[str]) -> list[_DescribedS
                 topics.append(_DescribedTopic(name, [r.fixed(">i") for _ in range(r.count())]))
                 r.skip_tags()
             r.skip_tags()
-            states.append(_DescribedState(error_code, tid, state, timeout, start, pid, epoch,
-                                          topics))
+            states.append(
+                _DescribedState(error_code, tid, state, timeout, start, pid, epoch, topics)
+            )
         return states
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ProtocolClientError(f"unreadable DescribeTransactions response: {exc}") from exc
 
 
-def list_transactions(conn: KafkaConnection, states: Sequence[str] = (),
-                      producer_ids: Sequence[int] = (),
-                      duration_filter_ms: int = -1) -> list[tuple[str, int, str]]:
-    body: dict[str, Any] = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
-                            "duration_filter": duration_filter_ms}
+def list_transactions(
+    conn: KafkaConnection,
+    states: Sequence[str] = (),
+    producer_ids: Sequence[int] = (),
+    duration_filter_ms: int = -1,
+) -> list[tuple[str, int, str]]:
+    body: dict[str, Any] = {
+        "state_filters": list(states),
+        "producer_id_filters": list(producer_ids),
+        "duration_filter": duration_filter_ms,
+    }
     if duration_filter_ms >= 0 and conn.version_for(ApiKey.LIST_TRANSACTIONS) < 1:
         raise CliError("the broker does not support --duration-filter (ListTransactions v1)")
     response = conn.request(ApiKey.LIST_TRANSACTIONS, body)
     check(response.error_code, None, "list transactions")
     if response.unknown_state_filters:
-        raise CliError(f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
-                       f" (known: Empty, {', '.join(OPEN_STATES)}, CompleteCommit, CompleteAbort,"
-                       " PrepareEpochFence, Dead)")
-    return sorted((t.transactional_id, t.producer_id, t.transaction_state)
-                  for t in response.transaction_states)
+        raise CliError(
+            f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
+            f" (known: Empty, {', '.join(OPEN_STATES)}, CompleteCommit, CompleteAbort,"
+            " PrepareEpochFence, Dead)"
+        )
+    return sorted(
+        (t.transactional_id, t.producer_id, t.transaction_state)
+        for t in response.transaction_states
+    )
 
 
 def describe_transactions(conn: KafkaConnection, ids: list[str]) -> dict[str, Transaction | None]:
@@ -181,14 +199,18 @@ def describe_transactions(conn: KafkaConnection, ids: list[str]) -> dict[str, Tr
         check(t.error_code, None, f"transactional id {t.transactional_id!r}")
         start = None if t.transaction_start_time < 0 else t.transaction_start_time
         found[t.transactional_id] = Transaction(
-            transactional_id=t.transactional_id, producer_id=t.producer_id,
-            producer_epoch=t.producer_epoch, state=t.transaction_state,
-            timeout_ms=t.transaction_timeout, start_time_ms=start,
+            transactional_id=t.transactional_id,
+            producer_id=t.producer_id,
+            producer_epoch=t.producer_epoch,
+            state=t.transaction_state,
+            timeout_ms=t.transaction_timeout,
+            start_time_ms=start,
             start_time=None if start is None else iso_utc(start),
-            duration_ms=(now - start) if start is not None and t.transaction_state in OPEN_STATES
+            duration_ms=(now - start)
+            if start is not None and t.transaction_state in OPEN_STATES
             else None,
             partitions=[f"{d.topic}-{p}" for d in t.topics for p in sorted(d.partitions)],
-        )  # fmt: skip
+        )
     return found
 
 
@@ -202,40 +224,82 @@ def transactions() -> None:
 
 @transactions.command("list")
 @bootstrap_option
-@click.option("--state", "states", multiple=True, metavar="STATE",
-              help="Only transactions in this state (repeatable): Empty, Ongoing, PrepareCommit, "
-                   "PrepareAbort, CompleteCommit, CompleteAbort, PrepareEpochFence.")
-@click.option("--producer-id", "producer_ids", type=int, multiple=True,
-              help="Only this producer id (repeatable).")
-@click.option("--duration-filter", type=click.IntRange(min=0), metavar="MS",
-              help="Only transactions started more than MS milliseconds ago.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    metavar="STATE",
+    help="Only transactions in this state (repeatable): Empty, Ongoing, PrepareCommit, "
+    "PrepareAbort, CompleteCommit, CompleteAbort, PrepareEpochFence.",
+)
+@click.option(
+    "--producer-id",
+    "producer_ids",
+    type=int,
+    multiple=True,
+    help="Only this producer id (repeatable).",
+)
+@click.option(
+    "--duration-filter",
+    type=click.IntRange(min=0),
+    metavar="MS",
+    help="Only transactions started more than MS milliseconds ago.",
+)
 @json_option
 @reports_errors
-def list_command(bootstrap: str, states: tuple[str, ...], producer_ids: tuple[int, ...],
-                 duration_filter: int | None, as_json: bool) -> None:
+def list_command(
+    bootstrap: str,
+    states: tuple[str, ...],
+    producer_ids: tuple[int, ...],
+    duration_filter: int | None,
+    as_json: bool,
+) -> None:
     """Every transactional id the coordinator holds: producer id and epoch, state, and for
     an open transaction (Ongoing, PrepareCommit, PrepareAbort) how long it has run."""
     with KafkaConnection(bootstrap) as conn:
-        listed = list_transactions(conn, list(states), list(producer_ids),
-                                   -1 if duration_filter is None else duration_filter)
+        listed = list_transactions(
+            conn,
+            list(states),
+            list(producer_ids),
+            -1 if duration_filter is None else duration_filter,
+        )
         described = describe_transactions(conn, [tid for tid, _, _ in listed])
     rows = []
     for tid, pid, state in listed:
         d = described.get(tid)
-        rows.append(d if d is not None else Transaction(tid, pid, None, state, None, None, None,
-                                                         None, []))
+        rows.append(
+            d if d is not None else Transaction(tid, pid, None, state, None, None, None, None, [])
+        )
     if as_json:
         print_json([asdict(r) for r in rows])
         return
     if not rows:
         click.echo("No transactions.")
         return
-    print_table(["Transactional id", "Producer id", "Epoch", "State", "Timeout ms",
-                 "Duration ms", "Partitions"],
-                [(r.transactional_id, r.producer_id, r.producer_epoch, r.state, r.timeout_ms,
-                  r.duration_ms, len(r.partitions) if r.state in OPEN_STATES else None)
-                 for r in rows],
-                right=["Producer id", "Epoch", "Timeout ms", "Duration ms", "Partitions"])
+    print_table(
+        [
+            "Transactional id",
+            "Producer id",
+            "Epoch",
+            "State",
+            "Timeout ms",
+            "Duration ms",
+            "Partitions",
+        ],
+        [
+            (
+                r.transactional_id,
+                r.producer_id,
+                r.producer_epoch,
+                r.state,
+                r.timeout_ms,
+                r.duration_ms,
+                len(r.partitions) if r.state in OPEN_STATES else None,
+            )
+            for r in rows
+        ],
+        right=["Producer id", "Epoch", "Timeout ms", "Duration ms", "Partitions"],
+    )
 
 
 # -- describe -------------------------------------------------------------------------------
@@ -256,12 +320,31 @@ def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
     if as_json:
         print_json(asdict(found))
         return
-    print_table(["Transactional id", "Producer id", "Epoch", "State", "Timeout ms",
-                 "Start time (UTC)", "Duration ms", "Partitions"],
-                [(found.transactional_id, found.producer_id, found.producer_epoch, found.state,
-                  found.timeout_ms, found.start_time, found.duration_ms,
-                  ", ".join(found.partitions) or None)],
-                right=["Producer id", "Epoch", "Timeout ms", "Duration ms"])
+    print_table(
+        [
+            "Transactional id",
+            "Producer id",
+            "Epoch",
+            "State",
+            "Timeout ms",
+            "Start time (UTC)",
+            "Duration ms",
+            "Partitions",
+        ],
+        [
+            (
+                found.transactional_id,
+                found.producer_id,
+                found.producer_epoch,
+                found.state,
+                found.timeout_ms,
+                found.start_time,
+                found.duration_ms,
+                ", ".join(found.partitions) or None,
+            )
+        ],
+        right=["Producer id", "Epoch", "Timeout ms", "Duration ms"],
+    )
 
 
 # -- find-hanging -------------------------------------------------------------------------
@@ -283,8 +366,9 @@ class OpenTransaction:
     reason: str
 
 
-def find_open_transactions(conn: KafkaConnection, topic: str | None, partition: int | None,
-                           max_timeout_ms: int) -> list[OpenTransaction]:  # fmt: skip
+def find_open_transactions(
+    conn: KafkaConnection, topic: str | None, partition: int | None, max_timeout_ms: int
+) -> list[OpenTransaction]:
     """Kafka's find-hanging, with the coordinator's view kept for every candidate."""
     if topic is None:
         where = topic_partitions(conn, None)
@@ -295,8 +379,10 @@ def find_open_transactions(conn: KafkaConnection, topic: str | None, partition: 
     where = {t: ps for t, ps in where.items() if ps}
     if not where:
         return []
-    response = conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
-        {"name": t, "partition_indexes": ps} for t, ps in sorted(where.items())]})
+    response = conn.request(
+        ApiKey.DESCRIBE_PRODUCERS,
+        {"topics": [{"name": t, "partition_indexes": ps} for t, ps in sorted(where.items())]},
+    )
     now = now_ms()
     candidates = []
     for t in response.topics:
@@ -315,37 +401,68 @@ def find_open_transactions(conn: KafkaConnection, topic: str | None, partition: 
         tid = owners.get(s.producer_id)
         d = described.get(tid) if tid is not None else None
         if tid is None:
-            status, reason = HANGING, "the coordinator has no transactional id with this producer id"
+            status, reason = (
+                HANGING,
+                "the coordinator has no transactional id with this producer id",
+            )
         elif d is None:
             status, reason = HANGING, f"the coordinator does not know {tid!r}"
         elif d.state in WAITING_FOR_MARKERS and f"{name}-{index}" in d.partitions:
-            status, reason = ONGOING, (f"{d.state} at the coordinator, which will end it "
-                                       f"(timeout {d.timeout_ms} ms)")
+            status, reason = (
+                ONGOING,
+                (f"{d.state} at the coordinator, which will end it (timeout {d.timeout_ms} ms)"),
+            )
         else:
             status, reason = HANGING, f"{d.state} at the coordinator, without this partition"
-        found.append(OpenTransaction(
-            topic=name, partition=index, producer_id=s.producer_id,
-            producer_epoch=s.producer_epoch, coordinator_epoch=s.coordinator_epoch,
-            start_offset=s.current_txn_start_offset, last_timestamp=s.last_timestamp,
-            duration_minutes=(now - s.last_timestamp) // 60_000, transactional_id=tid,
-            coordinator_state=None if d is None else d.state, status=status, reason=reason,
-        ))  # fmt: skip
+        found.append(
+            OpenTransaction(
+                topic=name,
+                partition=index,
+                producer_id=s.producer_id,
+                producer_epoch=s.producer_epoch,
+                coordinator_epoch=s.coordinator_epoch,
+                start_offset=s.current_txn_start_offset,
+                last_timestamp=s.last_timestamp,
+                duration_minutes=(now - s.last_timestamp) // 60_000,
+                transactional_id=tid,
+                coordinator_state=None if d is None else d.state,
+                status=status,
+                reason=reason,
+            )
+        )
     return found
 
 
 @transactions.command("find-hanging")
 @bootstrap_option
-@click.option("--max-transaction-timeout", default=15, show_default=True, type=click.IntRange(min=0),
-              metavar="MINUTES", help="Only transactions whose producer has been silent on the "
-              "partition for longer than this (the largest transaction timeout in use).")
+@click.option(
+    "--max-transaction-timeout",
+    default=15,
+    show_default=True,
+    type=click.IntRange(min=0),
+    metavar="MINUTES",
+    help="Only transactions whose producer has been silent on the "
+    "partition for longer than this (the largest transaction timeout in use).",
+)
 @click.option("--topic", help="Only this topic [default: every topic, internal ones included].")
-@click.option("--partition", type=click.IntRange(min=0), help="Only this partition (needs --topic).")
-@click.option("--include-ongoing", is_flag=True,
-              help="Also show open transactions the coordinator still tracks (status 'ongoing').")
+@click.option(
+    "--partition", type=click.IntRange(min=0), help="Only this partition (needs --topic)."
+)
+@click.option(
+    "--include-ongoing",
+    is_flag=True,
+    help="Also show open transactions the coordinator still tracks (status 'ongoing').",
+)
 @json_option
 @reports_errors
-def find_hanging(bootstrap: str, max_transaction_timeout: int, topic: str | None,
-                 partition: int | None, include_ongoing: bool, as_json: bool) -> None:
+def find_hanging(
+    bootstrap: str,
+    max_transaction_timeout: int,
+    topic: str | None,
+    partition: int | None,
+    include_ongoing: bool,
+    as_json: bool,
+) -> None:
     """Open transactions no coordinator will ever end: they hold the partition's last
     stable offset (LSO), so read_committed consumers stop there for good.
 
@@ -375,17 +492,56 @@ def find_hanging(bootstrap: str, max_transaction_timeout: int, topic: str | None
         print_json([asdict(f) for f in shown])
         return
     if not shown:
-        click.echo("No hanging transactions."
-                   + (f" ({len(found)} open one(s) still tracked by the coordinator: "
-                      "--include-ongoing shows them.)" if found else ""))
+        click.echo(
+            "No hanging transactions."
+            + (
+                f" ({len(found)} open one(s) still tracked by the coordinator: "
+                "--include-ongoing shows them.)"
+                if found
+                else ""
+            )
+        )
         return
-    print_table(["Topic", "Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset",
-                 "Last timestamp", "Duration (min)", "Transactional id", "Status", "Reason"],
-                [(f.topic, f.partition, f.producer_id, f.producer_epoch, f.coordinator_epoch,
-                  f.start_offset, f.last_timestamp, f.duration_minutes, f.transactional_id,
-                  f.status, f.reason) for f in shown],
-                right=["Partition", "Producer id", "Epoch", "Coordinator epoch", "Start offset",
-                       "Last timestamp", "Duration (min)"])
+    print_table(
+        [
+            "Topic",
+            "Partition",
+            "Producer id",
+            "Epoch",
+            "Coordinator epoch",
+            "Start offset",
+            "Last timestamp",
+            "Duration (min)",
+            "Transactional id",
+            "Status",
+            "Reason",
+        ],
+        [
+            (
+                f.topic,
+                f.partition,
+                f.producer_id,
+                f.producer_epoch,
+                f.coordinator_epoch,
+                f.start_offset,
+                f.last_timestamp,
+                f.duration_minutes,
+                f.transactional_id,
+                f.status,
+                f.reason,
+            )
+            for f in shown
+        ],
+        right=[
+            "Partition",
+            "Producer id",
+            "Epoch",
+            "Coordinator epoch",
+            "Start offset",
+            "Last timestamp",
+            "Duration (min)",
+        ],
+    )
 
 
 # -- abort ------------------------------------------------------------------------------------
@@ -404,8 +560,9 @@ class AbortResult:
 
 
 def _producer_at(conn: KafkaConnection, topic: str, partition: int, start_offset: int) -> Any:
-    response = conn.request(ApiKey.DESCRIBE_PRODUCERS,
-                            {"topics": [{"name": topic, "partition_indexes": [partition]}]})
+    response = conn.request(
+        ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": [partition]}]}
+    )
     (t,) = response.topics
     (p,) = t.partitions
     check(p.error_code, p.error_message, f"producers of {topic}-{partition}")
@@ -415,25 +572,53 @@ def _producer_at(conn: KafkaConnection, topic: str, partition: int, start_offset
     raise CliError(f"no open transaction starts at offset {start_offset} on {topic}-{partition}")
 
 
-def _still_tracked(conn: KafkaConnection, topic: str, partition: int, producer_id: int) -> str | None:
+def _still_tracked(
+    conn: KafkaConnection, topic: str, partition: int, producer_id: int
+) -> str | None:
     """Why the coordinator would still end this transaction itself, or None."""
     owners = list_transactions(conn, producer_ids=[producer_id])
     for tid, _, _ in owners:
         d = describe_transactions(conn, [tid]).get(tid)
-        if d is not None and d.state in WAITING_FOR_MARKERS and f"{topic}-{partition}" in d.partitions:
-            return (f"transactional id {tid!r} is {d.state} at the coordinator with {topic}-"
-                    f"{partition} (timeout {d.timeout_ms} ms): it will end this transaction itself")
+        if (
+            d is not None
+            and d.state in WAITING_FOR_MARKERS
+            and f"{topic}-{partition}" in d.partitions
+        ):
+            return (
+                f"transactional id {tid!r} is {d.state} at the coordinator with {topic}-"
+                f"{partition} (timeout {d.timeout_ms} ms): it will end this transaction itself"
+            )
     return None
 
 
-def write_abort_marker(conn: KafkaConnection, topic: str, partition: int, producer_id: int,
-                       producer_epoch: int, coordinator_epoch: int) -> None:  # fmt: skip
-    response = conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
-        "producer_id": producer_id, "producer_epoch": producer_epoch, "transaction_result": False,
-        "coordinator_epoch": coordinator_epoch,
-        "topics": [{"name": topic, "partition_indexes": [partition]}]}]})
-    results = [(m.producer_id, t.name, p.partition_index, p.error_code)
-               for m in response.markers for t in m.topics for p in t.partitions]
+def write_abort_marker(
+    conn: KafkaConnection,
+    topic: str,
+    partition: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+) -> None:
+    response = conn.request(
+        ApiKey.WRITE_TXN_MARKERS,
+        {
+            "markers": [
+                {
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "transaction_result": False,
+                    "coordinator_epoch": coordinator_epoch,
+                    "topics": [{"name": topic, "partition_indexes": [partition]}],
+                }
+            ]
+        },
+    )
+    results = [
+        (m.producer_id, t.name, p.partition_index, p.error_code)
+        for m in response.markers
+        for t in m.topics
+        for p in t.partitions
+    ]
     if [r[:3] for r in results] != [(producer_id, topic, partition)]:
         raise CliError(f"WriteTxnMarkers answered for other partitions: {results}")
     check(results[0][3], None, f"abort marker for producer {producer_id} on {topic}-{partition}")
@@ -443,19 +628,31 @@ def write_abort_marker(conn: KafkaConnection, topic: str, partition: int, produc
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic of the hanging transaction.")
 @click.option("--partition", required=True, type=click.IntRange(min=0), help="Its partition.")
-@click.option("--start-offset", type=click.IntRange(min=0),
-              help="First offset of the open transaction (find-hanging's 'Start offset'): the "
-                   "producer, its epoch and coordinator epoch are looked up (DescribeProducers).")
+@click.option(
+    "--start-offset",
+    type=click.IntRange(min=0),
+    help="First offset of the open transaction (find-hanging's 'Start offset'): the "
+    "producer, its epoch and coordinator epoch are looked up (DescribeProducers).",
+)
 @click.option("--producer-id", type=int, help="Or give the producer id ...")
 @click.option("--producer-epoch", type=int, help="... its epoch ...")
 @click.option("--coordinator-epoch", type=int, help="... and the coordinator epoch (-1 means 0).")
-@click.option("--force", is_flag=True,
-              help="Abort even though the coordinator still tracks the transaction.")
+@click.option(
+    "--force", is_flag=True, help="Abort even though the coordinator still tracks the transaction."
+)
 @json_option
 @reports_errors
-def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None,
-          producer_id: int | None, producer_epoch: int | None, coordinator_epoch: int | None,
-          force: bool, as_json: bool) -> None:
+def abort(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    start_offset: int | None,
+    producer_id: int | None,
+    producer_epoch: int | None,
+    coordinator_epoch: int | None,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Write an ABORT marker for one producer's open transaction on one partition
     (WriteTxnMarkers, as Kafka's admin abortTransaction): its records become aborted and the
     partition's last stable offset moves on.
@@ -464,8 +661,9 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None,
     end it itself; a manual abort there breaks the transaction's atomicity) unless --force.
     """
     if start_offset is None and producer_id is None:
-        raise click.UsageError("give --start-offset, or --producer-id with --producer-epoch "
-                               "and --coordinator-epoch")
+        raise click.UsageError(
+            "give --start-offset, or --producer-id with --producer-epoch and --coordinator-epoch"
+        )
     with KafkaConnection(bootstrap) as conn:
         if start_offset is not None:
             state = _producer_at(conn, topic, partition, start_offset)
@@ -473,7 +671,9 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None,
             coordinator_epoch = state.coordinator_epoch
         elif producer_epoch is None or coordinator_epoch is None:
             raise click.UsageError("--producer-id needs --producer-epoch and --coordinator-epoch")
-        assert producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
+        assert (
+            producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
+        )
         # A transaction started by a new producer id that never saw a marker reports
         # coordinator epoch -1; 0 is no newer than any coordinator's epoch (as Kafka's tool).
         coordinator_epoch = max(coordinator_epoch, 0)
@@ -486,11 +686,14 @@ def abort(bootstrap: str, topic: str, partition: int, start_offset: int | None,
         write_abort_marker(conn, topic, partition, producer_id, producer_epoch, coordinator_epoch)
         after = latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)]
         high = latest_offsets(conn, where, READ_UNCOMMITTED)[(topic, partition)]
-    result = AbortResult(topic, partition, producer_id, producer_epoch, coordinator_epoch,
-                         before, after, high)
+    result = AbortResult(
+        topic, partition, producer_id, producer_epoch, coordinator_epoch, before, after, high
+    )
     if as_json:
         print_json(asdict(result))
         return
-    click.echo(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on "
-               f"{topic}-{partition}: last stable offset {before} -> {after} "
-               f"(high watermark {high}).")
+    click.echo(
+        f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on "
+        f"{topic}-{partition}: last stable offset {before} -> {after} "
+        f"(high watermark {high})."
+    )

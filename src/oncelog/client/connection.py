@@ -18,7 +18,9 @@ class ProtocolClientError(Exception):
 
 
 class KafkaConnection:
-    def __init__(self, bootstrap: str, *, client_id: str = "oncelog-cli", timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, *, client_id: str = "oncelog-cli", timeout_s: float = 10.0
+    ) -> None:
         host, _, port = bootstrap.split(",")[0].rpartition(":")
         if not port.isdigit():
             raise ProtocolClientError(f"{bootstrap!r} is not HOST:PORT")
@@ -35,7 +37,7 @@ class KafkaConnection:
     def close(self) -> None:
         self._sock.close()
 
-    def __enter__(self) -> "KafkaConnection":
+    def __enter__(self) -> KafkaConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -85,6 +87,9 @@ class KafkaConnection:
         return bytes(chunks)
 
     def _negotiate(self) -> dict[int, tuple[int, int]]:
-        response = self.request(ApiKey.API_VERSIONS, {"client_software_name": "oncelog",
-                                                     "client_software_version": "0"}, version=3)
+        response = self.request(
+            ApiKey.API_VERSIONS,
+            {"client_software_name": "oncelog", "client_software_version": "0"},
+            version=3,
+        )
         return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}

@@ -2,6 +2,7 @@
 ``__consumer_offsets`` (pure cores; the broker wires them to sockets and the log)."""
 
 from oncelog.groups.classic import ClassicGroupManager, GroupConfig, GroupState
+from oncelog.groups.coordinator import GroupCoordinatorShard
 from oncelog.groups.messages import (
     Completion,
     HeartbeatRequest,
@@ -15,8 +16,6 @@ from oncelog.groups.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-
-from oncelog.groups.coordinator import GroupCoordinatorShard
 from oncelog.groups.offsets import (
     OffsetCommitPartition,
     OffsetCommitRequest,

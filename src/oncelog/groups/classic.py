@@ -65,20 +65,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from oncelog.groups.records import (
-    CoordinatorRecord,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadata,
-)
 from oncelog.groups.messages import (
+    UNKNOWN_MEMBER_ID,
     Completion,
     DescribedGroup,
     DescribedMember,
     HeartbeatRequest,
+    JoinedMember,
     JoinGroupRequest,
     JoinGroupResponse,
-    JoinedMember,
     LeaveGroupRequest,
     LeaveGroupResponse,
     LeftMember,
@@ -87,7 +82,12 @@ from oncelog.groups.messages import (
     Result,
     SyncGroupRequest,
     SyncGroupResponse,
-    UNKNOWN_MEMBER_ID,
+)
+from oncelog.groups.records import (
+    CoordinatorRecord,
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
 )
 from oncelog.protocol.errors import ErrorCode
 
@@ -223,9 +223,7 @@ class ClassicGroup:
         return sum(1 for m in self.members.values() if m.awaiting_join)
 
     def has_all_members_joined(self) -> bool:
-        return (
-            all(m.awaiting_join for m in self.members.values()) and not self.pending_members
-        )
+        return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
 
     def rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -397,8 +395,13 @@ class _Out:
                     response = c.response  # type: ignore[assignment]
                     completions = completions[:i] + completions[i + 1 :]
                     break
-        return Result(response, tuple(self.records), tuple(completions),
-                      tuple(self.abandoned), replay_records=False)  # fmt: skip
+        return Result(
+            response,
+            tuple(self.records),
+            tuple(completions),
+            tuple(self.abandoned),
+            replay_records=False,
+        )
 
 
 def _join_error(code: ErrorCode, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:
@@ -408,8 +411,9 @@ def _join_error(code: ErrorCode, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGrou
 class ClassicGroupManager:
     """The classic groups of one ``__consumer_offsets`` partition."""
 
-    def __init__(self, config: GroupConfig | None = None,
-                 new_uuid: Callable[[], str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: GroupConfig | None = None, new_uuid: Callable[[], str] | None = None
+    ) -> None:
         self.config = config or GroupConfig()
         self._new_uuid = new_uuid or (lambda: str(uuid.uuid4()))
         self._groups: dict[str, ClassicGroup] = {}
@@ -431,12 +435,18 @@ class ClassicGroupManager:
 
     # -- JoinGroup --
 
-    def join(self, request: JoinGroupRequest, request_id: object, now_ms: int) -> Result[JoinGroupResponse]:  # fmt: skip
+    def join(
+        self, request: JoinGroupRequest, request_id: object, now_ms: int
+    ) -> Result[JoinGroupResponse]:
         out = _Out()
         if not request.group_id:
             return out.result(_join_error(_E.invalid_group_id, request.member_id))
         cfg = self.config
-        if not cfg.min_session_timeout_ms <= request.session_timeout_ms <= cfg.max_session_timeout_ms:
+        if (
+            not cfg.min_session_timeout_ms
+            <= request.session_timeout_ms
+            <= cfg.max_session_timeout_ms
+        ):
             return out.result(_join_error(_E.invalid_session_timeout, request.member_id))
         if request.rebalance_timeout_ms < 0:
             request = _with_rebalance_timeout(request, request.session_timeout_ms)
@@ -448,8 +458,9 @@ class ClassicGroupManager:
         if not self._accept_joining_member(group, request.member_id):
             removed = group.remove(request.member_id)
             if removed is not None:
-                out.abandoned.extend(r for r in (removed.join_request, removed.sync_request)
-                                     if r is not None)  # fmt: skip
+                out.abandoned.extend(
+                    r for r in (removed.join_request, removed.sync_request) if r is not None
+                )
             response: JoinGroupResponse | None = _join_error(_E.group_max_size_reached)
         elif is_unknown:
             response = self._join_new_member(group, request, request_id, out, now_ms)
@@ -471,8 +482,9 @@ class ClassicGroupManager:
             )
         return member_id in group.members or len(group.members) < max_size
 
-    def _join_new_member(self, group: ClassicGroup, req: JoinGroupRequest, request_id: object,
-                         out: _Out, now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+    def _join_new_member(
+        self, group: ClassicGroup, req: JoinGroupRequest, request_id: object, out: _Out, now_ms: int
+    ) -> JoinGroupResponse | None:
         if group.is_in(_S.DEAD):
             return _join_error(_E.coordinator_not_available)
         if not group.supports_protocols(req.protocol_type, (p.name for p in req.protocols)):
@@ -482,8 +494,9 @@ class ClassicGroupManager:
         if req.group_instance_id is not None:
             existing = group.static_members.get(req.group_instance_id)
             if existing is not None:
-                return self._replace_static_member(group, req, request_id, existing,
-                                                   new_member_id, out, now_ms)  # fmt: skip
+                return self._replace_static_member(
+                    group, req, request_id, existing, new_member_id, out, now_ms
+                )
             self._add_member_then_rebalance(group, req, request_id, new_member_id, out, now_ms)
             return None
         if req.api_version >= 4:  # JoinGroupRequest.requiresKnownMemberId
@@ -492,9 +505,9 @@ class ClassicGroupManager:
         self._add_member_then_rebalance(group, req, request_id, new_member_id, out, now_ms)
         return None
 
-    def _join_existing_member(self, group: ClassicGroup, req: JoinGroupRequest,
-                              request_id: object, out: _Out,
-                              now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+    def _join_existing_member(
+        self, group: ClassicGroup, req: JoinGroupRequest, request_id: object, out: _Out, now_ms: int
+    ) -> JoinGroupResponse | None:
         member_id = req.member_id
         if group.is_in(_S.DEAD):
             return _join_error(_E.coordinator_not_available, member_id)
@@ -518,16 +531,23 @@ class ClassicGroupManager:
                 # The leader rejoining a Stable group asks for a rebalance (e.g. new topics).
                 self._update_member_then_rebalance(group, member, req, request_id, out, now_ms)
                 return None
-            members = group.current_members() if group.is_leader(member_id) and group.is_in(
-                _S.COMPLETING_REBALANCE) else ()  # fmt: skip
+            members = (
+                group.current_members()
+                if group.is_leader(member_id) and group.is_in(_S.COMPLETING_REBALANCE)
+                else ()
+            )
             return self._join_response(group, member_id, members)
         # Empty: the member is gone; it must rejoin from scratch.
         return _join_error(_E.unknown_member_id, member_id)
 
-    def _join_response(self, group: ClassicGroup, member_id: str,
-                       members: tuple[JoinedMember, ...] = (),
-                       skip_assignment: bool = False,
-                       leader: str | None = None) -> JoinGroupResponse:  # fmt: skip
+    def _join_response(
+        self,
+        group: ClassicGroup,
+        member_id: str,
+        members: tuple[JoinedMember, ...] = (),
+        skip_assignment: bool = False,
+        leader: str | None = None,
+    ) -> JoinGroupResponse:
         return JoinGroupResponse(
             _E.none,
             member_id=member_id,
@@ -539,9 +559,15 @@ class ClassicGroupManager:
             members=members,
         )
 
-    def _add_member_then_rebalance(self, group: ClassicGroup, req: JoinGroupRequest,
-                                   request_id: object, member_id: str, out: _Out,
-                                   now_ms: int) -> None:  # fmt: skip
+    def _add_member_then_rebalance(
+        self,
+        group: ClassicGroup,
+        req: JoinGroupRequest,
+        request_id: object,
+        member_id: str,
+        out: _Out,
+        now_ms: int,
+    ) -> None:
         member = ClassicMember(
             member_id=member_id,
             group_instance_id=req.group_instance_id,
@@ -561,15 +587,22 @@ class ClassicGroupManager:
         member.heartbeat_deadline_ms = now_ms + self.config.new_member_join_timeout_ms
         self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
 
-    def _update_member_then_rebalance(self, group: ClassicGroup, member: ClassicMember,
-                                      req: JoinGroupRequest, request_id: object, out: _Out,
-                                      now_ms: int) -> None:  # fmt: skip
+    def _update_member_then_rebalance(
+        self,
+        group: ClassicGroup,
+        member: ClassicMember,
+        req: JoinGroupRequest,
+        request_id: object,
+        out: _Out,
+        now_ms: int,
+    ) -> None:
         self._update_member(member, req, request_id, out)
         self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
 
     @staticmethod
-    def _update_member(member: ClassicMember, req: JoinGroupRequest, request_id: object,
-                       out: _Out) -> None:  # fmt: skip
+    def _update_member(
+        member: ClassicMember, req: JoinGroupRequest, request_id: object, out: _Out
+    ) -> None:
         member.protocols = req.protocols
         member.rebalance_timeout_ms = req.rebalance_timeout_ms
         member.session_timeout_ms = req.session_timeout_ms
@@ -577,9 +610,16 @@ class ClassicGroupManager:
             out.abandoned.append(member.join_request)
         member.join_request = request_id
 
-    def _replace_static_member(self, group: ClassicGroup, req: JoinGroupRequest,
-                               request_id: object, old_id: str, new_id: str, out: _Out,
-                               now_ms: int) -> JoinGroupResponse | None:  # fmt: skip
+    def _replace_static_member(
+        self,
+        group: ClassicGroup,
+        req: JoinGroupRequest,
+        request_id: object,
+        old_id: str,
+        new_id: str,
+        out: _Out,
+        now_ms: int,
+    ) -> JoinGroupResponse | None:
         old = group.members.pop(old_id)
         if old.join_request is not None:
             out.complete(old.join_request, JoinGroupResponse(_E.fenced_instance_id, old_id))
@@ -587,9 +627,17 @@ class ClassicGroupManager:
             out.complete(old.sync_request, SyncGroupResponse(_E.fenced_instance_id))
         group.pending_sync.discard(old_id)
         old_leader = group.leader_id
-        new = ClassicMember(new_id, old.group_instance_id, old.client_id, old.client_host,
-                            old.rebalance_timeout_ms, old.session_timeout_ms, old.protocol_type,
-                            old.protocols, old.assignment)  # fmt: skip
+        new = ClassicMember(
+            new_id,
+            old.group_instance_id,
+            old.client_id,
+            old.client_host,
+            old.rebalance_timeout_ms,
+            old.session_timeout_ms,
+            old.protocol_type,
+            old.protocols,
+            old.assignment,
+        )
         group.members[new_id] = new
         assert old.group_instance_id is not None
         group.static_members[old.group_instance_id] = new_id
@@ -606,7 +654,9 @@ class ClassicGroupManager:
                 if req.api_version >= 9:
                     is_leader = group.is_leader(new_id)
                     return self._join_response(
-                        group, new_id, group.current_members() if is_leader else (),
+                        group,
+                        new_id,
+                        group.current_members() if is_leader else (),
                         skip_assignment=is_leader,
                     )
                 return self._join_response(group, new_id, leader=old_leader or "")
@@ -619,8 +669,9 @@ class ClassicGroupManager:
 
     # -- the rebalance machinery --
 
-    def _maybe_prepare_rebalance_or_complete_join(self, group: ClassicGroup, out: _Out,
-                                                  now_ms: int) -> None:  # fmt: skip
+    def _maybe_prepare_rebalance_or_complete_join(
+        self, group: ClassicGroup, out: _Out, now_ms: int
+    ) -> None:
         if group.can_rebalance():
             self._prepare_rebalance(group, out, now_ms)
         else:
@@ -644,8 +695,9 @@ class ClassicGroupManager:
         if not initial:
             self._maybe_complete_join_else_schedule(group, out, now_ms)
 
-    def _maybe_complete_join_else_schedule(self, group: ClassicGroup, out: _Out,
-                                           now_ms: int) -> None:  # fmt: skip
+    def _maybe_complete_join_else_schedule(
+        self, group: ClassicGroup, out: _Out, now_ms: int
+    ) -> None:
         if group.has_all_members_joined():
             self._complete_join(group, out, now_ms)
         else:
@@ -689,23 +741,28 @@ class ClassicGroupManager:
         group.sync_deadline_ms = now_ms + group.rebalance_timeout_ms()
         group.sync_generation = group.generation_id
 
-    def _propagate_assignment(self, group: ClassicGroup, error: ErrorCode, out: _Out,
-                              now_ms: int) -> None:  # fmt: skip
+    def _propagate_assignment(
+        self, group: ClassicGroup, error: ErrorCode, out: _Out, now_ms: int
+    ) -> None:
         ok = error is _E.none
         for m in group.members.values():
             if m.sync_request is None:
                 continue
-            out.complete(m.sync_request, SyncGroupResponse(
-                error,
-                assignment=m.assignment,
-                protocol_type=group.protocol_type if ok else None,
-                protocol_name=group.protocol_name if ok else None,
-            ))  # fmt: skip
+            out.complete(
+                m.sync_request,
+                SyncGroupResponse(
+                    error,
+                    assignment=m.assignment,
+                    protocol_type=group.protocol_type if ok else None,
+                    protocol_name=group.protocol_name if ok else None,
+                ),
+            )
             m.sync_request = None
             m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
 
-    def _remove_member(self, group: ClassicGroup, member: ClassicMember, out: _Out,
-                                  now_ms: int) -> None:  # fmt: skip
+    def _remove_member(
+        self, group: ClassicGroup, member: ClassicMember, out: _Out, now_ms: int
+    ) -> None:
         """A member left or failed: answer its parked join, remove it, rebalance."""
         if member.join_request is not None:
             out.complete(member.join_request, _join_error(_E.unknown_member_id))
@@ -716,7 +773,9 @@ class ClassicGroupManager:
 
     # -- SyncGroup --
 
-    def sync(self, request: SyncGroupRequest, request_id: object, now_ms: int) -> Result[SyncGroupResponse]:  # fmt: skip
+    def sync(
+        self, request: SyncGroupRequest, request_id: object, now_ms: int
+    ) -> Result[SyncGroupResponse]:
         out = _Out()
         if not request.group_id:
             return out.result(SyncGroupResponse(_E.invalid_group_id))
@@ -740,8 +799,11 @@ class ClassicGroupManager:
         member = group.members[request.member_id]
         self._remove_pending_sync(group, request.member_id)
         if group.is_in(_S.STABLE):
-            return out.result(SyncGroupResponse(_E.none, member.assignment,
-                                                group.protocol_type, group.protocol_name))  # fmt: skip
+            return out.result(
+                SyncGroupResponse(
+                    _E.none, member.assignment, group.protocol_type, group.protocol_name
+                )
+            )
         # CompletingRebalance: park; the leader's assignment completes everybody.
         if member.sync_request is not None and member.sync_request != request_id:
             out.abandoned.append(member.sync_request)
@@ -816,8 +878,7 @@ class ClassicGroupManager:
             else:
                 error = group.validate_member(who.member_id, who.group_instance_id)
                 if error is None:
-                    self._remove_member(group, group.members[who.member_id], out,
-                                                   now_ms)  # fmt: skip
+                    self._remove_member(group, group.members[who.member_id], out, now_ms)
             answers.append(LeftMember(who.member_id, who.group_instance_id, error or _E.none))
             left = left or error is None
         if left:
@@ -856,12 +917,16 @@ class ClassicGroupManager:
                 yield g.sync_deadline_ms, lambda out, g=g: self._on_sync_timer(g, out, now_ms)
             for member_id, deadline in g.pending_members.items():
                 if deadline <= now_ms:
-                    yield deadline, lambda out, g=g, m=member_id: self._on_pending_expired(
-                        g, m, out, now_ms)  # fmt: skip
+                    yield (
+                        deadline,
+                        lambda out, g=g, m=member_id: self._on_pending_expired(g, m, out, now_ms),
+                    )
             for m in g.members.values():
                 if m.heartbeat_deadline_ms is not None and m.heartbeat_deadline_ms <= now_ms:
-                    yield m.heartbeat_deadline_ms, lambda out, g=g, m=m: self._on_session_expired(
-                        g, m, out, now_ms)  # fmt: skip
+                    yield (
+                        m.heartbeat_deadline_ms,
+                        lambda out, g=g, m=m: self._on_session_expired(g, m, out, now_ms),
+                    )
 
     def _on_join_timer(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:
         group.join_deadline_ms = None
@@ -886,14 +951,16 @@ class ClassicGroupManager:
                     self._remove_member(group, member, out, now_ms)
             self._prepare_rebalance(group, out, now_ms)
 
-    def _on_pending_expired(self, group: ClassicGroup, member_id: str, out: _Out,
-                            now_ms: int) -> None:  # fmt: skip
+    def _on_pending_expired(
+        self, group: ClassicGroup, member_id: str, out: _Out, now_ms: int
+    ) -> None:
         group.pending_members.pop(member_id, None)
         if group.is_in(_S.PREPARING_REBALANCE) and group.has_all_members_joined():
             self._complete_join(group, out, now_ms)
 
-    def _on_session_expired(self, group: ClassicGroup, member: ClassicMember, out: _Out,
-                            now_ms: int) -> None:  # fmt: skip
+    def _on_session_expired(
+        self, group: ClassicGroup, member: ClassicMember, out: _Out, now_ms: int
+    ) -> None:
         member.heartbeat_deadline_ms = None
         if member.has_satisfied_heartbeat():
             return
@@ -914,15 +981,26 @@ class ClassicGroupManager:
                 continue
             stable = group.is_in(_S.STABLE)
             members = tuple(
-                DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                                m.metadata(group.protocol_name) if stable else b"",
-                                m.assignment)  # fmt: skip
+                DescribedMember(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.metadata(group.protocol_name) if stable else b"",
+                    m.assignment,
+                )
                 for m in group.members.values()
             )
-            described.append(DescribedGroup(
-                group_id, _E.none, group.state.value, group.protocol_type or "",
-                (group.protocol_name or "") if stable else "", members,
-            ))  # fmt: skip
+            described.append(
+                DescribedGroup(
+                    group_id,
+                    _E.none,
+                    group.state.value,
+                    group.protocol_type or "",
+                    (group.protocol_name or "") if stable else "",
+                    members,
+                )
+            )
         return tuple(described)
 
     def list(self, states: Iterable[str] = ()) -> tuple[ListedGroup, ...]:

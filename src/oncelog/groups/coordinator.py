@@ -33,7 +33,6 @@ from oncelog.groups.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-
 from oncelog.groups.offsets import (
     OffsetCommitRequest,
     OffsetCommitResponse,
@@ -57,8 +56,12 @@ __all__ = ["GroupCoordinatorShard"]
 class GroupCoordinatorShard:
     """Classic groups and committed offsets of one ``__consumer_offsets`` partition."""
 
-    def __init__(self, partition: int = 0, config: GroupConfig | None = None,
-                 new_uuid: Callable[[], str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        partition: int = 0,
+        config: GroupConfig | None = None,
+        new_uuid: Callable[[], str] | None = None,
+    ) -> None:
         self.partition = partition
         self.config = config or GroupConfig()
         self.groups = ClassicGroupManager(self.config, new_uuid)
@@ -66,12 +69,14 @@ class GroupCoordinatorShard:
 
     # --- classic group protocol ---
 
-    def join_group(self, request: JoinGroupRequest, request_id: object,
-                   now_ms: int) -> Result[JoinGroupResponse]:  # fmt: skip
+    def join_group(
+        self, request: JoinGroupRequest, request_id: object, now_ms: int
+    ) -> Result[JoinGroupResponse]:
         return self.groups.join(request, request_id, now_ms)
 
-    def sync_group(self, request: SyncGroupRequest, request_id: object,
-                   now_ms: int) -> Result[SyncGroupResponse]:  # fmt: skip
+    def sync_group(
+        self, request: SyncGroupRequest, request_id: object, now_ms: int
+    ) -> Result[SyncGroupResponse]:
         return self.groups.sync(request, request_id, now_ms)
 
     def heartbeat(self, request: HeartbeatRequest, now_ms: int) -> Result[ErrorCode]:
@@ -95,16 +100,22 @@ class GroupCoordinatorShard:
 
     # --- offsets ---
 
-    def commit_offsets(self, request: OffsetCommitRequest,
-                       now_ms: int) -> Result[OffsetCommitResponse]:  # fmt: skip
+    def commit_offsets(
+        self, request: OffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
         return self.offsets.commit(request, now_ms)
 
-    def commit_transactional_offsets(self, request: TxnOffsetCommitRequest,
-                                     now_ms: int) -> Result[OffsetCommitResponse]:  # fmt: skip
+    def commit_transactional_offsets(
+        self, request: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
         return self.offsets.commit_transactional(request, now_ms)
 
-    def fetch_offsets(self, group_id: str, topics: Mapping[str, Sequence[int]] | None = None,
-                      require_stable: bool = False) -> OffsetFetchResponse:  # fmt: skip
+    def fetch_offsets(
+        self,
+        group_id: str,
+        topics: Mapping[str, Sequence[int]] | None = None,
+        require_stable: bool = False,
+    ) -> OffsetFetchResponse:
         return self.offsets.fetch(group_id, topics, require_stable)
 
     # --- timers ---

@@ -12,6 +12,7 @@ from oncelog.protocol.errors import ErrorCode
 
 UNKNOWN_MEMBER_ID = ""
 
+
 @dataclass(frozen=True, slots=True)
 class Protocol:
     name: str

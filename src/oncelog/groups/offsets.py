@@ -41,7 +41,6 @@ from oncelog.groups.classic import (
     GroupState,
 )
 from oncelog.groups.messages import Result
-
 from oncelog.groups.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
 
@@ -172,9 +171,14 @@ class OffsetManager:
     # -- OffsetCommit --
 
     def commit(self, request: OffsetCommitRequest, now_ms: int) -> Result[OffsetCommitResponse]:
-        error = self._validate(request.group_id, request.member_id, request.group_instance_id,
-                               request.generation_id, transactional=False,
-                               api_version=request.api_version)  # fmt: skip
+        error = self._validate(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id,
+            request.generation_id,
+            transactional=False,
+            api_version=request.api_version,
+        )
         if error is not None:
             return Result(_all_failed(request.partitions, error))
         group = self._groups.group(request.group_id)
@@ -182,19 +186,36 @@ class OffsetManager:
             self._groups.reschedule_heartbeat(group, request.member_id, now_ms)
         return self._records(request.group_id, request.partitions, now_ms)
 
-    def commit_transactional(self, request: TxnOffsetCommitRequest,
-                             now_ms: int) -> Result[OffsetCommitResponse]:  # fmt: skip
-        error = self._validate(request.group_id, request.member_id, request.group_instance_id,
-                               request.generation_id, transactional=True)  # fmt: skip
+    def commit_transactional(
+        self, request: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
+        error = self._validate(
+            request.group_id,
+            request.member_id,
+            request.group_instance_id,
+            request.generation_id,
+            transactional=True,
+        )
         if error is not None:
             return Result(_all_failed(request.partitions, error))
         result = self._records(request.group_id, request.partitions, now_ms, transactional=True)
-        return Result(result.response, result.records, producer_id=request.producer_id,
-                      producer_epoch=request.producer_epoch)  # fmt: skip
+        return Result(
+            result.response,
+            result.records,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+        )
 
-    def _validate(self, group_id: str, member_id: str, instance_id: str | None,
-                  generation_id: int, *, transactional: bool,
-                  api_version: int = 9) -> ErrorCode | None:  # fmt: skip
+    def _validate(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        generation_id: int,
+        *,
+        transactional: bool,
+        api_version: int = 9,
+    ) -> ErrorCode | None:
         if not group_id:
             return _E.invalid_group_id
         group = self._groups.group(group_id)
@@ -204,11 +225,15 @@ class OffsetManager:
             if transactional or api_version < 9:
                 return _E.illegal_generation
             return _E.group_id_not_found
-        return _validate_against_group(group, member_id, instance_id, generation_id,
-                                       transactional)  # fmt: skip
+        return _validate_against_group(group, member_id, instance_id, generation_id, transactional)
 
-    def _records(self, group_id: str, partitions: Sequence[OffsetCommitPartition], now_ms: int,
-                 transactional: bool = False) -> Result[OffsetCommitResponse]:  # fmt: skip
+    def _records(
+        self,
+        group_id: str,
+        partitions: Sequence[OffsetCommitPartition],
+        now_ms: int,
+        transactional: bool = False,
+    ) -> Result[OffsetCommitResponse]:
         answers = []
         records = []
         for p in partitions:
@@ -219,14 +244,19 @@ class OffsetManager:
             answers.append(PartitionError(p.topic, p.partition, _E.none))
             ts = p.commit_timestamp if p.commit_timestamp != -1 and not transactional else now_ms
             value = OffsetCommitValue(p.offset, metadata, ts, p.leader_epoch)
-            records.append(CoordinatorRecord(OffsetCommitKey(group_id, p.topic, p.partition),
-                                             value))  # fmt: skip
+            records.append(
+                CoordinatorRecord(OffsetCommitKey(group_id, p.topic, p.partition), value)
+            )
         return Result(OffsetCommitResponse(tuple(answers)), tuple(records))
 
     # -- OffsetFetch --
 
-    def fetch(self, group_id: str, topics: Mapping[str, Sequence[int]] | None,
-              require_stable: bool = False) -> OffsetFetchResponse:  # fmt: skip
+    def fetch(
+        self,
+        group_id: str,
+        topics: Mapping[str, Sequence[int]] | None,
+        require_stable: bool = False,
+    ) -> OffsetFetchResponse:
         """``topics`` None asks for every committed partition of the group."""
         if not group_id:
             return OffsetFetchResponse(group_id, (), _E.invalid_group_id)
@@ -240,15 +270,17 @@ class OffsetManager:
         answers = []
         for topic, partition in wanted:
             if require_stable and not missing and self.has_pending(group_id, topic, partition):
-                answers.append(OffsetFetchPartition(topic, partition,
-                                                    error_code=_E.unstable_offset_commit))  # fmt: skip
+                answers.append(
+                    OffsetFetchPartition(topic, partition, error_code=_E.unstable_offset_commit)
+                )
                 continue
             c = offsets.get((topic, partition))
             if c is None:
                 answers.append(OffsetFetchPartition(topic, partition))
             else:
-                answers.append(OffsetFetchPartition(topic, partition, c.offset, c.leader_epoch,
-                                                    c.metadata))  # fmt: skip
+                answers.append(
+                    OffsetFetchPartition(topic, partition, c.offset, c.leader_epoch, c.metadata)
+                )
         return OffsetFetchResponse(group_id, tuple(answers))
 
     # -- delete --
@@ -262,8 +294,13 @@ class OffsetManager:
 
     # -- replay: the only way offsets change --
 
-    def replay(self, record_offset: int, producer_id: int, key: OffsetCommitKey,
-               value: OffsetCommitValue | None) -> None:  # fmt: skip
+    def replay(
+        self,
+        record_offset: int,
+        producer_id: int,
+        key: OffsetCommitKey,
+        value: OffsetCommitValue | None,
+    ) -> None:
         tp = (key.topic, key.partition)
         if value is None:
             committed = self._offsets.get(key.group)
@@ -276,8 +313,14 @@ class OffsetManager:
             return
         # Offsets without membership still need a group: a "simple" Empty group.
         self._groups.get_or_create(key.group)
-        entry = CommittedOffset(value.offset, value.leader_epoch, value.metadata,
-                                value.commit_timestamp, value.expire_timestamp, record_offset)  # fmt: skip
+        entry = CommittedOffset(
+            value.offset,
+            value.leader_epoch,
+            value.metadata,
+            value.commit_timestamp,
+            value.expire_timestamp,
+            record_offset,
+        )
         if producer_id == NO_PRODUCER_ID:
             self._offsets.setdefault(key.group, {})[tp] = entry
         else:
@@ -307,8 +350,13 @@ class OffsetManager:
                 del self._offsets[group_id]
 
 
-def _validate_against_group(group: ClassicGroup, member_id: str, instance_id: str | None,
-                            generation_id: int, transactional: bool) -> ErrorCode | None:  # fmt: skip
+def _validate_against_group(
+    group: ClassicGroup,
+    member_id: str,
+    instance_id: str | None,
+    generation_id: int,
+    transactional: bool,
+) -> ErrorCode | None:
     """Kafka's ``ClassicGroup.validateOffsetCommit``."""
     if group.is_in(_S.DEAD):
         return _E.coordinator_not_available
@@ -327,7 +375,9 @@ def _validate_against_group(group: ClassicGroup, member_id: str, instance_id: st
     return None
 
 
-def _all_failed(partitions: Sequence[OffsetCommitPartition],
-                error: ErrorCode) -> OffsetCommitResponse:  # fmt: skip
-    return OffsetCommitResponse(tuple(PartitionError(p.topic, p.partition, error)
-                                      for p in partitions))  # fmt: skip
+def _all_failed(
+    partitions: Sequence[OffsetCommitPartition], error: ErrorCode
+) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        tuple(PartitionError(p.topic, p.partition, error) for p in partitions)
+    )

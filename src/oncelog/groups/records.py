@@ -116,7 +116,9 @@ class CoordinatorRecord:
     value: Value | None
 
     def __post_init__(self) -> None:
-        expected = OffsetCommitValue if isinstance(self.key, OffsetCommitKey) else GroupMetadataValue
+        expected = (
+            OffsetCommitValue if isinstance(self.key, OffsetCommitKey) else GroupMetadataValue
+        )
         if self.value is not None and not isinstance(self.value, expected):
             raise TypeError(f"{type(self.key).__name__} needs a {expected.__name__} value")
 
@@ -328,11 +330,21 @@ def decode_value(key: Key, data: bytes) -> Value:
             subscription = r.bytes_()
             assignment = r.bytes_()
             r.tagged_fields()
-            members.append(MemberMetadata(member_id, client_id, client_host, session_timeout,
-                                          subscription, assignment, rebalance_timeout,
-                                          instance_id))  # fmt: skip
-        value = GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts,
-                                   tuple(members))  # fmt: skip
+            members.append(
+                MemberMetadata(
+                    member_id,
+                    client_id,
+                    client_host,
+                    session_timeout,
+                    subscription,
+                    assignment,
+                    rebalance_timeout,
+                    instance_id,
+                )
+            )
+        value = GroupMetadataValue(
+            protocol_type, generation, protocol, leader, state_ts, tuple(members)
+        )
     r.tagged_fields()
     r.done()
     return value

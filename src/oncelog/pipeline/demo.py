@@ -23,9 +23,10 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -39,7 +40,6 @@ from oncelog.pipeline.verify import Verification, verify
 
 DRIVER_RESTARTS = 3  # unplanned restarts of a failed driver, beyond the planned ones
 KILL_WINDOW_S = 30.0  # how long to wait for the aimed-at moment before killing anyway
-
 
 
 @dataclass
@@ -75,7 +75,7 @@ class _Broker:
     def stop(self) -> None:
         try:
             self.process.terminate(check=False)
-        except Exception:  # noqa: BLE001 - last resort at exit
+        except Exception:
             self.process.kill()
 
 
@@ -85,7 +85,7 @@ def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) ->
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
     futures = admin.create_topics([NewTopic(t, PARTITIONS, -1) for t in topics], request_timeout=60)
-    for topic, future in futures.items():
+    for _topic, future in futures.items():
         try:
             future.result(60)
         except KafkaException as exc:
@@ -99,15 +99,27 @@ def _source_end(bootstrap: str, topic: str, client: dict[str, str]) -> int:
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
-                                 isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30)  # fmt: skip
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
+        isolation_level=IsolationLevel.READ_COMMITTED,
+        request_timeout=30,
+    )
     return sum(f.result().offset for f in futures.values())
 
 
-def run_pipeline_demo(orders: int = 20000, *, faults: bool = True, bootstrap_servers: str | None = None,
-                      guarantee: str = "exactly_once", seed: int = 1, run_id: str | None = None,
-                      max_offsets_per_trigger: int | None = None, console: Console | None = None,
-                      keep_work_dir: bool = False, timeout_s: float = 900.0) -> DemoResult:  # fmt: skip
+def run_pipeline_demo(
+    orders: int = 20000,
+    *,
+    faults: bool = True,
+    bootstrap_servers: str | None = None,
+    guarantee: str = "exactly_once",
+    seed: int = 1,
+    run_id: str | None = None,
+    max_offsets_per_trigger: int | None = None,
+    console: Console | None = None,
+    keep_work_dir: bool = False,
+    timeout_s: float = 900.0,
+) -> DemoResult:
     """Run the demonstration; `result.code` is the exit code (0: every order exactly once)."""
     console = console or Console()
     started = time.monotonic()
@@ -129,25 +141,60 @@ def run_pipeline_demo(orders: int = 20000, *, faults: bool = True, bootstrap_ser
 
     try:
         bootstrap = bootstrap_servers if external else broker.start()  # type: ignore[union-attr]
-        where = (f"cluster {bootstrap}" if external else
-                 f"broker subprocess pid {broker.process.pid} at {bootstrap}")  # type: ignore[union-attr]
-        console.print(f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
-                      f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}")
+        where = (
+            f"cluster {bootstrap}"
+            if external
+            else f"broker subprocess pid {broker.process.pid} at {bootstrap}"
+        )  # type: ignore[union-attr]
+        console.print(
+            f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
+            f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}"
+        )
         _create_topics(bootstrap, [source, target], client)
         per_trigger = max_offsets_per_trigger or max(orders // 10, 20)
-        with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=console, transient=False) as progress:  # fmt: skip
+        with Progress(
+            TextColumn("{task.description:<34}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
             gen = progress.add_task(f"generating orders → {source}", total=orders)
-            produce_orders(bootstrap, source, orders, seed=seed,
-                           transactional_id=f"oncelog-order-generator{suffix}",
-                           client_config={"logger": client_log, **client},  # type: ignore[dict-item]
-                           on_progress=lambda n: progress.update(gen, completed=n))  # fmt: skip
+            produce_orders(
+                bootstrap,
+                source,
+                orders,
+                seed=seed,
+                transactional_id=f"oncelog-order-generator{suffix}",
+                client_config={"logger": client_log, **client},  # type: ignore[dict-item]
+                on_progress=lambda n: progress.update(gen, completed=n),
+            )
             total = _source_end(bootstrap, source, client)
             job = progress.add_task(f"enriching → {target}", total=total)
-            _supervise(result, drivers, progress, job, event, work, bootstrap, source, target, sink_id,
-                       guarantee, per_trigger, faults, broker, total, client, timeout_s)  # fmt: skip
+            _supervise(
+                result,
+                drivers,
+                progress,
+                job,
+                event,
+                work,
+                bootstrap,
+                source,
+                target,
+                sink_id,
+                guarantee,
+                per_trigger,
+                faults,
+                broker,
+                total,
+                client,
+                timeout_s,
+            )
             check = progress.add_task(f"verifying {target}", total=None)
-            result.verification = verify(bootstrap, source, target, orders, seed=seed, client_config=client)
+            result.verification = verify(
+                bootstrap, source, target, orders, seed=seed, client_config=client
+            )
             progress.update(check, total=1, completed=1)
         result.task_failures = _count_task_failures(work / "driver.log")
         result.seconds = time.monotonic() - started
@@ -170,14 +217,42 @@ def run_pipeline_demo(orders: int = 20000, *, faults: bool = True, bootstrap_ser
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, job: Any,
-               event: Callable[[str], None], work: Path, bootstrap: str, source: str, target: str,
-               sink_id: str, guarantee: str, per_trigger: int, faults: bool, broker: _Broker | None,
-               total: int, client: dict[str, str], timeout_s: float) -> None:  # fmt: skip
+def _supervise(
+    result: DemoResult,
+    drivers: list[Driver],
+    progress: Progress,
+    job: Any,
+    event: Callable[[str], None],
+    work: Path,
+    bootstrap: str,
+    source: str,
+    target: str,
+    sink_id: str,
+    guarantee: str,
+    per_trigger: int,
+    faults: bool,
+    broker: _Broker | None,
+    total: int,
+    client: dict[str, str],
+    timeout_s: float,
+) -> None:
     checkpoint = work / "checkpoint"
-    base = ["--bootstrap-servers", bootstrap, "--checkpoint", str(checkpoint), "--sink-id", sink_id,
-            "--source-topic", source, "--target-topic", target, "--guarantee", guarantee,
-            "--max-offsets-per-trigger", str(per_trigger)]  # fmt: skip
+    base = [
+        "--bootstrap-servers",
+        bootstrap,
+        "--checkpoint",
+        str(checkpoint),
+        "--sink-id",
+        sink_id,
+        "--source-topic",
+        source,
+        "--target-topic",
+        target,
+        "--guarantee",
+        guarantee,
+        "--max-offsets-per-trigger",
+        str(per_trigger),
+    ]
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
     sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
     deadline = time.monotonic() + timeout_s
@@ -193,8 +268,11 @@ def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, jo
             result.driver_runs = run
             progress.update(job, description=f"enriching → {target} (driver {run})")
             if first_faulty:
-                event(f"driver {run} started (pid {driver.pid}); every task's first attempt fails after "
-                      f"{fail_after} of its records (oncelog.test.fail_after) and Spark retries it")
+                event(
+                    f"driver {run} started (pid {driver.pid}); every task's first attempt "
+                    f"fails after {fail_after} of its records (oncelog.test.fail_after) "
+                    "and Spark retries it"
+                )
             elif run > 1:
                 event(f"driver {run} started (pid {driver.pid}) on the same checkpoint")
             batches_this_run = 0
@@ -205,7 +283,9 @@ def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, jo
                     if line.get("event") == "batch":
                         batches_this_run += 1
                         end = line.get("end") or {}
-                        progress.update(job, completed=sum(int(v) for v in end.get(source, {}).values()))
+                        progress.update(
+                            job, completed=sum(int(v) for v in end.get(source, {}).values())
+                        )
                     elif line.get("event") == "failed":
                         event(f"driver {run} reported: {line.get('error', '')[:300]}")
                 code = driver.proc.poll()
@@ -221,12 +301,19 @@ def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, jo
                         killed = killed_now = True
                         event(f"driver {run} (pid {driver.pid}) killed with SIGKILL {state}")
                         break
-                if (faults and killed and broker is not None and not broker_restarted
-                        and batches_this_run >= 2):  # fmt: skip
+                if (
+                    faults
+                    and killed
+                    and broker is not None
+                    and not broker_restarted
+                    and batches_this_run >= 2
+                ):
                     old, new, took = broker.restart()
                     broker_restarted = True
-                    event(f"broker restarted while driver {run} runs (pid {old} → {new}, "
-                          f"{took:.1f} s, same port and data directory)")
+                    event(
+                        f"broker restarted while driver {run} runs (pid {old} → {new}, "
+                        f"{took:.1f} s, same port and data directory)"
+                    )
                 time.sleep(0.01 if faults and not killed and batches_this_run >= 2 else 0.1)
             if killed_now:
                 continue  # killed on purpose: start the next run on the same checkpoint
@@ -234,17 +321,24 @@ def _supervise(result: DemoResult, drivers: list[Driver], progress: Progress, jo
             for line in driver.poll_events():
                 if line.get("event") == "batch":
                     end = line.get("end") or {}
-                    progress.update(job, completed=sum(int(v) for v in end.get(source, {}).values()))
+                    progress.update(
+                        job, completed=sum(int(v) for v in end.get(source, {}).values())
+                    )
                 elif line.get("event") == "failed":
                     event(f"driver {run} reported: {line.get('error', '')[:300]}")
             if code == 0:
                 if faults and not killed:
-                    event(f"driver {run} finished before the planned kill (too few orders for the fault)")
+                    event(
+                        f"driver {run} finished before the planned kill "
+                        "(too few orders for the fault)"
+                    )
                 progress.update(job, completed=total)
                 return
             unplanned += 1
             if unplanned > DRIVER_RESTARTS:
-                raise RuntimeError(f"the streaming driver failed {unplanned} times; see the driver log")
+                raise RuntimeError(
+                    f"the streaming driver failed {unplanned} times; see the driver log"
+                )
             event(f"driver {run} exited with status {code}; restarting it on its checkpoint")
     finally:
         if sink is not None:
@@ -263,15 +357,24 @@ def _kill_moment(checkpoint: Path, sink: SinkProgress | None, since: float) -> s
             if batch != planned_not_committed(checkpoint):
                 return None  # the batch completed meanwhile
             if len(done) == PARTITIONS:
-                return (f"after all {PARTITIONS} tasks of batch {batch} committed their output and "
-                        f"before Spark recorded the batch as done: it is replayed on restart")
+                return (
+                    f"after all {PARTITIONS} tasks of batch {batch} committed their output and "
+                    f"before Spark recorded the batch as done: it is replayed on restart"
+                )
             if done and waited > KILL_WINDOW_S / 2:
-                return (f"with batch {batch} half-committed (tasks {done} of {PARTITIONS} done): "
-                        f"the rest is written on restart")
+                return (
+                    f"with batch {batch} half-committed (tasks {done} of {PARTITIONS} done): "
+                    f"the rest is written on restart"
+                )
         elif waited > 1.0:
-            return f"in the middle of batch {batch} (planned, not recorded as done): it is replayed on restart"
+            return (
+                f"in the middle of batch {batch} (planned, not recorded as done): "
+                "it is replayed on restart"
+            )
     if waited > KILL_WINDOW_S:
-        return f"between batches (batch {batch} in flight)" if batch is not None else "between batches"
+        return (
+            f"between batches (batch {batch} in flight)" if batch is not None else "between batches"
+        )
     return None
 
 
@@ -291,8 +394,9 @@ def _tail(path: Path, lines: int) -> str:
         return ""
 
 
-def _report(console: Console, result: DemoResult, orders: int, guarantee: str, faults: bool,
-            external: bool) -> int:  # fmt: skip
+def _report(
+    console: Console, result: DemoResult, orders: int, guarantee: str, faults: bool, external: bool
+) -> int:
     v = result.verification
     assert v is not None
     rows = [
@@ -303,8 +407,11 @@ def _report(console: Console, result: DemoResult, orders: int, guarantee: str, f
         ("unknown or unreadable", v.unexpected, v.unexpected == 0),
         ("enriched wrongly", v.wrong, v.wrong == 0),
     ]
-    faults_text = ("task failures, driver SIGKILL + restart" + ("" if external else ", broker restart")
-                   if faults else "no faults")  # fmt: skip
+    faults_text = (
+        "task failures, driver SIGKILL + restart" + ("" if external else ", broker restart")
+        if faults
+        else "no faults"
+    )
     table = Table(title=f"order enrichment, {guarantee}: {faults_text}")
     table.add_column("check")
     table.add_column("count", justify="right")

@@ -26,6 +26,7 @@ client_log = logging.getLogger("oncelog.pipeline.client")
 client_log.addHandler(logging.NullHandler())
 client_log.propagate = False
 
+
 def _children(pid: int) -> list[int]:
     """Every descendant of `pid` (read from /proc), children first."""
     parents: dict[int, list[int]] = {}
@@ -64,14 +65,23 @@ class Driver:
         self.run = run
         self.log_path = log_path
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        env = dict(os.environ, PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable,
-                   PYSPARK_DRIVER_PYTHON=sys.executable)  # fmt: skip
+        env = dict(
+            os.environ,
+            PYTHONUNBUFFERED="1",
+            PYSPARK_PYTHON=sys.executable,
+            PYSPARK_DRIVER_PYTHON=sys.executable,
+        )
         with open(log_path, "ab") as log_file:
             log_file.write(f"=== driver run {run}: {' '.join(args)}\n".encode())
             log_file.flush()
-            self.proc = subprocess.Popen([sys.executable, "-m", "oncelog.pipeline.job", *args],
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log_file, env=env, start_new_session=True)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "oncelog.pipeline.job", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                env=env,
+                start_new_session=True,
+            )
         self._reader = threading.Thread(target=self._read, daemon=True, name=f"driver-{run}-stdout")
         self._reader.start()
 
@@ -146,16 +156,24 @@ class SinkProgress:
     def __init__(self, bootstrap: str, sink_id: str, client: dict[str, str]) -> None:
         from confluent_kafka import Consumer
 
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"oncelog-sink-{sink_id}",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                   "logger": client_log, **client})  # fmt: skip
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"oncelog-sink-{sink_id}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "logger": client_log,
+                **client,
+            }
+        )
 
     def tasks_done(self, batch: int, tasks: int = PARTITIONS) -> list[int]:
         from confluent_kafka import KafkaException, TopicPartition
 
         try:
-            committed = self._consumer.committed([TopicPartition(DEFAULT_PROGRESS_TOPIC, t) for t in range(tasks)],
-                                                 timeout=2.0)  # fmt: skip
+            committed = self._consumer.committed(
+                [TopicPartition(DEFAULT_PROGRESS_TOPIC, t) for t in range(tasks)], timeout=2.0
+            )
         except KafkaException:
             return []
         return [tp.partition for tp in committed if tp.error is None and tp.offset == batch + 1]

@@ -54,13 +54,16 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
 
     from oncelog.spark import register
 
-    session = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", str(PARTITIONS))
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-               .getOrCreate())  # fmt: skip
+    session = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(PARTITIONS))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
+        .getOrCreate()
+    )
     register(session)
     return session
 
@@ -70,37 +73,61 @@ def enrich(spark: Any, orders: Any) -> Any:
     from pyspark.sql import functions as F
 
     table = spark.createDataFrame(
-        [(c["customer_id"], c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
-         for c in customers()],
-        "customer_id int, name string, tier string, country string, tax_rate double")  # fmt: skip
-    parsed = orders.select(F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o")).select("o.*")
+        [
+            (c["customer_id"], c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
+            for c in customers()
+        ],
+        "customer_id int, name string, tier string, country string, tax_rate double",
+    )
+    parsed = orders.select(
+        F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o")
+    ).select("o.*")
     joined = parsed.join(F.broadcast(table), "customer_id", "left")
-    enriched = (joined
-                .withColumn("amount_with_tax", F.round(F.col("amount") * (1 + F.col("tax_rate")), 2))
-                .withColumn("priority", F.when((F.col("tier") == "gold") | (F.col("amount") >= GOLD_OR_LARGE),
-                                               F.lit("high")).otherwise(F.lit("normal"))))  # fmt: skip
-    columns = ["order_id", "customer_id", "amount", "ts", "name", "tier", "country",
-               "amount_with_tax", "priority"]  # fmt: skip
-    return enriched.select(F.col("order_id").cast("string").alias("key"),
-                           F.to_json(F.struct(*columns)).alias("value"))  # fmt: skip
+    enriched = joined.withColumn(
+        "amount_with_tax", F.round(F.col("amount") * (1 + F.col("tax_rate")), 2)
+    ).withColumn(
+        "priority",
+        F.when(
+            (F.col("tier") == "gold") | (F.col("amount") >= GOLD_OR_LARGE), F.lit("high")
+        ).otherwise(F.lit("normal")),
+    )
+    columns = [
+        "order_id",
+        "customer_id",
+        "amount",
+        "ts",
+        "name",
+        "tier",
+        "country",
+        "amount_with_tax",
+        "priority",
+    ]
+    return enriched.select(
+        F.col("order_id").cast("string").alias("key"), F.to_json(F.struct(*columns)).alias("value")
+    )
 
 
 def start_query(spark: Any, config: JobConfig) -> Any:
-    reader = (spark.readStream.format("oncelog")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("subscribe", config.source_topic)
-              .option("startingOffsets", "earliest")
-              .option("kafka.isolation.level", "read_committed")
-              .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger)))  # fmt: skip
+    reader = (
+        spark.readStream.format("oncelog")
+        .option("kafka.bootstrap.servers", config.bootstrap_servers)
+        .option("subscribe", config.source_topic)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+    )
     for key, value in config.client.items():
         reader = reader.option(f"kafka.{key}", value)
-    writer = (enrich(spark, reader.load()).writeStream.format("oncelog")
-              .option("kafka.bootstrap.servers", config.bootstrap_servers)
-              .option("topic", config.target_topic)
-              .option("delivery.guarantee", config.guarantee)
-              .option("sink.id", config.sink_id)
-              .option("checkpointLocation", config.checkpoint)
-              .queryName(f"order-enrichment-{config.sink_id}"))  # fmt: skip
+    writer = (
+        enrich(spark, reader.load())
+        .writeStream.format("oncelog")
+        .option("kafka.bootstrap.servers", config.bootstrap_servers)
+        .option("topic", config.target_topic)
+        .option("delivery.guarantee", config.guarantee)
+        .option("sink.id", config.sink_id)
+        .option("checkpointLocation", config.checkpoint)
+        .queryName(f"order-enrichment-{config.sink_id}")
+    )
     for key, value in config.client.items():
         writer = writer.option(f"kafka.{key}", value)
     if config.fail_after is not None:
@@ -153,24 +180,41 @@ def run(spark: Any, config: JobConfig, *, timeout_s: float = 900.0, emit: Any = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m oncelog.pipeline.job", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m oncelog.pipeline.job",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--bootstrap-servers", required=True)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--sink-id", default=DEFAULT_SINK_ID)
     parser.add_argument("--source-topic", default=ORDERS_TOPIC)
     parser.add_argument("--target-topic", default=ENRICHED_TOPIC)
-    parser.add_argument("--guarantee", default="exactly_once", choices=("exactly_once", "at_least_once"))
+    parser.add_argument(
+        "--guarantee", default="exactly_once", choices=("exactly_once", "at_least_once")
+    )
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
-    parser.add_argument("--fail-after", type=int, default=None,
-                        help="fault injection: every task's first attempt fails after N records")
+    parser.add_argument(
+        "--fail-after",
+        type=int,
+        default=None,
+        help="fault injection: every task's first attempt fails after N records",
+    )
     parser.add_argument("--trigger", default="availableNow")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--log-level", default="WARN")
     args = parser.parse_args(argv)
-    config = JobConfig(args.bootstrap_servers, args.checkpoint, args.sink_id, args.source_topic,
-                       args.target_topic, args.guarantee, args.max_offsets_per_trigger,
-                       args.fail_after, args.trigger)  # fmt: skip
+    config = JobConfig(
+        args.bootstrap_servers,
+        args.checkpoint,
+        args.sink_id,
+        args.source_topic,
+        args.target_topic,
+        args.guarantee,
+        args.max_offsets_per_trigger,
+        args.fail_after,
+        args.trigger,
+    )
 
     def emit(line: dict[str, Any]) -> None:
         print(json.dumps(line), flush=True)
@@ -178,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = new_session()
     spark.sparkContext.setLogLevel(args.log_level)
-    emit({"event": "started", "pid": os.getpid(), "session_s": round(time.monotonic() - started, 1)})
+    emit(
+        {"event": "started", "pid": os.getpid(), "session_s": round(time.monotonic() - started, 1)}
+    )
     try:
         rows = run(spark, config, timeout_s=args.timeout, emit=emit)
     except Exception as exc:  # reported to the supervisor, which may restart us

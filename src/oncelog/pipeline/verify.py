@@ -7,8 +7,9 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from oncelog.pipeline.orders import customers, expected_enrichment, generate
 
@@ -28,13 +29,22 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        return (self.orders_out == self.orders_in and self.duplicates == 0 and self.missing == 0
-                and self.unexpected == 0 and self.wrong == 0)  # fmt: skip
+        return (
+            self.orders_out == self.orders_in
+            and self.duplicates == 0
+            and self.missing == 0
+            and self.unexpected == 0
+            and self.wrong == 0
+        )
 
 
-def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
-               on_record: Callable[[Any], None] | None = None,
-               client_config: dict[str, str] | None = None) -> list[bytes]:  # fmt: skip
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    isolation: str = "read_committed",
+    on_record: Callable[[Any], None] | None = None,
+    client_config: dict[str, str] | None = None,
+) -> list[bytes]:
     """Every value of `topic`, from offset 0 to the end a consumer of `isolation` can see
     (the last stable offset under read_committed) as listed when the read starts."""
     from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
@@ -43,13 +53,27 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     base = {"bootstrap.servers": bootstrap, **(client_config or {})}
     admin = AdminClient(base)
     parts = sorted(admin.list_topics(topic, timeout=30).topics[topic].partitions)
-    level = IsolationLevel.READ_COMMITTED if isolation == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
-                                 isolation_level=level, request_timeout=30)  # fmt: skip
+    level = (
+        IsolationLevel.READ_COMMITTED
+        if isolation == "read_committed"
+        else IsolationLevel.READ_UNCOMMITTED
+    )
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
+        isolation_level=level,
+        request_timeout=30,
+    )
     ends = {tp.partition: f.result().offset for tp, f in futures.items()}
-    consumer = Consumer({**base, "group.id": f"oncelog-verifier-{uuid.uuid4().hex[:8]}",
-                         "isolation.level": isolation, "enable.partition.eof": True,
-                         "enable.auto.commit": False, "auto.offset.reset": "earliest"})  # fmt: skip
+    consumer = Consumer(
+        {
+            **base,
+            "group.id": f"oncelog-verifier-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
     values: list[bytes] = []
     pending = {p for p in parts if ends[p] > 0}
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
@@ -57,8 +81,10 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     try:
         while pending:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic}: partitions {sorted(pending)} not read to their end "
-                                   f"{ends} within {DEADLINE_S} s")  # fmt: skip
+                raise TimeoutError(
+                    f"{topic}: partitions {sorted(pending)} not read to their end "
+                    f"{ends} within {DEADLINE_S} s"
+                )
             for message in consumer.consume(num_messages=5000, timeout=0.5):
                 error = message.error()
                 if error is not None:
@@ -80,8 +106,15 @@ def read_topic(bootstrap: str, topic: str, isolation: str = "read_committed",
     return values
 
 
-def verify(bootstrap: str, source_topic: str, target_topic: str, orders: int, *, seed: int = 1,
-           client_config: dict[str, str] | None = None) -> Verification:  # fmt: skip
+def verify(
+    bootstrap: str,
+    source_topic: str,
+    target_topic: str,
+    orders: int,
+    *,
+    seed: int = 1,
+    client_config: dict[str, str] | None = None,
+) -> Verification:
     """Count every order: in the source (committed), in the output (committed), duplicates,
     missing, and check each output record's enrichment against the customer table."""
     result = Verification()
@@ -104,7 +137,9 @@ def verify(bootstrap: str, source_topic: str, target_topic: str, orders: int, *,
             result.wrong += 1
     result.duplicates = sum(n - 1 for n in result.counts.values() if n > 1)
     result.missing = sum(1 for order_id in expected if order_id not in result.counts)
-    uncommitted = len(read_topic(bootstrap, target_topic, "read_uncommitted", client_config=client_config))
+    uncommitted = len(
+        read_topic(bootstrap, target_topic, "read_uncommitted", client_config=client_config)
+    )
     result.uncommitted_out = max(uncommitted - result.orders_out, 0)
     return result
 

@@ -38,8 +38,9 @@ def load_producer_state(
         try:
             manager = ProducerStateManager(read_snapshot(snapshot_path(directory, offset)))
         except CorruptSnapshot as exc:
-            log.warning("ignoring corrupt producer snapshot %s: %s",
-                        snapshot_path(directory, offset), exc)
+            log.warning(
+                "ignoring corrupt producer snapshot %s: %s", snapshot_path(directory, offset), exc
+            )
             snapshot_path(directory, offset).unlink(missing_ok=True)
             continue
         replay_from = max(offset, partition_log.log_start_offset)
@@ -57,12 +58,21 @@ def load_producer_state(
         if completed is not None and completed.aborted and completed.last_offset > indexed_until:
             # The marker survived a crash that its index entry did not: write it again.
             stable = manager.first_unstable_offset()
-            partition_log.append_aborted_txn(AbortedTxn(
-                completed.producer_id, completed.first_offset, completed.last_offset,
-                completed.last_offset + 1 if stable is None else stable))  # fmt: skip
+            partition_log.append_aborted_txn(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    completed.last_offset + 1 if stable is None else stable,
+                )
+            )
     if replayed:
-        log.info("%s: rebuilt producer state from offset %d (%d batches replayed)",
-                 directory.name, replay_from, replayed)
+        log.info(
+            "%s: rebuilt producer state from offset %d (%d batches replayed)",
+            directory.name,
+            replay_from,
+            replayed,
+        )
     manager.remove_expired(now_ms, expiration_ms)
     return manager
 

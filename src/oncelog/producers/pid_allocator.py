@@ -29,7 +29,9 @@ class ProducerIdAllocator:
         try:
             return int(text)
         except ValueError as exc:
-            raise RuntimeError(f"{self._path} is corrupt ({text!r}): refusing to reuse ids") from exc
+            raise RuntimeError(
+                f"{self._path} is corrupt ({text!r}): refusing to reuse ids"
+            ) from exc
 
     def allocate(self) -> int:
         if self._next >= self._reserved_until:

@@ -77,8 +77,14 @@ def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     body = bytearray(_COUNT.pack(len(ordered)))
     for e in ordered:
         txn_first = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
-        body += _ENTRY.pack(e.producer_id, e.producer_epoch, e.coordinator_epoch,
-                            e.last_timestamp, txn_first, len(e.batches))  # fmt: skip
+        body += _ENTRY.pack(
+            e.producer_id,
+            e.producer_epoch,
+            e.coordinator_epoch,
+            e.last_timestamp,
+            txn_first,
+            len(e.batches),
+        )
         for b in e.batches:
             body += _BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
     return _HEADER.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
@@ -118,8 +124,16 @@ def _decode_entries(body: memoryview) -> list[ProducerStateEntry]:
         for _ in range(n_batches):
             batches.append(BatchMetadata(*_BATCH.unpack_from(body, pos)))
             pos += _BATCH.size
-        entries.append(ProducerStateEntry(pid, epoch, tuple(batches), coordinator_epoch, last_ts,
-                                          None if txn_first < 0 else txn_first))  # fmt: skip
+        entries.append(
+            ProducerStateEntry(
+                pid,
+                epoch,
+                tuple(batches),
+                coordinator_epoch,
+                last_ts,
+                None if txn_first < 0 else txn_first,
+            )
+        )
     if pos != len(body):
         raise CorruptSnapshot(f"{len(body) - pos} bytes after the last entry")
     return entries

@@ -264,9 +264,17 @@ class ProducerStateManager:
                 f"at offset {entry.current_txn_first_offset} is open",
             )
         return Append(
-            PendingBatch(pid, base, epoch, first_seq, last_seq, header.last_offset_delta,
-                         header.max_timestamp, header.is_transactional)
-        )  # fmt: skip
+            PendingBatch(
+                pid,
+                base,
+                epoch,
+                first_seq,
+                last_seq,
+                header.last_offset_delta,
+                header.max_timestamp,
+                header.is_transactional,
+            )
+        )
 
     def validate_marker(
         self, producer_id: int, producer_epoch: int, marker: TxnMarker, timestamp: int
@@ -290,8 +298,9 @@ class ProducerStateManager:
             )
         return Append(PendingMarker(producer_id, base, producer_epoch, marker, timestamp))
 
-    def commit(self, pending: Pending, first_offset: int, last_offset: int, *,
-               timestamp: int | None = None) -> CompletedTxn | None:  # fmt: skip
+    def commit(
+        self, pending: Pending, first_offset: int, last_offset: int, *, timestamp: int | None = None
+    ) -> CompletedTxn | None:
         """Apply a validated batch or marker at the offsets the log gave it.
 
         ``timestamp`` replaces the batch's max timestamp on LogAppendTime topics (a later
@@ -337,8 +346,13 @@ class ProducerStateManager:
             return self._close_txn(
                 entry, header.producer_epoch, marker, header.base_offset, header.max_timestamp
             )
-        batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
-                              header.last_offset, header.max_timestamp)  # fmt: skip
+        batch = BatchMetadata(
+            header.base_sequence,
+            header.last_sequence,
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
+        )
         self._put(entry.with_batch(header.producer_epoch, batch, header.is_transactional))
         return None
 
@@ -367,8 +381,9 @@ class ProducerStateManager:
         else:
             self._ongoing[entry.producer_id] = entry.current_txn_first_offset
 
-    def _close_txn(self, entry: ProducerStateEntry, epoch: int, marker: TxnMarker, offset: int,
-                   timestamp: int) -> CompletedTxn | None:  # fmt: skip
+    def _close_txn(
+        self, entry: ProducerStateEntry, epoch: int, marker: TxnMarker, offset: int, timestamp: int
+    ) -> CompletedTxn | None:
         first = entry.current_txn_first_offset
         self._put(entry.with_marker(epoch, marker.coordinator_epoch, timestamp))
         # A marker for a producer with nothing open on this partition closes nothing.

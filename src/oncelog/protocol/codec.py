@@ -14,9 +14,10 @@ import datetime
 import io
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -120,8 +121,12 @@ def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
     # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
     # sends three of them after some Metadata v13 requests.
     return (
-        RequestHeader(header.request_api_key, header.request_api_version,
-                      header.correlation_id, header.client_id),
+        RequestHeader(
+            header.request_api_key,
+            header.request_api_version,
+            header.correlation_id,
+            header.client_id,
+        ),
         body,
     )
 
@@ -171,9 +176,7 @@ def encode_unsupported_api_versions(
     return len(payload).to_bytes(4, "big") + payload
 
 
-def encode_request(
-    codec: ApiCodec, correlation_id: int, client_id: str | None, body: Any
-) -> bytes:
+def encode_request(codec: ApiCodec, correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """Frame a request (client side): size prefix, request header, body."""
     header_type = RequestHeaderV2 if codec.flexible_request else RequestHeaderV1
     header = header_type(
@@ -216,7 +219,9 @@ def _identity(value: Any) -> Any:
 
 
 def _to_timedelta(value: Any) -> Any:
-    return value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    return (
+        value if isinstance(value, datetime.timedelta) else datetime.timedelta(milliseconds=value)
+    )
 
 
 def _to_datetime(value: Any) -> Any:

@@ -243,7 +243,9 @@ def split_batches(
             "Produce requests are only allowed to contain exactly one record batch per "
             f"partition (got {len(frames)})",
         )
-    return [_validate_produced(mv[start : start + size], max_message_bytes) for start, size in frames]
+    return [
+        _validate_produced(mv[start : start + size], max_message_bytes) for start, size in frames
+    ]
 
 
 def _validate_produced(
@@ -426,10 +428,22 @@ def _assemble(
 ) -> bytes:
     out = bytearray(HEADER_SIZE) + body
     _HEADER.pack_into(
-        out, 0, base_offset, len(out) - LOG_OVERHEAD, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0,
-        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id,
-        producer_epoch, base_sequence, record_count,
-    )  # fmt: skip
+        out,
+        0,
+        base_offset,
+        len(out) - LOG_OVERHEAD,
+        NO_PARTITION_LEADER_EPOCH,
+        MAGIC_V2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        record_count,
+    )
     _U32.pack_into(out, _CRC_OFFSET, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
@@ -454,12 +468,21 @@ def build_batch(
     stamps = [r.timestamp_ms if r.timestamp_ms is not None else timestamp_ms for r in records]
     base_ts = stamps[0]
     body = b"".join(
-        _encode_record(r, i, ts - base_ts) for i, (r, ts) in enumerate(zip(records, stamps))
+        _encode_record(r, i, ts - base_ts)
+        for i, (r, ts) in enumerate(zip(records, stamps, strict=True))
     )
     return _assemble(
-        ATTR_TRANSACTIONAL if transactional else 0, len(records) - 1, base_ts, max(stamps),
-        producer_id, producer_epoch, base_sequence, len(records), body, base_offset,
-    )  # fmt: skip
+        ATTR_TRANSACTIONAL if transactional else 0,
+        len(records) - 1,
+        base_ts,
+        max(stamps),
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+        body,
+        base_offset,
+    )
 
 
 _CONTROL_ABORT = 0
@@ -481,9 +504,17 @@ def build_control_batch(
     value = struct.pack(">hi", 0, coordinator_epoch)
     body = _encode_record(Record(key, value), 0, 0)
     return _assemble(
-        ATTR_CONTROL | ATTR_TRANSACTIONAL, 0, timestamp_ms, timestamp_ms, producer_id,
-        producer_epoch, -1, 1, body, base_offset,
-    )  # fmt: skip
+        ATTR_CONTROL | ATTR_TRANSACTIONAL,
+        0,
+        timestamp_ms,
+        timestamp_ms,
+        producer_id,
+        producer_epoch,
+        -1,
+        1,
+        body,
+        base_offset,
+    )
 
 
 def _decompress(codec: int, data: memoryview) -> bytes:

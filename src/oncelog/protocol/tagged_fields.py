@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from kio.serial._introspect import (
     EntityField,
@@ -89,7 +90,9 @@ def _plan(entity_type: type) -> _Plan:
             nullable = tag is None and isinstance(kind, EntityField) and is_optional(f)
             plan = _Field(f.name, None, kind.type_, isinstance(kind, EntityTupleField), nullable)
         else:
-            plan = _Field(f.name, get_field_reader(entity_type, f, is_request_header, tag is not None))
+            plan = _Field(
+                f.name, get_field_reader(entity_type, f, is_request_header, tag is not None)
+            )
         if tag is None:
             fields.append(plan)
         else:
@@ -113,7 +116,9 @@ def _copy_field(field: _Field, flexible: bool, data: bytes, pos: int, out: io.By
         return pos + size
     assert field.struct is not None
     if field.array:
-        count, size = (read_compact_array_length if flexible else read_legacy_array_length)(data, pos)
+        count, size = (read_compact_array_length if flexible else read_legacy_array_length)(
+            data, pos
+        )
         out.write(data[pos : pos + size])
         pos += size
         if count is None or count < 0:  # a null array
@@ -157,7 +162,9 @@ def _copy_tagged_section(plan: _Plan, data: bytes, pos: int, out: io.BytesIO) ->
         else:  # a tagged struct has tagged fields of its own
             value = io.BytesIO()
             if _copy_field(field, True, data[pos:end], 0, value) != length:
-                raise TaggedFieldError(f"tagged field {tag} ({field.name}) does not fill its {length} bytes")
+                raise TaggedFieldError(
+                    f"tagged field {tag} ({field.name}) does not fill its {length} bytes"
+                )
             write_unsigned_varint(kept, tag)
             write_unsigned_varint(kept, len(value.getbuffer()))
             kept.write(value.getbuffer())

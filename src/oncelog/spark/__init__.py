@@ -12,8 +12,15 @@ from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
 from oncelog.spark.source import SCHEMA, OncelogDataSource
 from oncelog.spark.writer import SinkGuaranteeError
 
-__all__ = ["AT_LEAST_ONCE", "EXACTLY_ONCE", "SCHEMA", "OncelogDataSource", "OptionError",
-           "SinkGuaranteeError", "register"]  # fmt: skip
+__all__ = [
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "SCHEMA",
+    "OncelogDataSource",
+    "OptionError",
+    "SinkGuaranteeError",
+    "register",
+]
 
 
 def register(spark) -> None:  # type: ignore[no-untyped-def]

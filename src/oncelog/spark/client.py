@@ -6,7 +6,7 @@ CreateTopics), so the same code works against oncelog and against any Kafka clus
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
@@ -35,13 +35,21 @@ class Cluster:
                 if wanted is None or p in wanted:
                     found.append((name, p))
         if subscription.assign is not None:
-            missing = sorted({(t, p) for t, ps in subscription.assign.items() for p in ps} - set(found))
+            missing = sorted(
+                {(t, p) for t, ps in subscription.assign.items() for p in ps} - set(found)
+            )
             if missing:
-                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                                f"assigned partitions not found: {missing}"))  # fmt: skip
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                        f"assigned partitions not found: {missing}",
+                    )
+                )
         return sorted(found)
 
-    def offsets(self, tps: Iterable[TopicPartitionKey], which: str, read_committed: bool) -> Offsets:
+    def offsets(
+        self, tps: Iterable[TopicPartitionKey], which: str, read_committed: bool
+    ) -> Offsets:
         """`which` = "earliest" (log start offset) or "latest": the last stable offset under
         read_committed, the high watermark otherwise."""
         tps = list(tps)
@@ -49,8 +57,11 @@ class Cluster:
             return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
         level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
-                                           isolation_level=level, request_timeout=TIMEOUT_S)  # fmt: skip
+        futures = self._admin.list_offsets(
+            {TopicPartition(t, p): spec for t, p in tps},
+            isolation_level=level,
+            request_timeout=TIMEOUT_S,
+        )
         return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
 
     def ensure_topic(self, name: str, partitions: int) -> int:
@@ -60,9 +71,10 @@ class Cluster:
         topic = metadata.topics.get(name)
         if topic is not None and topic.error is None and topic.partitions:
             return len(topic.partitions)
-        futures = self._admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                                      replication_factor=-1)],
-                                            request_timeout=TIMEOUT_S)  # fmt: skip
+        futures = self._admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=-1)],
+            request_timeout=TIMEOUT_S,
+        )
         try:
             futures[name].result()
         except KafkaException as exc:

@@ -7,8 +7,8 @@ of the batch that produced it). Inside Python it is `dict[(topic, partition), of
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
@@ -41,8 +41,11 @@ class OffsetRange:
         return max(0, self.end - self.start)
 
 
-def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int],
-                new_partition_start: Mapping[TopicPartitionKey, int]) -> list[OffsetRange]:  # fmt: skip
+def plan_ranges(
+    start: Mapping[TopicPartitionKey, int],
+    end: Mapping[TopicPartitionKey, int],
+    new_partition_start: Mapping[TopicPartitionKey, int],
+) -> list[OffsetRange]:
     """One range per partition of `end`, in a stable order. A partition missing from `start`
     is new and starts where `new_partition_start` says (its earliest offset)."""
     ranges = []
@@ -52,8 +55,9 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
     return ranges
 
 
-def rate_limit(start: Mapping[TopicPartitionKey, int], available: Mapping[TopicPartitionKey, int],
-               limit: int) -> Offsets:  # fmt: skip
+def rate_limit(
+    start: Mapping[TopicPartitionKey, int], available: Mapping[TopicPartitionKey, int], limit: int
+) -> Offsets:
     """Cap the total offsets of a trigger at `limit`, shared in proportion to each partition's
     backlog (as Spark's Kafka source does), never moving a partition backwards. Deterministic."""
     lag = {tp: max(0, available[tp] - start.get(tp, available[tp])) for tp in available}

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 LATEST = -1
 EARLIEST = -2
@@ -27,17 +28,42 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 
 # Client settings the connector owns: a user value would silently break it.
-_READER_OWNED = {"group.id", "enable.auto.commit", "auto.offset.reset", "enable.partition.eof",
-                 "enable.auto.offset.store"}  # fmt: skip
+_READER_OWNED = {
+    "group.id",
+    "enable.auto.commit",
+    "auto.offset.reset",
+    "enable.partition.eof",
+    "enable.auto.offset.store",
+}
 _WRITER_OWNED = {"transactional.id", "enable.idempotence", "acks"}
 # librdkafka warns when a client gets a setting of the other kind; drop them quietly.
-_CONSUMER_ONLY = {"isolation.level", "auto.offset.reset", "fetch.min.bytes", "fetch.max.bytes",
-                  "max.partition.fetch.bytes", "fetch.wait.max.ms", "session.timeout.ms",
-                  "max.poll.interval.ms", "group.id", "enable.auto.commit", "check.crcs"}  # fmt: skip
-_PRODUCER_ONLY = {"transaction.timeout.ms", "linger.ms", "batch.size", "batch.num.messages",
-                  "compression.type", "compression.codec", "queue.buffering.max.messages",
-                  "queue.buffering.max.kbytes", "delivery.timeout.ms", "message.timeout.ms",
-                  "retries", "max.in.flight.requests.per.connection"}  # fmt: skip
+_CONSUMER_ONLY = {
+    "isolation.level",
+    "auto.offset.reset",
+    "fetch.min.bytes",
+    "fetch.max.bytes",
+    "max.partition.fetch.bytes",
+    "fetch.wait.max.ms",
+    "session.timeout.ms",
+    "max.poll.interval.ms",
+    "group.id",
+    "enable.auto.commit",
+    "check.crcs",
+}
+_PRODUCER_ONLY = {
+    "transaction.timeout.ms",
+    "linger.ms",
+    "batch.size",
+    "batch.num.messages",
+    "compression.type",
+    "compression.codec",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "delivery.timeout.ms",
+    "message.timeout.ms",
+    "retries",
+    "max.in.flight.requests.per.connection",
+}
 
 
 class OptionError(ValueError):
@@ -71,7 +97,9 @@ def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int
 
 def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
     """Every `kafka.*` option, prefix removed: the client configuration."""
-    config = {k[len("kafka."):]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")}
+    config = {
+        k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")
+    }
     if "bootstrap.servers" not in config:
         raise OptionError("option kafka.bootstrap.servers is required")
     return config
@@ -94,7 +122,9 @@ def admin_config(config: Mapping[str, str]) -> dict[str, str]:
 OffsetSpec = str | dict[str, dict[int, int]]  # "earliest" | "latest" | {topic: {partition: offset}}
 
 
-def parse_offset_spec(key: str, raw: str | None, default: str, allow_earliest: bool = True) -> OffsetSpec:
+def parse_offset_spec(
+    key: str, raw: str | None, default: str, allow_earliest: bool = True
+) -> OffsetSpec:
     if raw is None:
         return default
     text = str(raw).strip()
@@ -107,8 +137,9 @@ def parse_offset_spec(key: str, raw: str | None, default: str, allow_earliest: b
     try:
         decoded = json.loads(text)
     except json.JSONDecodeError:
-        raise OptionError(f"option {key}={raw!r}: expected earliest, latest or JSON "
-                          '{"topic": {"0": offset}}') from None  # fmt: skip
+        raise OptionError(
+            f'option {key}={raw!r}: expected earliest, latest or JSON {{"topic": {{"0": offset}}}}'
+        ) from None
     if not isinstance(decoded, dict):
         raise OptionError(f"option {key}: the JSON must be an object of topics")
     spec: dict[str, dict[int, int]] = {}
@@ -120,7 +151,9 @@ def parse_offset_spec(key: str, raw: str | None, default: str, allow_earliest: b
             try:
                 per[int(p)] = int(offset)
             except (TypeError, ValueError):
-                raise OptionError(f"option {key}: bad partition or offset {p!r}: {offset!r}") from None
+                raise OptionError(
+                    f"option {key}: bad partition or offset {p!r}: {offset!r}"
+                ) from None
             if per[int(p)] < EARLIEST or (per[int(p)] == EARLIEST and not allow_earliest):
                 raise OptionError(f"option {key}: bad offset {offset!r} for {topic}-{p}")
         spec[topic] = per
@@ -146,8 +179,10 @@ class Subscription:
 def parse_subscription(options: Mapping[str, str]) -> Subscription:
     given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
     if len(given) != 1:
-        raise OptionError("exactly one of the options subscribe, subscribePattern or assign is "
-                          f"required (got {', '.join(given) or 'none'})")  # fmt: skip
+        raise OptionError(
+            "exactly one of the options subscribe, subscribePattern or assign is "
+            f"required (got {', '.join(given) or 'none'})"
+        )
     kind = given[0]
     raw = str(options[kind])
     if kind == "subscribe":
@@ -189,26 +224,32 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     client = kafka_config(options)
     owned = sorted(k for k in client if k in _READER_OWNED)
     if owned:
-        raise OptionError(f"options {', '.join('kafka.' + k for k in owned)} are set by the "
-                          "connector and cannot be given")  # fmt: skip
+        raise OptionError(
+            f"options {', '.join('kafka.' + k for k in owned)} are set by the "
+            "connector and cannot be given"
+        )
     level = str(options.get("kafka.isolation.level", READ_COMMITTED)).strip().lower()
     if level not in (READ_COMMITTED, READ_UNCOMMITTED):
-        raise OptionError(f"option kafka.isolation.level={level!r}: read_committed or read_uncommitted")
+        raise OptionError(
+            f"option kafka.isolation.level={level!r}: read_committed or read_uncommitted"
+        )
     if streaming and options.get("endingoffsets") is not None:
         raise OptionError("option endingOffsets is for batch queries only")
     return ReadOptions(
         client=client,
         subscription=parse_subscription(options),
-        starting=parse_offset_spec("startingOffsets", options.get("startingoffsets"),
-                                   "latest" if streaming else "earliest"),
-        ending=parse_offset_spec("endingOffsets", options.get("endingoffsets"), "latest",
-                                 allow_earliest=False),
+        starting=parse_offset_spec(
+            "startingOffsets", options.get("startingoffsets"), "latest" if streaming else "earliest"
+        ),
+        ending=parse_offset_spec(
+            "endingOffsets", options.get("endingoffsets"), "latest", allow_earliest=False
+        ),
         isolation_level=level,
         fail_on_data_loss=_bool(options, "failondataloss", True),
         max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", None, minimum=1),
         poll_timeout_ms=_int(options, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS, 1)
         or DEFAULT_POLL_TIMEOUT_MS,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -245,14 +286,18 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     sink_id = options.get("sink.id")
     if guarantee == EXACTLY_ONCE:
         if not sink_id:
-            raise OptionError("option sink.id is required with delivery.guarantee=exactly_once: a "
-                              "stable name for this sink, the same across restarts of the query")  # fmt: skip
+            raise OptionError(
+                "option sink.id is required with delivery.guarantee=exactly_once: a "
+                "stable name for this sink, the same across restarts of the query"
+            )
         if not _SINK_ID.fullmatch(str(sink_id)):
             raise OptionError(f"option sink.id={sink_id!r}: letters, digits, '.', '_' and '-' only")
         owned = sorted(k for k in client if k in _WRITER_OWNED)
         if owned:
-            raise OptionError(f"options {', '.join('kafka.' + k for k in owned)} are set by the "
-                              "exactly-once sink and cannot be given")  # fmt: skip
+            raise OptionError(
+                f"options {', '.join('kafka.' + k for k in owned)} are set by the "
+                "exactly-once sink and cannot be given"
+            )
     return WriteOptions(
         client=client,
         topic=options.get("topic") or None,
@@ -260,7 +305,9 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         sink_id=str(sink_id) if sink_id else None,
         write_id=_int(options, "write.id", 0) or 0,
         progress_topic=str(options.get("sink.progress.topic", DEFAULT_PROGRESS_TOPIC)),
-        progress_partitions=_int(options, "sink.progress.partitions", DEFAULT_PROGRESS_PARTITIONS, 1)
+        progress_partitions=_int(
+            options, "sink.progress.partitions", DEFAULT_PROGRESS_PARTITIONS, 1
+        )
         or DEFAULT_PROGRESS_PARTITIONS,
         fail_after=_int(options, "oncelog.test.fail_after", None),
-    )  # fmt: skip
+    )

@@ -14,7 +14,7 @@ data-source runner or on executors; `__init__` keeps only plain, picklable data.
 from __future__ import annotations
 
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -24,8 +24,12 @@ from oncelog.spark.client import Cluster
 from oncelog.spark.options import EARLIEST, LATEST, ReadOptions, consumer_config
 
 try:  # PySpark 4.2+
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
-    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:  # pragma: no cover - older PySpark: no availableNow support
     ReadLimit = object  # type: ignore[assignment,misc]
     ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
@@ -34,12 +38,18 @@ except ImportError:  # pragma: no cover - older PySpark: no availableNow support
         pass
 
 
-ARROW_SCHEMA = pa.schema([
-    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()),
-    ("partition", pa.int32()), ("offset", pa.int64()),
-    ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
-    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-])  # fmt: skip
+ARROW_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ]
+)
 ROWS_PER_BATCH = 8192
 _GROUP = "oncelog-spark-reader"  # never joined, never committed: assign() only
 
@@ -56,8 +66,10 @@ class OffsetRangePartition(InputPartition):
 
 def _data_loss(options: ReadOptions, message: str) -> None:
     if options.fail_on_data_loss:
-        raise DataLossError(message + ". Some data may have been lost because it is no longer "
-                            "in the log (retention). Set failOnDataLoss=false to skip ahead instead.")  # fmt: skip
+        raise DataLossError(
+            message + ". Some data may have been lost because it is no longer "
+            "in the log (retention). Set failOnDataLoss=false to skip ahead instead."
+        )
 
 
 def read_range(options: ReadOptions, rng: off.OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -67,17 +79,27 @@ def read_range(options: ReadOptions, rng: off.OffsetRange) -> Iterator[pa.Record
     if rng.size == 0:
         return
     config = consumer_config(options.client)
-    config.update({"group.id": _GROUP, "enable.auto.commit": False, "enable.auto.offset.store": False,
-                   "auto.offset.reset": "error", "enable.partition.eof": True,
-                   "isolation.level": options.isolation_level})  # fmt: skip
+    config.update(
+        {
+            "group.id": _GROUP,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "isolation.level": options.isolation_level,
+        }
+    )
     consumer = Consumer(config)
     try:
         tp = TopicPartition(rng.topic, rng.partition)
         low, _high = consumer.get_watermark_offsets(tp, timeout=30.0, cached=False)
         start = rng.start
         if low > start:
-            _data_loss(options, f"{rng.topic}-{rng.partition}: offsets {start}..{low - 1} of the "
-                       f"range [{rng.start}, {rng.end}) are below the log start offset {low}")  # fmt: skip
+            _data_loss(
+                options,
+                f"{rng.topic}-{rng.partition}: offsets {start}..{low - 1} of the "
+                f"range [{rng.start}, {rng.end}) are below the log start offset {low}",
+            )
             start = low
         if start >= rng.end:
             return
@@ -87,15 +109,19 @@ def read_range(options: ReadOptions, rng: off.OffsetRange) -> Iterator[pa.Record
         consumer.close()
 
 
-def _consume(consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError) -> Iterator[pa.RecordBatch]:  # type: ignore[no-untyped-def]
+def _consume(
+    consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError
+) -> Iterator[pa.RecordBatch]:  # type: ignore[no-untyped-def]
     columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
     deadline = time.monotonic() + options.poll_timeout_ms / 1000
     done = False
     while not done:
         messages = consumer.consume(num_messages=ROWS_PER_BATCH, timeout=0.5)
         if not messages and time.monotonic() > deadline:
-            raise TimeoutError(f"{rng.topic}-{rng.partition}: no record at or past offset {rng.end} "
-                               f"within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}")  # fmt: skip
+            raise TimeoutError(
+                f"{rng.topic}-{rng.partition}: no record at or past offset {rng.end} "
+                f"within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
+            )
         for message in messages:
             error = message.error()
             if error is not None:
@@ -105,8 +131,11 @@ def _consume(consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError) -
                         break
                     continue  # not there yet (endingOffsets past the current end): keep polling
                 if error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                    _data_loss(options, f"{rng.topic}-{rng.partition}: offset out of range while "
-                               f"reading [{rng.start}, {rng.end}): {error.str()}")  # fmt: skip
+                    _data_loss(
+                        options,
+                        f"{rng.topic}-{rng.partition}: offset out of range while "
+                        f"reading [{rng.start}, {rng.end}): {error.str()}",
+                    )
                     done = True  # failOnDataLoss=false: what could be read is all there is
                     break
                 raise RuntimeError(f"{rng.topic}-{rng.partition}: {error.str()}")
@@ -125,7 +154,9 @@ def _consume(consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError) -
             columns["timestamp"].append(ts * 1000 if ts_type != 0 else None)
             # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Spark's Kafka source: 0 and 1
             columns["timestampType"].append(ts_type - 1 if ts_type != 0 else None)
-            columns["headers"].append([{"key": k, "value": v} for k, v in headers] if headers else [])
+            columns["headers"].append(
+                [{"key": k, "value": v} for k, v in headers] if headers else []
+            )
             if offset >= rng.end - 1:
                 done = True
                 break
@@ -136,8 +167,13 @@ def _consume(consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError) -
         yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
 
 
-def _resolve(cluster: Cluster, options: ReadOptions, tps: Sequence[off.TopicPartitionKey],
-             spec: off.OffsetSpec | str, name: str) -> off.Offsets:  # fmt: skip
+def _resolve(
+    cluster: Cluster,
+    options: ReadOptions,
+    tps: Sequence[off.TopicPartitionKey],
+    spec: off.OffsetSpec | str,
+    name: str,
+) -> off.Offsets:
     """Concrete offsets for `spec` ("earliest", "latest" or per-partition JSON)."""
     if spec in ("earliest", "latest"):
         return cluster.offsets(tps, str(spec), options.read_committed)
@@ -148,7 +184,9 @@ def _resolve(cluster: Cluster, options: ReadOptions, tps: Sequence[off.TopicPart
         raise ValueError(f"{name} names partitions that are not subscribed: {sorted(unknown)}")
     missing = set(tps) - named
     if missing:
-        raise ValueError(f"{name} must give an offset for every partition; missing {sorted(missing)}")
+        raise ValueError(
+            f"{name} must give an offset for every partition; missing {sorted(missing)}"
+        )
     earliest = cluster.offsets(tps, "earliest", options.read_committed)
     latest = cluster.offsets(tps, "latest", options.read_committed)
     out: off.Offsets = {}
@@ -171,7 +209,9 @@ class OncelogBatchReader(DataSourceReader):
             stable = cluster.offsets(tps, "latest", True)
             beyond = {tp: (end[tp], stable[tp]) for tp in tps if end[tp] > stable[tp]}
             if beyond:
-                raise ValueError(f"endingOffsets past the last stable offset (offset, LSO): {beyond}")
+                raise ValueError(
+                    f"endingOffsets past the last stable offset (offset, LSO): {beyond}"
+                )
         ranges = off.plan_ranges(start, end, {})
         return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
 
@@ -194,9 +234,11 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         cluster = self._cluster()
         tps = cluster.partitions(self.options.subscription)
-        return off.to_json(_resolve(cluster, self.options, tps, self.options.starting, "startingOffsets"))
+        return off.to_json(
+            _resolve(cluster, self.options, tps, self.options.starting, "startingOffsets")
+        )
 
-    def getDefaultReadLimit(self) -> "ReadLimit":
+    def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None and ReadMaxRows is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
         return ReadAllAvailable()
@@ -206,7 +248,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         tps = cluster.partitions(self.options.subscription)
         self._target = cluster.offsets(tps, "latest", self.options.read_committed)
 
-    def latestOffset(self, start: dict | None = None, limit: "ReadLimit | None" = None) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
         cluster = self._cluster()
         current = off.from_json(start)
         tps = cluster.partitions(self.options.subscription)
@@ -232,7 +274,9 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = off.from_json(start)
         finish = off.from_json(end)
         new = [tp for tp in finish if tp not in begin]
-        new_start = self._cluster().offsets(new, "earliest", self.options.read_committed) if new else {}
+        new_start = (
+            self._cluster().offsets(new, "earliest", self.options.read_committed) if new else {}
+        )
         ranges = [r for r in off.plan_ranges(begin, finish, new_start) if r.size > 0]
         return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
 

@@ -7,8 +7,10 @@ from pyspark.sql.types import StructType
 
 from oncelog.spark.options import parse_read_options, parse_write_options
 
-SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-          "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>")  # fmt: skip
+SCHEMA = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int, headers array<struct<key: string, value: binary>>"
+)
 
 
 class OncelogDataSource(DataSource):

@@ -25,8 +25,9 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -68,7 +69,9 @@ def validate_schema(schema: StructType, options: WriteOptions) -> None:
         raise OptionError("the data to write needs a 'value' column (string or binary)")
     for name in ("key", "value", "topic"):
         if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
-            raise OptionError(f"column {name!r} must be string or binary, not {fields[name].simpleString()}")
+            raise OptionError(
+                f"column {name!r} must be string or binary, not {fields[name].simpleString()}"
+            )
     if "topic" in fields and isinstance(fields["topic"], BinaryType):
         raise OptionError("column 'topic' must be a string")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
@@ -85,8 +88,14 @@ class _Digest:
         self.count = 0
         self._sum = 0
 
-    def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None,
-            headers: list[tuple[str, bytes | None]] | None) -> None:  # fmt: skip
+    def add(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
         h = hashlib.blake2b(digest_size=8)
         for part in (topic.encode(), str(partition).encode(), key, value):
             h.update(b"\x00" if part is None else len(part).to_bytes(4, "big") + part)
@@ -108,8 +117,9 @@ def _as_bytes(value: Any) -> bytes | None:
     return bytes(value)
 
 
-def _records(batches: Iterator[pa.RecordBatch], options: WriteOptions
-             ) -> Iterator[tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]:  # fmt: skip
+def _records(
+    batches: Iterator[pa.RecordBatch], options: WriteOptions
+) -> Iterator[tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]:
     for batch in batches:
         names = [n.lower() for n in batch.schema.names]
         cols = {n: batch.column(i).to_pylist() for i, n in enumerate(names)}
@@ -124,13 +134,22 @@ def _records(batches: Iterator[pa.RecordBatch], options: WriteOptions
             if not topic:
                 raise ValueError("a row has a null topic and no topic option is set")
             hs = headers[i]
-            yield (topic, -1 if partitions[i] is None else partitions[i], _as_bytes(keys[i]),
-                   _as_bytes(values[i]),
-                   [(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None)  # fmt: skip
+            yield (
+                topic,
+                -1 if partitions[i] is None else partitions[i],
+                _as_bytes(keys[i]),
+                _as_bytes(values[i]),
+                [(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None,
+            )
 
 
-def _produce_all(producer: Any, records: Iterator[tuple], digest: _Digest,
-                 after_each: Callable[[int], None], on_delivery: Callable | None = None) -> None:  # fmt: skip
+def _produce_all(
+    producer: Any,
+    records: Iterator[tuple],
+    digest: _Digest,
+    after_each: Callable[[int], None],
+    on_delivery: Callable | None = None,
+) -> None:
     for topic, partition, key, value, headers in records:
         kwargs: dict[str, Any] = {"key": key, "value": value}
         if partition >= 0:
@@ -161,7 +180,9 @@ def _abort_quietly(producer: Any) -> None:
         log.debug("abort_transaction failed", exc_info=True)
 
 
-def _fail_injector(options: WriteOptions, producer: Any, attempt: int, task: int) -> Callable[[int], None]:
+def _fail_injector(
+    options: WriteOptions, producer: Any, attempt: int, task: int
+) -> Callable[[int], None]:
     """Tests only (option oncelog.test.fail_after=N): the first attempt of every task dies
     after N records, with those records flushed to the broker."""
     limit = options.fail_after
@@ -169,13 +190,19 @@ def _fail_injector(options: WriteOptions, producer: Any, attempt: int, task: int
     def check(count: int) -> None:
         if limit is not None and attempt == 0 and count == limit:
             producer.flush(TIMEOUT_S)
-            raise InjectedFailure(f"oncelog.test.fail_after: task {task} attempt 0 fails after {count} records")
+            raise InjectedFailure(
+                f"oncelog.test.fail_after: task {task} attempt 0 fails after {count} records"
+            )
 
     return check
 
 
-def write_task(options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch],
-               progress_partitions: int) -> SinkCommitMessage:  # fmt: skip
+def write_task(
+    options: WriteOptions,
+    batch_id: int,
+    batches: Iterator[pa.RecordBatch],
+    progress_partitions: int,
+) -> SinkCommitMessage:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -186,8 +213,9 @@ def write_task(options: WriteOptions, batch_id: int, batches: Iterator[pa.Record
     return _write_at_least_once(options, batch_id, batches, task, attempt)
 
 
-def _write_at_least_once(options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch],
-                         task: int, attempt: int) -> SinkCommitMessage:  # fmt: skip
+def _write_at_least_once(
+    options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch], task: int, attempt: int
+) -> SinkCommitMessage:
     from confluent_kafka import Producer
 
     config = producer_config(options.client)
@@ -200,35 +228,63 @@ def _write_at_least_once(options: WriteOptions, batch_id: int, batches: Iterator
             failures.append(err)
 
     digest = _Digest()
-    _produce_all(producer, _records(batches, options), digest,
-                 _fail_injector(options, producer, attempt, task), on_delivery)  # fmt: skip
+    _produce_all(
+        producer,
+        _records(batches, options),
+        digest,
+        _fail_injector(options, producer, attempt, task),
+        on_delivery,
+    )
     remaining = producer.flush(TIMEOUT_S)
     if failures or remaining:
-        raise RuntimeError(f"task {task}: {len(failures)} records failed, {remaining} undelivered: "
-                           f"{failures[:1]}")  # fmt: skip
+        raise RuntimeError(
+            f"task {task}: {len(failures)} records failed, {remaining} undelivered: {failures[:1]}"
+        )
     return SinkCommitMessage(task, attempt, batch_id, digest.count, False, digest.hex)
 
 
 def _progress_metadata(options: WriteOptions, batch_id: int, task: int, digest: _Digest) -> str:
-    return json.dumps({"v": PROGRESS_FORMAT, "sink": options.sink_id, "batch": batch_id, "task": task,
-                       "rows": digest.count, "digest": digest.hex, "at": int(time.time() * 1000)},
-                      separators=(",", ":"))  # fmt: skip
+    return json.dumps(
+        {
+            "v": PROGRESS_FORMAT,
+            "sink": options.sink_id,
+            "batch": batch_id,
+            "task": task,
+            "rows": digest.count,
+            "digest": digest.hex,
+            "at": int(time.time() * 1000),
+        },
+        separators=(",", ":"),
+    )
 
 
-def _write_exactly_once(options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch],
-                        task: int, attempt: int, progress_partitions: int) -> SinkCommitMessage:  # fmt: skip
+def _write_exactly_once(
+    options: WriteOptions,
+    batch_id: int,
+    batches: Iterator[pa.RecordBatch],
+    task: int,
+    attempt: int,
+    progress_partitions: int,
+) -> SinkCommitMessage:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
     if task >= progress_partitions:
         raise SinkGuaranteeError(
             f"task {task} has no progress slot: topic {options.progress_topic} has "
-            f"{progress_partitions} partitions and the write has more tasks. Create the sink with a "
-            f"larger sink.progress.partitions (or name a bigger topic in sink.progress.topic).")
+            f"{progress_partitions} partitions and the write has more tasks. Create the sink "
+            "with a larger sink.progress.partitions (or name a bigger topic in "
+            "sink.progress.topic)."
+        )
     config = producer_config(options.client)
     producer = Producer({**config, "transactional.id": options.transactional_id(task)})
-    progress_reader = Consumer({**consumer_config(options.client),
-                                "group.id": options.progress_group, "enable.auto.commit": False,
-                                "isolation.level": "read_committed"})  # fmt: skip
+    progress_reader = Consumer(
+        {
+            **consumer_config(options.client),
+            "group.id": options.progress_group,
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     try:
         # fences older attempts of this task and settles their open transaction
         producer.init_transactions(TIMEOUT_S)
@@ -239,25 +295,36 @@ def _write_exactly_once(options: WriteOptions, batch_id: int, batches: Iterator[
         done_through = committed.offset if committed.offset >= 0 else 0
         if done_through > batch_id + 1:
             raise SinkGuaranteeError(
-                f"sink {options.sink_id!r} task {task} already wrote batch {done_through - 1}, ahead of "
-                f"batch {batch_id}: the query's checkpoint was reset or another query uses the same "
-                f"sink.id (or a batch write reused an older write.id). Use a new sink.id.")
+                f"sink {options.sink_id!r} task {task} already wrote batch {done_through - 1}, "
+                f"ahead of batch {batch_id}: the query's checkpoint was reset or another query "
+                "uses the same sink.id (or a batch write reused an older write.id). "
+                "Use a new sink.id."
+            )
         if done_through == batch_id + 1:
             return _verify_replay(options, batch_id, batches, task, attempt, committed.metadata)
         digest = _Digest()
         producer.begin_transaction()
         try:
-            _produce_all(producer, _records(batches, options), digest,
-                         _fail_injector(options, producer, attempt, task))  # fmt: skip
+            _produce_all(
+                producer,
+                _records(batches, options),
+                digest,
+                _fail_injector(options, producer, attempt, task),
+            )
         except InjectedFailure:
             raise  # a simulated crash: leave the transaction open, the retry must fence it
         except BaseException:
             _abort_quietly(producer)  # release the LSO now rather than at the timeout
             raise
-        progress = TopicPartition(options.progress_topic, task, batch_id + 1,
-                                  metadata=_progress_metadata(options, batch_id, task, digest))  # fmt: skip
-        producer.send_offsets_to_transaction([progress], progress_reader.consumer_group_metadata(),
-                                             TIMEOUT_S)  # fmt: skip
+        progress = TopicPartition(
+            options.progress_topic,
+            task,
+            batch_id + 1,
+            metadata=_progress_metadata(options, batch_id, task, digest),
+        )
+        producer.send_offsets_to_transaction(
+            [progress], progress_reader.consumer_group_metadata(), TIMEOUT_S
+        )
         producer.commit_transaction(TIMEOUT_S)
         return SinkCommitMessage(task, attempt, batch_id, digest.count, False, digest.hex)
     finally:
@@ -265,8 +332,14 @@ def _write_exactly_once(options: WriteOptions, batch_id: int, batches: Iterator[
         producer.flush(1.0)
 
 
-def _verify_replay(options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch],
-                   task: int, attempt: int, metadata: str | None) -> SinkCommitMessage:  # fmt: skip
+def _verify_replay(
+    options: WriteOptions,
+    batch_id: int,
+    batches: Iterator[pa.RecordBatch],
+    task: int,
+    attempt: int,
+    metadata: str | None,
+) -> SinkCommitMessage:
     """The batch was written by an earlier attempt: write nothing, but refuse if the input
     differs from what was written (changed partitioning, non-deterministic input)."""
     digest = _Digest()
@@ -282,7 +355,8 @@ def _verify_replay(options: WriteOptions, batch_id: int, batches: Iterator[pa.Re
             f"different rows (stored {stored['digest']}, now {digest.hex}, as count:digest). The "
             f"input of a replayed batch changed: a different number of output partitions, a "
             f"different partitioning, or non-deterministic input. Writing would duplicate or "
-            f"lose records; restore the query as it was, or use a new sink.id.")
+            f"lose records; restore the query as it was, or use a new sink.id."
+        )
     log.info("sink %s task %d: batch %d already written, skipped", options.sink_id, task, batch_id)
     return SinkCommitMessage(task, attempt, batch_id, digest.count, True, digest.hex)
 
@@ -291,7 +365,10 @@ def _summary(messages: list[WriterCommitMessage | None], batch_id: int) -> str:
     done = [m for m in messages if isinstance(m, SinkCommitMessage)]
     written = sum(m.rows for m in done if not m.skipped)
     skipped = sum(m.rows for m in done if m.skipped)
-    return f"batch {batch_id}: {len(messages)} tasks, {written} rows written, {skipped} already written"
+    return (
+        f"batch {batch_id}: {len(messages)} tasks, {written} rows written, "
+        f"{skipped} already written"
+    )
 
 
 class _Base:
@@ -302,7 +379,8 @@ class _Base:
         if options.exactly_once:
             # the progress slots are partitions of a topic: TxnOffsetCommit needs them to exist
             self.progress_partitions = Cluster(options.client).ensure_topic(
-                options.progress_topic, options.progress_partitions)
+                options.progress_topic, options.progress_partitions
+            )
 
 
 class OncelogBatchWriter(_Base, DataSourceArrowWriter):
@@ -313,12 +391,17 @@ class OncelogBatchWriter(_Base, DataSourceArrowWriter):
         return write_task(self.options, self.options.write_id, iterator, self.progress_partitions)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        log.info("oncelog sink %s: %s", self.options.sink_id, _summary(messages, self.options.write_id))
+        log.info(
+            "oncelog sink %s: %s", self.options.sink_id, _summary(messages, self.options.write_id)
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        log.warning("oncelog sink %s: write %d aborted; tasks that committed keep their output and "
-                    "are skipped when the same write is run again", self.options.sink_id,
-                    self.options.write_id)  # fmt: skip
+        log.warning(
+            "oncelog sink %s: write %d aborted; tasks that committed keep their output and "
+            "are skipped when the same write is run again",
+            self.options.sink_id,
+            self.options.write_id,
+        )
 
 
 class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
@@ -328,8 +411,9 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
         ctx = TaskContext.get()
         raw = ctx.getLocalProperty(BATCH_ID_PROPERTY) if ctx is not None else None
         if raw is None:
-            raise SinkGuaranteeError(f"no {BATCH_ID_PROPERTY} on the task: cannot tell which batch "
-                                     "is being written")  # fmt: skip
+            raise SinkGuaranteeError(
+                f"no {BATCH_ID_PROPERTY} on the task: cannot tell which batch is being written"
+            )
         return write_task(self.options, int(raw), iterator, self.progress_partitions)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
@@ -341,5 +425,9 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
         log.info("oncelog sink %s: %s", self.options.sink_id, _summary(messages, batchId))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
-        log.warning("oncelog sink %s: batch %d aborted; it is written again, minus the tasks that "
-                    "committed, when the query restarts", self.options.sink_id, batchId)  # fmt: skip
+        log.warning(
+            "oncelog sink %s: batch %d aborted; it is written again, minus the tasks that "
+            "committed, when the query restarts",
+            self.options.sink_id,
+            batchId,
+        )

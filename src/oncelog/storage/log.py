@@ -68,8 +68,14 @@ class SegmentInfo:
 class PartitionLog:
     """Append, read, flush, roll, retain and recover one partition's segments."""
 
-    def __init__(self, directory: Path, config: LogConfig, segments: list[LogSegment],
-                 recovery_point: int, report: RecoveryReport) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        recovery_point: int,
+        report: RecoveryReport,
+    ) -> None:
         self.directory = directory
         self.config = config
         self.report = report
@@ -129,8 +135,15 @@ class PartitionLog:
 
     # --- writing ---
 
-    def append(self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int,
-               *, log_append_time: bool = False, leader_epoch: int = 0) -> AppendResult:  # fmt: skip
+    def append(
+        self,
+        batch: bytes | bytearray | memoryview,
+        header: BatchHeader,
+        now_ms: int,
+        *,
+        log_append_time: bool = False,
+        leader_epoch: int = 0,
+    ) -> AppendResult:
         """Assign offsets to one validated batch and write it (no fsync, no decoding)."""
         if header.size > self.config.max_message_bytes:
             raise KafkaError(
@@ -150,12 +163,19 @@ class PartitionLog:
                 active = self._roll_locked()
             data = assign_offsets(batch, base, leader_epoch, append_time)
             written = replace(
-                header, base_offset=base, partition_leader_epoch=leader_epoch,
+                header,
+                base_offset=base,
+                partition_leader_epoch=leader_epoch,
                 max_timestamp=header.max_timestamp if append_time is None else append_time,
-            )  # fmt: skip
+            )
             position = active.append(data, written, now_ms)
-        return AppendResult(base, written.last_offset, -1 if append_time is None else append_time,
-                            position, active.base_offset)  # fmt: skip
+        return AppendResult(
+            base,
+            written.last_offset,
+            -1 if append_time is None else append_time,
+            position,
+            active.base_offset,
+        )
 
     def maybe_roll(self, now_ms: int) -> None:
         """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
@@ -218,8 +238,14 @@ class PartitionLog:
 
     # --- reading ---
 
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
-             min_one_batch: bool = True) -> bytes:  # fmt: skip
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> bytes:
         """Stored batches from the one holding ``offset``, bounded by ``max_bytes`` (but at
         least one whole batch if ``min_one_batch``) and by ``max_offset`` (exclusive: the
         high watermark or last stable offset; a batch reaching it is left out)."""
@@ -294,8 +320,9 @@ class PartitionLog:
         return self._record_at_or_after(segment, position, header, ts)[::-1]
 
     @staticmethod
-    def _record_at_or_after(segment: LogSegment, position: int, header: BatchHeader,
-                            timestamp_ms: int) -> tuple[int, int]:  # fmt: skip
+    def _record_at_or_after(
+        segment: LogSegment, position: int, header: BatchHeader, timestamp_ms: int
+    ) -> tuple[int, int]:
         try:
             records = decode_records(os.pread(segment.fd, header.size, position))
         except CompressionUnavailable:
@@ -427,8 +454,9 @@ def _base_offset_at(segment: LogSegment, position: int) -> int:
     return next(segment.scan(position))[1].base_offset
 
 
-def _recover(directory: Path, segments: list[LogSegment],
-             recovery_point: int) -> tuple[list[LogSegment], RecoveryReport]:  # fmt: skip
+def _recover(
+    directory: Path, segments: list[LogSegment], recovery_point: int
+) -> tuple[list[LogSegment], RecoveryReport]:
     """Recover the segments that may hold unflushed data; drop everything after a cut."""
     first = max(bisect_right([s.base_offset for s in segments], recovery_point) - 1, 0)
     for segment in segments[:first]:
@@ -448,7 +476,11 @@ def _recover(directory: Path, segments: list[LogSegment],
             if later:
                 fsync_directory(directory)
             report = RecoveryReport(recovered, batches, truncated, len(later))
-            log.warning("%s: recovery dropped %d bytes (%d later segments deleted)",
-                        directory, truncated, len(later))  # fmt: skip
+            log.warning(
+                "%s: recovery dropped %d bytes (%d later segments deleted)",
+                directory,
+                truncated,
+                len(later),
+            )
             return segments, report
     return segments, RecoveryReport(recovered, batches, 0, 0)

@@ -62,8 +62,11 @@ def recover_segment(segment: LogSegment) -> SegmentRecovery:
     if dropped:
         log.warning(
             "recovery of %s: %s at position %d; truncating %d bytes",
-            segment.path, reason, valid_end, dropped,
-        )  # fmt: skip
+            segment.path,
+            reason,
+            valid_end,
+            dropped,
+        )
         segment.truncate(valid_end, segment.next_offset)
     os.fsync(segment.fd)
     segment.dirty = False

@@ -104,8 +104,10 @@ class LogSegment:
         if end < self.size:
             log.warning(
                 "%s: %d bytes after position %d are not whole batches; truncating",
-                self.path, self.size - end, end,
-            )  # fmt: skip
+                self.path,
+                self.size - end,
+                end,
+            )
             self.truncate(end, self.next_offset)
 
     # --- I/O ---

@@ -47,13 +47,17 @@ class TransactionIndex:
 
     def append(self, entry: AbortedTxn) -> None:
         if self.fd is None:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            self.fd = os.open(
+                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            )
         os.write(self.fd, _encode(entry))
         self.entries.append(entry)
 
     def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Entries of transactions that have records in [start_offset, end_offset)."""
-        return [e for e in self.entries if e.last_offset >= start_offset and e.first_offset < end_offset]
+        return [
+            e for e in self.entries if e.last_offset >= start_offset and e.first_offset < end_offset
+        ]
 
     def truncate_to(self, offset: int) -> None:
         """Forget transactions whose marker is at or after `offset` (the log was cut)."""
@@ -80,5 +84,6 @@ class TransactionIndex:
 
 
 def _encode(entry: AbortedTxn) -> bytes:
-    return _ENTRY.pack(_VERSION, entry.producer_id, entry.first_offset, entry.last_offset,
-                       entry.last_stable_offset)
+    return _ENTRY.pack(
+        _VERSION, entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset
+    )

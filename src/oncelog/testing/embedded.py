@@ -14,9 +14,9 @@ import asyncio
 import shutil
 import tempfile
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
@@ -35,7 +35,9 @@ class EmbeddedBroker:
     ) -> None:
         self._overrides = dict(config or {})
         self._owns_data_dir = data_dir is None
-        self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="oncelog-"))
+        self.data_dir = (
+            Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="oncelog-"))
+        )
         self._host = host
         self._port = port
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -54,7 +56,7 @@ class EmbeddedBroker:
             raise RuntimeError("the broker is not running")
         return self.broker.port
 
-    def start(self) -> "EmbeddedBroker":
+    def start(self) -> EmbeddedBroker:
         config = BrokerConfig.load(None, self._overrides)
         self._loop = new_event_loop()
         started = threading.Event()
@@ -106,7 +108,7 @@ class EmbeddedBroker:
         self._port = port
         self.start()
 
-    def __enter__(self) -> "EmbeddedBroker":
+    def __enter__(self) -> EmbeddedBroker:
         return self.start()
 
     def __exit__(

@@ -22,9 +22,9 @@ import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Mapping
 
 __all__ = ["BrokerProcess", "BrokerProcessError"]
 
@@ -116,7 +116,7 @@ class BrokerProcess:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "BrokerProcess":
+    def start(self) -> BrokerProcess:
         """Start the broker and wait (bounded) until it serves; raise with its log if not."""
         if self._proc is not None:
             raise BrokerProcessError(f"the broker process {self._proc.pid} is already running")
@@ -124,7 +124,7 @@ class BrokerProcess:
         self._spawn(self._requested_port)
         return self
 
-    def restart(self, *, reuse_port: bool = True) -> "BrokerProcess":
+    def restart(self, *, reuse_port: bool = True) -> BrokerProcess:
         """Start again on the same data directory; a running process is first stopped
         cleanly (use :meth:`kill` before to simulate a crash)."""
         if self._proc is not None:
@@ -179,7 +179,7 @@ class BrokerProcess:
         """Clean stop if running; nothing otherwise."""
         self.terminate()
 
-    def __enter__(self) -> "BrokerProcess":
+    def __enter__(self) -> BrokerProcess:
         return self.start()
 
     def __exit__(
@@ -199,12 +199,19 @@ class BrokerProcess:
 
     def _command(self, port: int) -> list[str]:
         command = [
-            self._python, "-m", "oncelog", "broker",
-            "--data-dir", str(self.data_dir),
-            "--host", self.host,
-            "--port", str(port),
-            "--ready-file", str(self.ready_path),
-        ]  # fmt: skip
+            self._python,
+            "-m",
+            "oncelog",
+            "broker",
+            "--data-dir",
+            str(self.data_dir),
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--ready-file",
+            str(self.ready_path),
+        ]
         for key, value in self.config.items():
             command += ["--set", f"{key}={value}"]
         return command + list(self._extra_args)
@@ -216,7 +223,9 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log_file:
             self._log_start = log_file.tell()
-            log_file.write(f"=== BrokerProcess start {self._starts}: {' '.join(command)}\n".encode())
+            log_file.write(
+                f"=== BrokerProcess start {self._starts}: {' '.join(command)}\n".encode()
+            )
             log_file.flush()
             proc = subprocess.Popen(
                 command,
@@ -297,7 +306,9 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
     try:
         return proc.wait(timeout_s)
     except subprocess.TimeoutExpired as exc:  # SIGKILL not honoured: a stuck kernel wait
-        raise BrokerProcessError(f"broker process {proc.pid} survived SIGKILL for {timeout_s} s") from exc
+        raise BrokerProcessError(
+            f"broker process {proc.pid} survived SIGKILL for {timeout_s} s"
+        ) from exc
 
 
 def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:

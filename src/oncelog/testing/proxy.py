@@ -65,7 +65,8 @@ the broker must return the proxy's, or clients go around it after the first requ
   point the proxy at the broker::
 
       with FaultInjectionProxy(drop_response_rate=0.05) as proxy:
-          broker = BrokerProcess(tmp_path, config={"advertised.listeners": proxy.advertised_listener})
+          listener = {"advertised.listeners": proxy.advertised_listener}
+          broker = BrokerProcess(tmp_path, config=listener)
           with broker:
               proxy.set_upstream("127.0.0.1", broker.port)
               ...
@@ -86,9 +87,10 @@ import ipaddress
 import logging
 import random
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.runner import new_event_loop
 
@@ -134,10 +136,14 @@ class FaultConfig:
             delay = (float(delay), float(delay))
         low, high = delay
         if not 0.0 <= low <= high:
-            raise ValueError(f"delay_ms must be a number >= 0 or a range (low, high), not {self.delay_ms!r}")
+            raise ValueError(
+                f"delay_ms must be a number >= 0 or a range (low, high), not {self.delay_ms!r}"
+            )
         object.__setattr__(self, "delay_ms", (float(low), float(high)))
         if self.close_after_drop_ms is not None and self.close_after_drop_ms < 0:
-            raise ValueError(f"close_after_drop_ms must be >= 0 or None, not {self.close_after_drop_ms!r}")
+            raise ValueError(
+                f"close_after_drop_ms must be >= 0 or None, not {self.close_after_drop_ms!r}"
+            )
         if self.api_keys is not None:
             object.__setattr__(self, "api_keys", frozenset(int(k) for k in self.api_keys))
 
@@ -147,7 +153,8 @@ class FaultConfig:
 
 @dataclass(frozen=True)
 class ProxyStats:
-    """Counters since the proxy started (a snapshot; read :attr:`FaultInjectionProxy.stats` again)."""
+    """Counters since the proxy started (a snapshot: read :attr:`FaultInjectionProxy.stats`
+    again for newer figures)."""
 
     connections_accepted: int = 0
     connections_open: int = 0
@@ -168,9 +175,11 @@ class ProxyStats:
     def faults(self) -> int:
         """Faults injected by choice (drops and cuts), not counting their consequences."""
         return (
-            self.requests_dropped + self.responses_dropped
-            + self.connections_cut + self.connections_cut_by_call
-        )  # fmt: skip
+            self.requests_dropped
+            + self.responses_dropped
+            + self.connections_cut
+            + self.connections_cut_by_call
+        )
 
 
 class _FramingError(Exception):
@@ -248,7 +257,7 @@ class FaultInjectionProxy:
         their broker; :meth:`cut_all_connections` moves them."""
         self._upstream = _parse_upstream((host, port))
 
-    def attach(self, embedded: "EmbeddedBroker") -> None:
+    def attach(self, embedded: EmbeddedBroker) -> None:
         """Put the proxy in front of a running EmbeddedBroker: forward to it, and make its
         Metadata advertise the proxy. Call again after ``embedded.restart()``."""
         broker = getattr(embedded, "broker", None)
@@ -300,7 +309,7 @@ class FaultInjectionProxy:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> "FaultInjectionProxy":
+    def start(self) -> FaultInjectionProxy:
         if self._thread is not None:
             raise RuntimeError("the proxy is already running")
         loop = new_event_loop()
@@ -330,8 +339,11 @@ class FaultInjectionProxy:
         self._loop, self._thread = loop, thread
         log.info(
             "fault-injection proxy on %s -> %s, seed %d, %s",
-            self.bootstrap_servers, self._upstream, self.seed, self._faults,
-        )  # fmt: skip
+            self.bootstrap_servers,
+            self._upstream,
+            self.seed,
+            self._faults,
+        )
         return self
 
     def stop(self) -> None:
@@ -349,7 +361,7 @@ class FaultInjectionProxy:
             self._loop = self._thread = None
             self._port = None
 
-    def __enter__(self) -> "FaultInjectionProxy":
+    def __enter__(self) -> FaultInjectionProxy:
         return self.start()
 
     def __exit__(
@@ -408,7 +420,9 @@ class FaultInjectionProxy:
         self._count("connections_cut_by_call", len(links))
         return len(links)
 
-    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    ) -> None:
         link = _Link(self, client_writer)
         self._links.add(link)
         self._count("connections_accepted")
@@ -423,7 +437,7 @@ class FaultInjectionProxy:
                 upstream_reader, link.upstream_writer = await asyncio.wait_for(
                     asyncio.open_connection(*upstream, limit=1 << 20), CONNECT_TIMEOUT_S
                 )
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 log.warning("proxy: cannot reach the broker at %s:%d: %s", *upstream, exc)
                 self._count("upstream_connect_failures")
                 return
@@ -454,7 +468,9 @@ class _Link:
         self._tasks: list[asyncio.Task[None]] = []
         self._close_timer: asyncio.TimerHandle | None = None
 
-    def start(self, client_reader: asyncio.StreamReader, upstream_reader: asyncio.StreamReader) -> None:
+    def start(
+        self, client_reader: asyncio.StreamReader, upstream_reader: asyncio.StreamReader
+    ) -> None:
         self._tasks = [
             asyncio.create_task(self._guard(self._pump_requests(client_reader))),
             asyncio.create_task(self._guard(self._pump_responses(upstream_reader))),
@@ -504,7 +520,9 @@ class _Link:
         self.dead = True
         if faults.close_after_drop_ms is not None:
             loop = asyncio.get_running_loop()
-            self._close_timer = loop.call_later(faults.close_after_drop_ms / 1000, self._close_after_drop)
+            self._close_timer = loop.call_later(
+                faults.close_after_drop_ms / 1000, self._close_after_drop
+            )
 
     def _close_after_drop(self) -> None:
         self._close_timer = None
@@ -616,7 +634,9 @@ async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, side: str) -
     try:
         return prefix + await reader.readexactly(size)
     except asyncio.IncompleteReadError as exc:
-        raise _FramingError(f"the {side} closed after {len(exc.partial)} of {size} frame bytes") from exc
+        raise _FramingError(
+            f"the {side} closed after {len(exc.partial)} of {size} frame bytes"
+        ) from exc
 
 
 def _parse_upstream(upstream: tuple[str, int] | str) -> tuple[str, int]:

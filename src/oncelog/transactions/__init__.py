@@ -22,11 +22,11 @@ from oncelog.transactions.log_records import (
     encode_value,
 )
 from oncelog.transactions.state import (
+    VALID_PREVIOUS_STATES,
     IllegalTxnTransition,
     TransactionMetadata,
     TxnState,
     TxnTransition,
-    VALID_PREVIOUS_STATES,
     is_epoch_exhausted,
 )
 

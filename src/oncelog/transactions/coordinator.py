@@ -424,8 +424,13 @@ class TransactionCoordinatorShard:
             return CoordinatorResult(response=self._ok(current))
         if state.is_prepared and same:
             return _error(ErrorCode.concurrent_transactions)
-        if state in (TxnState.EMPTY, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
-                     TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):  # fmt: skip
+        if state in (
+            TxnState.EMPTY,
+            TxnState.PREPARE_COMMIT,
+            TxnState.PREPARE_ABORT,
+            TxnState.COMPLETE_COMMIT,
+            TxnState.COMPLETE_ABORT,
+        ):
             return _error(ErrorCode.invalid_txn_state)
         raise IllegalTxnTransition(
             f"transactional id {transactional_id!r} found in state {state.kafka_name}, "

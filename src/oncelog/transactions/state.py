@@ -39,12 +39,12 @@ __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "SHORT_MAX",
+    "VALID_PREVIOUS_STATES",
     "IllegalTxnTransition",
     "TopicPartition",
     "TransactionMetadata",
     "TxnState",
     "TxnTransition",
-    "VALID_PREVIOUS_STATES",
     "is_epoch_exhausted",
 ]
 
@@ -210,9 +210,7 @@ class TransactionMetadata:
             txn_last_update_timestamp=now_ms,
         )
 
-    def prepare_add_partitions(
-        self, added: Iterable[TopicPartition], now_ms: int
-    ) -> TxnTransition:
+    def prepare_add_partitions(self, added: Iterable[TopicPartition], now_ms: int) -> TxnTransition:
         """AddPartitions/AddOffsets: ONGOING with the union; a new transaction starts now."""
         start = now_ms if self.state in _EXPIRABLE else self.txn_start_timestamp
         return self._to(

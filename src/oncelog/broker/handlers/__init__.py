@@ -9,18 +9,19 @@ effect in the order they were sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.handlers import (
     admin,
     api_versions,
     fetch,
+    find_coordinator,
+    groups,
     list_offsets,
     log_dirs,
     metadata,
     produce,
-    find_coordinator,
-    groups,
     producers,
     transactions,
     txn_admin,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from oncelog.protocol.codec import RequestHeader
 
 
-def by_api_key() -> dict[int, Callable[["Broker", "RequestHeader", Any], Awaitable[Any]]]:
+def by_api_key() -> dict[int, Callable[[Broker, RequestHeader, Any], Awaitable[Any]]]:
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
         ApiKey.METADATA: metadata.handle,

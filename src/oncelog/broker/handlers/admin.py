@@ -18,12 +18,17 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
-async def handle_create_topics(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_create_topics(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
-    return {"throttle_time": 0, "topics": [_create(broker, t, validate_only) for t in request.topics]}
+    return {
+        "throttle_time": 0,
+        "topics": [_create(broker, t, validate_only) for t in request.topics],
+    }
 
 
-def _create(broker: "Broker", wanted: Any, validate_only: bool) -> dict[str, Any]:
+def _create(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
     try:
         num_partitions = _partition_count(broker, wanted)
         configs = {c.name: c.value for c in wanted.configs}
@@ -31,8 +36,13 @@ def _create(broker: "Broker", wanted: Any, validate_only: bool) -> dict[str, Any
             wanted.name, num_partitions, configs, broker.now_ms(), validate_only=validate_only
         )
     except KafkaError as exc:
-        return {"name": wanted.name, "topic_id": None, "error_code": exc.code,
-                "error_message": exc.message, "configs": None}
+        return {
+            "name": wanted.name,
+            "topic_id": None,
+            "error_code": exc.code,
+            "error_message": exc.message,
+            "configs": None,
+        }
     entries = cfg.TopicConfig(broker.config, topic.configs).entries()
     return {
         "name": topic.name,
@@ -42,14 +52,19 @@ def _create(broker: "Broker", wanted: Any, validate_only: bool) -> dict[str, Any
         "num_partitions": num_partitions if num_partitions != -1 else broker.config.num_partitions,
         "replication_factor": 1,
         "configs": [
-            {"name": e.name, "value": e.value, "read_only": e.read_only,
-             "config_source": e.source, "is_sensitive": e.sensitive}
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": e.read_only,
+                "config_source": e.source,
+                "is_sensitive": e.sensitive,
+            }
             for e in entries
         ],
     }
 
 
-def _partition_count(broker: "Broker", wanted: Any) -> int:
+def _partition_count(broker: Broker, wanted: Any) -> int:
     """Partitions asked for, checking what a single node can honour."""
     if wanted.replication_factor not in (-1, 1):
         raise KafkaError(
@@ -73,7 +88,9 @@ def _partition_count(broker: "Broker", wanted: Any) -> int:
     return len(wanted.assignments)
 
 
-async def handle_delete_topics(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_delete_topics(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     wanted = getattr(request, "topics", None)
     if wanted is None:  # versions 0-5 list names only
         wanted = [_ByName(name) for name in request.topic_names]
@@ -86,24 +103,40 @@ class _ByName:
         self.topic_id = None
 
 
-def _delete(broker: "Broker", wanted: Any) -> dict[str, Any]:
+def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
     name, topic_id = wanted.name, wanted.topic_id
     if name is None and topic_id is not None:
         topic = broker.topics.by_id(topic_id)
         if topic is None:
-            return {"name": None, "topic_id": topic_id, "error_code": ErrorCode.unknown_topic_id,
-                    "error_message": f"no topic with id {topic_id}"}
+            return {
+                "name": None,
+                "topic_id": topic_id,
+                "error_code": ErrorCode.unknown_topic_id,
+                "error_message": f"no topic with id {topic_id}",
+            }
         name = topic.name
     try:
         if not broker.config.delete_topic_enable:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic = broker.topics.delete(name)
     except KafkaError as exc:
-        return {"name": name, "topic_id": topic_id, "error_code": exc.code, "error_message": exc.message}
-    return {"name": name, "topic_id": topic.topic_id, "error_code": ErrorCode.none, "error_message": None}
+        return {
+            "name": name,
+            "topic_id": topic_id,
+            "error_code": exc.code,
+            "error_message": exc.message,
+        }
+    return {
+        "name": name,
+        "topic_id": topic.topic_id,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
 
 
-async def handle_describe_configs(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_describe_configs(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     synonyms = getattr(request, "include_synonyms", False)
     documentation = getattr(request, "include_documentation", False)
     return {
@@ -112,23 +145,35 @@ async def handle_describe_configs(broker: "Broker", header: "RequestHeader", req
     }
 
 
-def _describe(broker: "Broker", resource: Any, synonyms: bool, documentation: bool) -> dict[str, Any]:
-    answer: dict[str, Any] = {"resource_type": resource.resource_type,
-                              "resource_name": resource.resource_name, "configs": []}
+def _describe(broker: Broker, resource: Any, synonyms: bool, documentation: bool) -> dict[str, Any]:
+    answer: dict[str, Any] = {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "configs": [],
+    }
     if resource.resource_type == RESOURCE_TOPIC:
         topic = broker.topics.get(resource.resource_name)
         if topic is None:
-            return {**answer, "error_code": ErrorCode.unknown_topic_or_partition,
-                    "error_message": f"topic {resource.resource_name!r} does not exist"}
+            return {
+                **answer,
+                "error_code": ErrorCode.unknown_topic_or_partition,
+                "error_message": f"topic {resource.resource_name!r} does not exist",
+            }
         entries = cfg.TopicConfig(broker.config, topic.configs).entries()
     elif resource.resource_type == RESOURCE_BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
-            return {**answer, "error_code": ErrorCode.invalid_request,
-                    "error_message": f"this is broker {broker.node_id}, not {resource.resource_name}"}
+            return {
+                **answer,
+                "error_code": ErrorCode.invalid_request,
+                "error_message": f"this is broker {broker.node_id}, not {resource.resource_name}",
+            }
         entries = cfg.describe_broker(broker.config)
     else:
-        return {**answer, "error_code": ErrorCode.invalid_request,
-                "error_message": f"resource type {resource.resource_type} is not supported"}
+        return {
+            **answer,
+            "error_code": ErrorCode.invalid_request,
+            "error_message": f"resource type {resource.resource_type} is not supported",
+        }
     keys = resource.configuration_keys
     if keys is not None:
         entries = [e for e in entries if e.name in keys]
@@ -141,7 +186,8 @@ def _describe(broker: "Broker", resource: Any, synonyms: bool, documentation: bo
             "is_default": e.source == cfg.ConfigSource.DEFAULT_CONFIG,
             "is_sensitive": e.sensitive,
             "synonyms": [{"name": s.name, "value": s.value, "source": s.source} for s in e.synonyms]
-            if synonyms else [],
+            if synonyms
+            else [],
             "config_type": e.type,
             "documentation": e.doc if documentation else None,
         }

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from oncelog.protocol.codec import RequestHeader
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "api_keys": [

@@ -22,7 +22,7 @@ READ_COMMITTED = 1
 TOPIC_IDS_FROM_VERSION = 13
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     by_id = header.api_version >= TOPIC_IDS_FROM_VERSION
@@ -30,18 +30,22 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
         responses, total_bytes, partitions = _read_all(broker, request, by_id)
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or remaining <= 0 or not partitions:
-            return {"throttle_time": 0, "error_code": ErrorCode.none, "session_id": 0,
-                    "responses": responses}
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "session_id": 0,
+                "responses": responses,
+            }
         await _wait_for_append(partitions, remaining)
 
 
-async def _wait_for_append(partitions: list["Partition"], timeout_s: float) -> None:
+async def _wait_for_append(partitions: list[Partition], timeout_s: float) -> None:
     waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     for partition in partitions:
         partition.wait_for_append(waiter)
     try:
         await asyncio.wait_for(waiter, timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     finally:
         for partition in partitions:
@@ -49,15 +53,19 @@ async def _wait_for_append(partitions: list["Partition"], timeout_s: float) -> N
 
 
 def _read_all(
-    broker: "Broker", request: Any, by_id: bool
-) -> tuple[list[dict[str, Any]], int, list["Partition"]]:
+    broker: Broker, request: Any, by_id: bool
+) -> tuple[list[dict[str, Any]], int, list[Partition]]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     budget = getattr(request, "max_bytes", 2**31 - 1)
     total = 0
     served: list[Partition] = []
     responses = []
     for fetch_topic in request.topics:
-        topic = broker.topics.by_id(fetch_topic.topic_id) if by_id else broker.topics.get(fetch_topic.topic)
+        topic = (
+            broker.topics.by_id(fetch_topic.topic_id)
+            if by_id
+            else broker.topics.get(fetch_topic.topic)
+        )
         missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         answers = []
         for wanted in fetch_topic.partitions:
@@ -71,24 +79,30 @@ def _read_all(
             total += len(answer["records"])
             answers.append(answer)
         entry: dict[str, Any] = {"partitions": answers}
-        entry["topic_id" if by_id else "topic"] = fetch_topic.topic_id if by_id else fetch_topic.topic
+        entry["topic_id" if by_id else "topic"] = (
+            fetch_topic.topic_id if by_id else fetch_topic.topic
+        )
         responses.append(entry)
     return responses, total, served
 
 
 def _read_partition(
-    partition: "Partition", wanted: Any, limit: int, committed: bool, first: bool
+    partition: Partition, wanted: Any, limit: int, committed: bool, first: bool
 ) -> dict[str, Any]:
     upper = partition.last_stable_offset if committed else partition.high_watermark
     try:
-        records = partition.log.read(wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first)
+        records = partition.log.read(
+            wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first
+        )
     except KafkaError as exc:
         return _error(wanted.partition, exc.code, partition)
     aborted = None
     if committed:
         end = _end_offset(records) if records else wanted.fetch_offset
-        aborted = [{"producer_id": t.producer_id, "first_offset": t.first_offset}
-                   for t in partition.aborted_transactions(wanted.fetch_offset, end)]
+        aborted = [
+            {"producer_id": t.producer_id, "first_offset": t.first_offset}
+            for t in partition.aborted_transactions(wanted.fetch_offset, end)
+        ]
     return {
         "partition_index": wanted.partition,
         "error_code": ErrorCode.none,
@@ -109,7 +123,7 @@ def _end_offset(records: bytes) -> int:
     return end
 
 
-def _error(index: int, code: ErrorCode, partition: "Partition | None" = None) -> dict[str, Any]:
+def _error(index: int, code: ErrorCode, partition: Partition | None = None) -> dict[str, Any]:
     return {
         "partition_index": index,
         "error_code": code,

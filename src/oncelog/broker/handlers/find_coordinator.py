@@ -18,7 +18,7 @@ TRANSACTION = 1
 BATCHED_FROM_VERSION = 4
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP)
     if header.api_version >= BATCHED_FROM_VERSION:
         keys = list(request.coordinator_keys)
@@ -31,13 +31,21 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
     return {"throttle_time": 0, **{k: v for k, v in answer.items() if k != "key"}}
 
 
-async def _find(broker: "Broker", key_type: int, key: str) -> dict[str, Any]:
+async def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
     host, port = broker.advertised_address
-    found = {"key": key, "node_id": broker.node_id, "host": host, "port": port,
-             "error_code": ErrorCode.none, "error_message": None}
+    found = {
+        "key": key,
+        "node_id": broker.node_id,
+        "host": host,
+        "port": port,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+    }
     if key_type == TRANSACTION:
         if not key:
-            return _failed(key, ErrorCode.invalid_request, "an empty transactional id has no coordinator")
+            return _failed(
+                key, ErrorCode.invalid_request, "an empty transactional id has no coordinator"
+            )
         await broker.transactions.ready()
     elif key_type == GROUP:
         await broker.groups.ready()
@@ -47,5 +55,11 @@ async def _find(broker: "Broker", key_type: int, key: str) -> dict[str, Any]:
 
 
 def _failed(key: str, code: ErrorCode, message: str) -> dict[str, Any]:
-    return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": code,
-            "error_message": message}
+    return {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": code,
+        "error_message": message,
+    }

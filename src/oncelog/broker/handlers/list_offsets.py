@@ -19,7 +19,7 @@ EARLIEST_PENDING_UPLOAD = -5
 READ_COMMITTED = 1
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
@@ -29,16 +29,30 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
                 partition = broker.topics.partition(topic.name, wanted.partition_index)
                 timestamp, offset = _resolve(partition, wanted.timestamp, committed)
             except KafkaError as exc:
-                answers.append({"partition_index": wanted.partition_index, "error_code": exc.code,
-                                "timestamp": -1, "offset": -1, "leader_epoch": -1})
+                answers.append(
+                    {
+                        "partition_index": wanted.partition_index,
+                        "error_code": exc.code,
+                        "timestamp": -1,
+                        "offset": -1,
+                        "leader_epoch": -1,
+                    }
+                )
                 continue
-            answers.append({"partition_index": wanted.partition_index, "error_code": ErrorCode.none,
-                            "timestamp": timestamp, "offset": offset, "leader_epoch": 0})
+            answers.append(
+                {
+                    "partition_index": wanted.partition_index,
+                    "error_code": ErrorCode.none,
+                    "timestamp": timestamp,
+                    "offset": offset,
+                    "leader_epoch": 0,
+                }
+            )
         topics.append({"name": topic.name, "partitions": answers})
     return {"throttle_time": 0, "topics": topics}
 
 
-def _resolve(partition: "Partition", timestamp: int, committed: bool) -> tuple[int, int]:
+def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record matches."""
     if timestamp == LATEST:
         return -1, partition.last_stable_offset if committed else partition.high_watermark

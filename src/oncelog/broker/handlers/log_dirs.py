@@ -20,29 +20,35 @@ if TYPE_CHECKING:
     from oncelog.protocol.codec import RequestHeader
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for partition in _wanted(broker, request.topics):
         by_topic.setdefault(partition.topic, []).append(
-            {"partition_index": partition.index, "partition_size": partition.log.size_bytes(),
-             "offset_lag": 0, "is_future_key": False}
+            {
+                "partition_index": partition.index,
+                "partition_size": partition.log.size_bytes(),
+                "offset_lag": 0,
+                "is_future_key": False,
+            }
         )
     log_dir = str(broker.data_dir.resolve())
     usage = shutil.disk_usage(log_dir)
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
-        "results": [{
-            "error_code": ErrorCode.none,
-            "log_dir": log_dir,
-            "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
-            "total_bytes": usage.total,
-            "usable_bytes": usage.free,
-        }],
+        "results": [
+            {
+                "error_code": ErrorCode.none,
+                "log_dir": log_dir,
+                "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+                "total_bytes": usage.total,
+                "usable_bytes": usage.free,
+            }
+        ],
     }
 
 
-def _wanted(broker: "Broker", topics: Any) -> list["Partition"]:
+def _wanted(broker: Broker, topics: Any) -> list[Partition]:
     if topics is None:
         return broker.topics.partitions()
     found = []

@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
         topics = [_describe(broker, t) for t in broker.topics.all()]
@@ -36,7 +36,7 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
     }
 
 
-def _lookup(broker: "Broker", requested: Any, allow_create: bool) -> dict[str, Any]:
+def _lookup(broker: Broker, requested: Any, allow_create: bool) -> dict[str, Any]:
     name = getattr(requested, "name", None)
     topic_id = getattr(requested, "topic_id", None)
     if name is None and topic_id is not None:
@@ -57,7 +57,7 @@ def _lookup(broker: "Broker", requested: Any, allow_create: bool) -> dict[str, A
     return _describe(broker, topic)
 
 
-def _describe(broker: "Broker", topic: Topic) -> dict[str, Any]:
+def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
     node = broker.node_id
     return {
         "error_code": ErrorCode.none,

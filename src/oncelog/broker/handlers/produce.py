@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 VALID_ACKS = (-1, 0, 1)
 
 
-async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any] | None:
+async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any] | None:
     now = broker.now_ms()
     acks = request.acks
     durable_waits: list[asyncio.Future[None]] = []
@@ -47,7 +47,9 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
         outcomes = await asyncio.gather(*durable_waits, return_exceptions=True)
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failure is not None:
-            code = failure.code if isinstance(failure, KafkaError) else ErrorCode.kafka_storage_error
+            code = (
+                failure.code if isinstance(failure, KafkaError) else ErrorCode.kafka_storage_error
+            )
             for topic in topics:
                 for answer in topic["partition_responses"]:
                     if answer["error_code"] == ErrorCode.none:
@@ -56,16 +58,20 @@ async def handle(broker: "Broker", header: "RequestHeader", request: Any) -> dic
 
 
 def _append(
-    broker: "Broker",
+    broker: Broker,
     topic: str,
     partition_data: Any,
     acks: int,
     transactional_id: str | None,
     now_ms: int,
-) -> tuple[dict[str, Any], "Partition | None", int]:
+) -> tuple[dict[str, Any], Partition | None, int]:
     index = partition_data.index
     if acks not in VALID_ACKS:
-        return _error(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"), None, 0
+        return (
+            _error(index, ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"),
+            None,
+            0,
+        )
     try:
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:

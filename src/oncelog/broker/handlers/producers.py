@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from oncelog.protocol.codec import RequestHeader
 
 
-async def handle_describe_producers(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_describe_producers(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         answers = []
@@ -20,16 +22,28 @@ async def handle_describe_producers(broker: "Broker", header: "RequestHeader", r
             try:
                 partition = broker.topics.partition(topic.name, index)
             except KafkaError as exc:
-                answers.append({"partition_index": index, "error_code": exc.code,
-                                "error_message": exc.message, "active_producers": []})
+                answers.append(
+                    {
+                        "partition_index": index,
+                        "error_code": exc.code,
+                        "error_message": exc.message,
+                        "active_producers": [],
+                    }
+                )
                 continue
-            answers.append({"partition_index": index, "error_code": ErrorCode.none,
-                            "error_message": None, "active_producers": describe(partition)})
+            answers.append(
+                {
+                    "partition_index": index,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "active_producers": describe(partition),
+                }
+            )
         topics.append({"name": topic.name, "partitions": answers})
     return {"throttle_time": 0, "topics": topics}
 
 
-def describe(partition: "Partition") -> list[dict[str, Any]]:
+def describe(partition: Partition) -> list[dict[str, Any]]:
     """One row per producer the partition remembers, ordered by producer id."""
     return [
         {
@@ -38,7 +52,8 @@ def describe(partition: "Partition") -> list[dict[str, Any]]:
             "last_sequence": entry.last_seq,
             "last_timestamp": entry.last_timestamp,
             "coordinator_epoch": entry.coordinator_epoch,
-            "current_txn_start_offset": -1 if entry.current_txn_first_offset is None
+            "current_txn_start_offset": -1
+            if entry.current_txn_first_offset is None
             else entry.current_txn_first_offset,
         }
         for _, entry in sorted(partition.producers.entries.items())

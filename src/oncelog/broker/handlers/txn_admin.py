@@ -16,8 +16,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
-from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.coordinator_partitions import partition_for
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import TxnDescription
 from oncelog.transactions.state import TxnState
 
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 
-async def _coordinator_loaded(broker: "Broker") -> bool:
+async def _coordinator_loaded(broker: Broker) -> bool:
     """Whether `__transaction_state` exists (then wait until it is loaded). Listing and
     describing never create it: no topic means no transactional id was ever seen."""
     if broker.topics.get(TRANSACTION_STATE) is None:
@@ -43,7 +43,9 @@ async def _coordinator_loaded(broker: "Broker") -> bool:
 # -- ListTransactions (66) -------------------------------------------------------------------
 
 
-async def handle_list_transactions(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_list_transactions(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     states = tuple(request.state_filters or ())
     producer_ids = tuple(request.producer_id_filters or ())
     duration_ms = int(getattr(request, "duration_filter", -1))
@@ -60,12 +62,18 @@ async def handle_list_transactions(broker: "Broker", header: "RequestHeader", re
                 # coordinator partition is still loading.
                 error, rows = listing.error, []
                 break
-            rows += [{"transactional_id": tid, "producer_id": pid, "transaction_state": state}
-                     for tid, pid, state in listing.transactions]
+            rows += [
+                {"transactional_id": tid, "producer_id": pid, "transaction_state": state}
+                for tid, pid, state in listing.transactions
+            ]
     else:
         unknown = tuple(s for s in states if not _known_state(s))
-    return {"throttle_time": 0, "error_code": error, "unknown_state_filters": list(unknown),
-            "transaction_states": rows}
+    return {
+        "throttle_time": 0,
+        "error_code": error,
+        "unknown_state_filters": list(unknown),
+        "transaction_states": rows,
+    }
 
 
 def _known_state(name: str) -> bool:
@@ -75,7 +83,9 @@ def _known_state(name: str) -> bool:
 # -- DescribeTransactions (65) -------------------------------------------------------------
 
 
-async def handle_describe_transactions(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_describe_transactions(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     loaded = await _coordinator_loaded(broker)
     states = []
     for tid in request.transactional_ids:
@@ -116,7 +126,9 @@ def _timestamp(ms: int) -> datetime.datetime:
 # -- WriteTxnMarkers (27) ------------------------------------------------------------------
 
 
-async def handle_write_txn_markers(broker: "Broker", header: "RequestHeader", request: Any) -> dict[str, Any]:
+async def handle_write_txn_markers(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
     """Append each marker to each listed partition, then answer once every appended marker
     is durable. Every append happens before the first await, so markers take effect in
     request order. Errors are per partition, as Kafka's (UNKNOWN_TOPIC_OR_PARTITION,
@@ -124,7 +136,7 @@ async def handle_write_txn_markers(broker: "Broker", header: "RequestHeader", re
     now = broker.now_ms()
     results: list[dict[str, Any]] = []
     # (partition result dict, partition, end offset) for each marker appended
-    durable: list[tuple[dict[str, Any], "Partition", int]] = []
+    durable: list[tuple[dict[str, Any], Partition, int]] = []
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
@@ -135,19 +147,35 @@ async def handle_write_txn_markers(broker: "Broker", header: "RequestHeader", re
                 try:
                     partition = broker.topics.partition(topic.name, index)
                     offset = partition.append_marker(
-                        marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                        marker.coordinator_epoch, now,
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        marker.transaction_result,
+                        marker.coordinator_epoch,
+                        now,
                     )
                 except KafkaError as exc:
-                    log.info("WriteTxnMarkers for producer %d on %s-%d refused: %s",
-                             marker.producer_id, topic.name, index, exc)
+                    log.info(
+                        "WriteTxnMarkers for producer %d on %s-%d refused: %s",
+                        marker.producer_id,
+                        topic.name,
+                        index,
+                        exc,
+                    )
                     answer["error_code"] = exc.code
                     continue
-                log.info("%s marker written for producer %d epoch %d on %s-%d at offset %d",
-                         "COMMIT" if marker.transaction_result else "ABORT", marker.producer_id,
-                         marker.producer_epoch, topic.name, index, offset)
+                log.info(
+                    "%s marker written for producer %d epoch %d on %s-%d at offset %d",
+                    "COMMIT" if marker.transaction_result else "ABORT",
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    topic.name,
+                    index,
+                    offset,
+                )
                 if topic.name == CONSUMER_OFFSETS:
-                    broker.groups.complete_transaction(index, marker.producer_id, marker.transaction_result)
+                    broker.groups.complete_transaction(
+                        index, marker.producer_id, marker.transaction_result
+                    )
                 durable.append((answer, partition, offset + 1))
             topics.append({"name": topic.name, "partitions": answers})
         results.append({"producer_id": marker.producer_id, "topics": topics})
@@ -156,7 +184,7 @@ async def handle_write_txn_markers(broker: "Broker", header: "RequestHeader", re
             *(broker.flusher.wait_durable(partition, end) for _, partition, end in durable),
             return_exceptions=True,
         )
-        for (answer, partition, _), outcome in zip(durable, outcomes):
+        for (answer, partition, _), outcome in zip(durable, outcomes, strict=True):
             if isinstance(outcome, KafkaError):
                 answer["error_code"] = outcome.code
             elif isinstance(outcome, BaseException):
