@@ -254,6 +254,21 @@ CLOSING_CASES: dict[str, tuple[bytes, str]] = {
         framed(header_v2(ApiKey.METADATA, 12) + b"\xff\xff\xff\xff\x07" + b"\x00\x00\x00"),
         "malformed METADATA v12",
     ),
+    # issue 8: 20 bytes that made kio's native reader reserve 32 GiB and abort the process
+    "metadata-v9-declaring-2^32-1-topics": (
+        framed(bytes.fromhex("0003000900000001ffff008080808010")),
+        "malformed METADATA v9 request: FrameError: topics: 4294967295 items",
+    ),
+    "fetch-v12-forgotten-topics-null": (
+        framed(
+            header_v2(ApiKey.FETCH, 12)
+            + struct.pack(">iiiibii", -1, 500, 1, 1 << 20, 0, 0, -1)
+            + b"\x01"  # no topics
+            + b"\x00"  # forgotten_topics_data: null, which the schema forbids
+            + b"\x01\x00"  # rack id "", no tags
+        ),
+        "forgotten_topics_data: null where the schema forbids it",
+    ),
     "produce-body-cut-short": (
         framed(
             header_v1(ApiKey.PRODUCE, 3) + struct.pack(">hhi", -1, 1, 1000) + struct.pack(">i", 1)

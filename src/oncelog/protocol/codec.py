@@ -1,10 +1,11 @@
 """The one adapter between oncelog and the `kio` schema package.
 
 Everything that knows kio's entity classes, readers and writers lives here (and in
-:mod:`oncelog.protocol.tagged_fields`, its helper for unknown tagged fields), so the
-codec can be swapped without touching the broker. Handlers describe responses as plain
-nested dicts holding every field of the newest version; :func:`build` turns such a dict
-into the entity of the version the client asked for, dropping fields that version lacks.
+:mod:`oncelog.protocol.schema_walk`, which checks every request frame before kio's native
+decoder may see it), so the codec can be swapped without touching the broker. Handlers
+describe responses as plain nested dicts holding every field of the newest version;
+:func:`build` turns such a dict into the entity of the version the client asked for,
+dropping fields that version lacks.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 from kio.static.protocol import Entity
 
-from oncelog.protocol.tagged_fields import strip_unknown_tags
+from oncelog.protocol.schema_walk import strip_unknown_tags, walk
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
@@ -106,17 +107,23 @@ def peek_api(frame: bytes) -> tuple[int, int, int]:
 def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
     """Decode header and body; any decoding failure becomes MalformedRequest.
 
-    Unknown tagged fields are skipped, as Kafka does (KIP-482).
+    The frame is walked along the schema first (:mod:`oncelog.protocol.schema_walk`): a
+    count or size the frame cannot hold, or a null where the schema forbids one, is refused
+    before kio's native decoder, which would reserve memory for any count it is given, sees
+    the bytes. Unknown tagged fields are skipped, as Kafka does (KIP-482).
     """
+    header_type = RequestHeaderV2 if codec.flexible_request else RequestHeaderV1
+    read_header = _read_header_v2 if codec.flexible_request else _read_header_v1
     try:
-        if codec.flexible_request:
-            header, size = _read_header_v2(frame, 0)
-        else:
-            header, size = _read_header_v1(frame, 0)
+        header_extent = walk(header_type, frame, 0)
+        body_extent = walk(codec.request_type, frame, header_extent.end)
+        if header_extent.unknown_tags or body_extent.unknown_tags:
+            header_bytes, _ = strip_unknown_tags(header_type, frame, 0)
+            body_bytes, _ = strip_unknown_tags(codec.request_type, frame, header_extent.end)
+            frame = header_bytes + body_bytes
+        header, size = read_header(frame, 0)
         body, _ = codec.read_request(frame, size)
-    except KeyError as exc:  # kio: "Unknown tagged field tag: N"
-        header, body = _decode_without_unknown_tags(frame, codec, exc)
-    except Exception as exc:  # kio raises ValueError, BufferUnderflow, ...
+    except Exception as exc:  # FrameError; kio's ValueError, BufferUnderflow, InvalidUnicode...
         raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
     # Bytes after the body are ignored, as Kafka's own parser does: librdkafka 2.16
     # sends three of them after some Metadata v13 requests.
@@ -129,21 +136,6 @@ def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
         ),
         body,
     )
-
-
-def _decode_without_unknown_tags(frame: bytes, codec: ApiCodec, cause: KeyError) -> tuple[Any, Any]:
-    """The slow path: copy header and body without their unknown tags, then decode the copy."""
-    if not codec.flexible_request:  # no tagged fields here: the KeyError means something else
-        raise MalformedRequest(f"KeyError: {cause}") from cause
-    try:
-        header_bytes, header_size = strip_unknown_tags(RequestHeaderV2, frame, 0)
-        body_bytes, _ = strip_unknown_tags(codec.request_type, frame, header_size)
-        clean = header_bytes + body_bytes
-        header, size = _read_header_v2(clean, 0)
-        body, _ = codec.read_request(clean, size)
-    except Exception as exc:  # sizes past the end, bad varints, ... as on the fast path
-        raise MalformedRequest(f"{type(exc).__name__}: {exc}") from exc
-    return header, body
 
 
 def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:

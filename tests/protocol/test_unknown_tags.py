@@ -1,7 +1,7 @@
 """Unknown tagged fields in a flexible request are skipped, as Kafka does (KIP-482).
 
 kio's reader raises KeyError on a tag its schema does not know; the codec then strips the
-unknown tags (oncelog.protocol.tagged_fields) and decodes again. The reference here is kio's
+unknown tags (oncelog.protocol.schema_walk) and decodes again. The reference here is kio's
 own writer: a "newer client" is simulated by a copy of the schema whose structs declare
 extra tagged fields, so the frames with unknown tags are written by kio, not by the code
 under test.
