@@ -6,7 +6,12 @@ import asyncio
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.coordinator_log import StoredMarker, StoredRecord, read_records, write_records
+from oncelog.broker.coordinator_log import (
+    InternalTopicLog,
+    StoredMarker,
+    StoredRecord,
+    read_records,
+)
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
 from oncelog.broker.topics import TopicRegistry
@@ -25,19 +30,16 @@ def test_records_and_markers_come_back_in_order_after_a_restart(tmp_path: Path) 
     async def write() -> None:
         flusher = GroupCommitFlusher()
         flusher.start()
-        await write_records(partition, flusher, [(b"k1", b"v1"), (b"k2", None)], NOW)
-        last = await write_records(
-            partition,
-            flusher,
-            [(b"k3", b"v3")],
-            NOW,
-            producer_id=77,
-            producer_epoch=2,
-            transactional=True,
-        )
-        assert partition.log.recovery_point > last, "answered only once durable"
+        internal = InternalTopicLog(registry, flusher, CONSUMER_OFFSETS, 3, lambda: NOW)
+        assert internal.exists() and internal.ensure() == internal.partition_count() == 3
+        end = internal.append(1, [(b"k1", b"v1"), (b"k2", None)], NOW) + 1
+        last = internal.append(1, [(b"k3", b"v3")], NOW, producer_id=77, producer_epoch=2)
+        assert last == end == 2
+        assert partition.log.recovery_point < last, "appended, not yet durable"
+        await internal.wait_durable(1, last + 1)
+        assert partition.log.recovery_point > last
         assert partition.last_stable_offset == 2, "the transactional record is not stable yet"
-        partition.append_marker(77, 2, commit=True, coordinator_epoch=0, now_ms=NOW)
+        internal.append_marker(1, 77, 2, committed=True, coordinator_epoch=0, now_ms=NOW)
         await flusher.stop()
 
     asyncio.run(write())

@@ -45,11 +45,11 @@ class Node:
         self._rid = itertools.count(1)
 
     def apply(self, result: Result[Any], request_id: Any = None) -> Any:
-        base = len(self.log)
-        for record in result.records:
-            key, value = record.encode()
-            self.log.append(Entry(len(self.log), result.producer_id, key, value))
-        self.shard.replay_result(result, base)
+        for key, value in result.log_records:
+            entry = Entry(len(self.log), result.producer_id, key, value)
+            self.log.append(entry)
+            if result.replay_records:
+                self.shard.replay(entry.offset, entry.producer_id, key, value)
         for c in result.completions:
             self._answer(c.request_id, c.response)
         self.abandoned.extend(result.abandoned)
@@ -64,7 +64,7 @@ class Node:
 
     def marker(self, producer_id: int, committed: bool) -> None:
         self.log.append(Entry(len(self.log), producer_id, None, None, committed))
-        self.shard.complete_transaction(producer_id, committed)
+        self.shard.replay_end_transaction_marker(producer_id, committed)
 
     def tick(self, now: int) -> None:
         self.now = now
@@ -128,7 +128,7 @@ class Node:
         shard = GroupCoordinatorShard(0, self.config)
         for e in self.log:
             if e.key is None:
-                shard.replay_transaction_marker(e.producer_id, e.committed)
+                shard.replay_end_transaction_marker(e.producer_id, e.committed)
             else:
                 shard.replay(e.offset, e.producer_id, e.key, e.value)
         return shard

@@ -15,7 +15,6 @@ from oncelog.transactions.coordinator import (
     MarkerRequest,
     TransactionCoordinatorShard,
     TxnResponse,
-    append_error,
     client_error,
 )
 from oncelog.transactions.log_records import decode_record, encode_key, encode_value
@@ -27,7 +26,7 @@ def seed(h: Harness, md: TransactionMetadata) -> None:
     """Put a stored record in the log, as if an earlier run wrote it."""
     record = (encode_key(md.transactional_id), encode_value(md))
     h.log.append(record)
-    h.shard.replay(*record)
+    h.shard.replay(0, -1, *record)
 
 
 def start_txn(h: Harness, *parts: tuple[str, int]) -> tuple[int, int]:
@@ -81,15 +80,6 @@ def test_producer_fenced_maps_to_invalid_producer_epoch_for_old_versions() -> No
         assert client_error(api, 0, f) == client_error(api, 1, f) == E.invalid_producer_epoch
         assert client_error(api, 2, f) == client_error(api, 3, f) == f
     assert client_error(API_END_TXN, 0, E.concurrent_transactions) == E.concurrent_transactions
-
-
-def test_append_errors() -> None:
-    assert append_error(E.not_enough_replicas) == E.coordinator_not_available
-    assert append_error(E.request_timed_out) == E.coordinator_not_available
-    assert append_error(E.not_leader_or_follower) == E.not_coordinator
-    assert append_error(E.kafka_storage_error) == E.not_coordinator
-    assert append_error(E.message_too_large) == E.unknown_server_error
-    assert append_error(E.invalid_request) == E.invalid_request
 
 
 # --- InitProducerId ---
@@ -564,7 +554,7 @@ def test_markers_carry_the_coordinator_epoch() -> None:
 
 
 def test_replay_skips_unknown_key_versions_and_reads_kafka_v0(h: Harness) -> None:
-    h.shard.replay(b"\x00\x09\x00\x02tx", b"whatever")
+    h.shard.replay(0, -1, b"\x00\x09\x00\x02tx", b"whatever")
     assert h.shard.metadata == {}
     md = TransactionMetadata(
         "tx",
@@ -576,7 +566,7 @@ def test_replay_skips_unknown_key_versions_and_reads_kafka_v0(h: Harness) -> Non
         txn_start_timestamp=3,
         txn_last_update_timestamp=4,
     )
-    h.shard.replay(encode_key("tx"), encode_value(md, version=0))
+    h.shard.replay(0, -1, encode_key("tx"), encode_value(md, version=0))
     assert h.shard.get("tx") == md
 
 
@@ -642,7 +632,7 @@ def test_list_transactions_filters(h: Harness) -> None:
 def test_shard_rejects_dead_values_as_removal() -> None:
     shard = TransactionCoordinatorShard()
     md = TransactionMetadata("tx", 5, 0, 1000, S.EMPTY, txn_last_update_timestamp=1)
-    shard.replay(encode_key("tx"), encode_value(md))
+    shard.replay(0, -1, encode_key("tx"), encode_value(md))
     assert "tx" in shard.metadata
-    shard.replay(encode_key("tx"), None)
+    shard.replay(0, -1, encode_key("tx"), None)
     assert shard.metadata == {}

@@ -21,7 +21,6 @@ def test_exports() -> None:
             "TxnResponse",
             "TxnState",
             "TxnTransition",
-            "append_error",
             "client_error",
             "decode_key",
             "decode_record",

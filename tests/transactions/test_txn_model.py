@@ -289,7 +289,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         )
         record = (encode_key(tid), encode_value(md))
         self.log.append(record)
-        self.shard.replay(*record)
+        self.shard.replay(0, -1, *record)
         self.model.ids[tid] = M(
             pid, epoch, state, prev=pid, parts=parts, start=start, updated=self.now
         )
@@ -298,8 +298,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def reload(self) -> None:
         """The coordinator restarts: rebuild from the log, re-send prepared markers."""
         fresh = TransactionCoordinatorShard(3, 6, loading=True)
-        for key, value in self.log:
-            fresh.replay(key, value)
+        for offset, (key, value) in enumerate(self.log):
+            fresh.replay(offset, -1, key, value)
         markers = fresh.finish_loading()
         prepared = {
             t for t, m in self.model.ids.items() if m.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT)
@@ -334,8 +334,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @invariant()
     def load_equals_live(self) -> None:
         fresh = TransactionCoordinatorShard(3, 5)
-        for key, value in self.log:
-            fresh.replay(key, value)
+        for offset, (key, value) in enumerate(self.log):
+            fresh.replay(offset, -1, key, value)
         assert fresh.metadata == self.shard.metadata
 
     @invariant()

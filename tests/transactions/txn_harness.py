@@ -62,6 +62,6 @@ class Harness:
 
     def reloaded(self) -> TransactionCoordinatorShard:
         fresh = TransactionCoordinatorShard(0, self.shard.coordinator_epoch, loading=True)
-        for key, value in self.log:
-            fresh.replay(key, value)
+        for offset, (key, value) in enumerate(self.log):
+            fresh.replay(offset, -1, key, value)
         return fresh

@@ -10,13 +10,17 @@ from typing import Any
 
 from oncelog.broker import handlers
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
-from oncelog.broker.transaction_coordinator import TransactionCoordinator
+from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
+from oncelog.broker.txn_markers import LocalMarkerWriter
 from oncelog.clock import wall_clock_ms
+from oncelog.groups import GroupConfig
 from oncelog.producers.pid_allocator import ProducerIdAllocator
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
@@ -50,8 +54,19 @@ class Broker:
         self.topics = TopicRegistry(data_dir, config)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
-        self.transactions = TransactionCoordinator(self)
-        self.groups = GroupCoordinator(self)
+        self.groups = _group_coordinator(config, self.topics, self.flusher, self.now_ms)
+        self.markers = LocalMarkerWriter(
+            self.topics, self.flusher, self.groups.complete_transaction, self.now_ms
+        )
+        self.transactions = _transaction_coordinator(
+            config,
+            self.topics,
+            self.flusher,
+            self.now_ms,
+            self._allocate_producer_id,
+            self.markers,
+            self.groups.locate,
+        )
         self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
@@ -66,6 +81,10 @@ class Broker:
 
     def now_ms(self) -> int:
         return wall_clock_ms()
+
+    def _allocate_producer_id(self) -> int:
+        assert self.producer_ids is not None, "producer ids are allocated once started"
+        return self.producer_ids.allocate()
 
     # -- addresses -----------------------------------------------------------------------
 
@@ -100,9 +119,8 @@ class Broker:
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
-        for loading in (self.groups.load_if_present(), self.transactions.load_if_present()):
-            if loading is not None:
-                await loading
+        await self.groups.start()
+        await self.transactions.start()
         await self._server.start()
         maintenance = Maintenance(
             self.topics,
@@ -147,6 +165,48 @@ class Broker:
         self, header: RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any]:
         return self._handlers[header.api_key](self, header, request)
+
+
+def _group_coordinator(
+    config: BrokerConfig,
+    topics: TopicRegistry,
+    flusher: GroupCommitFlusher,
+    clock: Callable[[], int],
+) -> GroupCoordinator:
+    offsets = InternalTopicLog(
+        topics, flusher, CONSUMER_OFFSETS, config.offsets_topic_num_partitions, clock
+    )
+    group_config = GroupConfig(
+        min_session_timeout_ms=config.group_min_session_timeout_ms,
+        max_session_timeout_ms=config.group_max_session_timeout_ms,
+        initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+    )
+    return GroupCoordinator(offsets, offsets, offsets, clock, group_config)
+
+
+def _transaction_coordinator(
+    config: BrokerConfig,
+    topics: TopicRegistry,
+    flusher: GroupCommitFlusher,
+    clock: Callable[[], int],
+    allocate_producer_id: Callable[[], int],
+    markers: LocalMarkerWriter,
+    offsets_partition: Callable[[str], Awaitable[int]],
+) -> TransactionCoordinator:
+    state = InternalTopicLog(
+        topics, flusher, TRANSACTION_STATE, config.transaction_state_log_num_partitions, clock
+    )
+    settings = TxnSettings(
+        max_timeout_ms=config.transaction_max_timeout_ms,
+        abort_timed_out_interval_ms=(
+            config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        ),
+        remove_expired_interval_ms=config.transaction_remove_expired_transaction_cleanup_interval_ms,
+        id_expiration_ms=config.transactional_id_expiration_ms,
+    )
+    return TransactionCoordinator(
+        state, state, state, clock, settings, allocate_producer_id, markers, offsets_partition
+    )
 
 
 def _parse_advertised_listener(listeners: list[str]) -> tuple[str | None, int]:

@@ -1,17 +1,21 @@
-"""Coordinator state in internal partitions: write records durably, read them back.
+"""Coordinator state in an internal topic of this node: the coordinator runtime's partition
+writer and loader.
 
 A coordinator (transactions, groups) turns each request into records; the records are
 appended to its partition of an internal topic and the answer waits until they are on
-disk. At start the same records are read back and replayed, so the state a coordinator
+disk. At load the same records are read back and replayed, so the state a coordinator
 rebuilds is exactly what it had acknowledged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from oncelog.broker.coordinator_runtime import NO_PRODUCER, Clock, CoordinatorShard, LoadReport
+from oncelog.broker.internal_topics import ensure_internal_topic
 from oncelog.protocol.record_batch import (
     Record,
     build_batch,
@@ -23,9 +27,11 @@ from oncelog.protocol.record_batch import (
 if TYPE_CHECKING:
     from oncelog.broker.durability import GroupCommitFlusher
     from oncelog.broker.partition import Partition
+    from oncelog.broker.topics import TopicRegistry
+
+log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 1 << 20
-NO_PRODUCER = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,27 +54,101 @@ class StoredMarker:
     committed: bool
 
 
-async def write_records(
-    partition: Partition,
-    flusher: GroupCommitFlusher,
-    records: Sequence[tuple[bytes, bytes | None]],
-    now_ms: int,
-    *,
-    producer_id: int = NO_PRODUCER,
-    producer_epoch: int = -1,
-    transactional: bool = False,
-) -> int:
-    """Append `records` as one batch, wait until it is fsynced; the last offset."""
-    batch = build_batch(
-        [Record(key, value) for key, value in records],
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        transactional=transactional,
-        timestamp_ms=now_ms,
-    )
-    outcome = partition.append_from_coordinator(batch, now_ms)
-    await flusher.wait_durable(partition, outcome.last_offset + 1)
-    return outcome.last_offset
+class InternalTopicLog:
+    """One internal topic of this node (``__transaction_state``, ``__consumer_offsets``) as
+    the coordinator runtime sees it: a partition writer, a loader, and the topic itself
+    (created on first need with ``configured_partitions``; an existing topic keeps its
+    count, as in Kafka)."""
+
+    def __init__(
+        self,
+        topics: TopicRegistry,
+        flusher: GroupCommitFlusher,
+        name: str,
+        configured_partitions: int,
+        clock: Clock,
+    ) -> None:
+        self._topics = topics
+        self._flusher = flusher
+        self.name = name
+        self._configured_partitions = configured_partitions
+        self._clock = clock
+
+    # -- the topic ------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return self._topics.get(self.name) is not None
+
+    def partition_count(self) -> int:
+        topic = self._topics.get(self.name)
+        return self._configured_partitions if topic is None else len(topic.partitions)
+
+    def ensure(self) -> int:
+        """Create the topic if it is missing; its partition count."""
+        topic = ensure_internal_topic(
+            self._topics, self.name, self._configured_partitions, self._clock()
+        )
+        return len(topic.partitions)
+
+    def _partition(self, index: int) -> Partition:
+        return self._topics.partition(self.name, index)
+
+    # -- PartitionWriter -------------------------------------------------------------------
+
+    def append(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        now_ms: int,
+        *,
+        producer_id: int = NO_PRODUCER,
+        producer_epoch: int = -1,
+    ) -> int:
+        batch = build_batch(
+            [Record(key, value) for key, value in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            transactional=producer_id != NO_PRODUCER,
+            timestamp_ms=now_ms,
+        )
+        return self._partition(partition).append_from_coordinator(batch, now_ms).last_offset
+
+    def append_marker(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> int:
+        return self._partition(partition).append_marker(
+            producer_id, producer_epoch, committed, coordinator_epoch, now_ms
+        )
+
+    def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
+        return self._flusher.wait_durable(self._partition(partition), end_offset)
+
+    # -- CoordinatorLoader -----------------------------------------------------------------
+
+    async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:
+        """Replay the partition into ``shard``. A record the shard cannot apply (a record
+        type it does not model, a value that does not parse) is skipped with a warning:
+        one bad record must not take every other group or transactional id down."""
+        source = self._partition(partition)
+        replayed = skipped = 0
+        for stored in read_records(source):
+            try:
+                if isinstance(stored, StoredMarker):
+                    shard.replay_end_transaction_marker(stored.producer_id, stored.committed)
+                elif stored.key is not None:
+                    shard.replay(stored.offset, stored.producer_id, stored.key, stored.value)
+            except Exception as exc:
+                skipped += 1
+                log.warning("%r: skipping record %d: %s", source, stored.offset, exc)
+                continue
+            replayed += 1
+        return LoadReport(replayed, skipped)
 
 
 def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker]:

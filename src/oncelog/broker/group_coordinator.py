@@ -1,9 +1,10 @@
-"""The group coordinator: the pure shards of `oncelog.groups`, wired to `__consumer_offsets`,
-parked requests and the clock.
+"""The group coordinator: the pure shards of `oncelog.groups` on the coordinator runtime,
+with parked JoinGroup/SyncGroup requests and the group timers.
 
-One result per shard at a time: the shard decides, its records are appended (as a
-transactional batch for TxnOffsetCommit) and fsynced, replayed, and only then are the
-response and the answers to parked JoinGroup/SyncGroup requests sent.
+One result per shard at a time (the runtime runs groups serially): the shard decides, its
+records are appended (as a transactional batch for TxnOffsetCommit), made durable and
+replayed, and only then are the response and the answers to parked JoinGroup/SyncGroup
+requests sent.
 """
 
 from __future__ import annotations
@@ -11,18 +12,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from oncelog.broker.coordinator_log import StoredMarker, read_records, write_records
-from oncelog.broker.internal_topics import CONSUMER_OFFSETS, ensure_internal_topic
-from oncelog.broker.load_once import LoadOnce
-from oncelog.coordinator_partitions import partition_for
+from oncelog.broker.coordinator_runtime import (
+    CoordinatorError,
+    CoordinatorLoader,
+    CoordinatorRuntime,
+    PartitionWriter,
+)
+from oncelog.broker.leadership import InternalTopic, LedCoordinator
 from oncelog.groups import GroupConfig, GroupCoordinatorShard, Result
-from oncelog.groups.records import RecordDecodeError, UnknownRecordType
-from oncelog.protocol.errors import ErrorCode, KafkaError
-
-if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
+from oncelog.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -30,86 +30,81 @@ R = TypeVar("R")
 MAX_TICK_S = 1.0
 
 
-class GroupWriteFailed(Exception):
-    """The records of a group operation could not be written; the client gets `code`."""
+class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
+    """Groups and committed offsets of every `__consumer_offsets` partition this broker
+    leads."""
 
-    def __init__(self, code: ErrorCode) -> None:
-        super().__init__(code.name)
-        self.code = code
-
-
-class GroupCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._shards: dict[int, GroupCoordinatorShard] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
-        self._parked: dict[object, asyncio.Future[Any]] = {}
-        self._loading = LoadOnce(self._load)
+    def __init__(
+        self,
+        writer: PartitionWriter,
+        loader: CoordinatorLoader,
+        topic: InternalTopic,
+        clock: Callable[[], int],
+        config: GroupConfig,
+        *,
+        single_node: bool = True,
+    ) -> None:
+        """``single_node``: see ``LedCoordinator``."""
+        super().__init__(
+            CoordinatorRuntime(
+                topic.name,
+                writer,
+                loader,
+                clock,
+                lambda index, epoch: GroupCoordinatorShard(index, config),
+                pipelined=False,
+                on_loaded=lambda index, shard: shard.loaded(clock()),
+                on_unloaded=self._on_unloaded,
+            ),
+            topic,
+            single_node=single_node,
+        )
+        self._clock = clock
+        # Parked JoinGroup/SyncGroup requests: request id -> (partition, answer).
+        self._parked: dict[object, tuple[int, asyncio.Future[Any]]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
 
-    @property
-    def num_partitions(self) -> int:
-        return self._broker.config.offsets_topic_num_partitions
-
-    def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.num_partitions)
-
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def ready(self) -> None:
-        """Create and load `__consumer_offsets` once; later calls return at once."""
-        await self._loading.wait()
-
-    def load_if_present(self) -> asyncio.Future[None] | None:
-        if self._broker.topics.get(CONSUMER_OFFSETS) is None:
-            return None
-        return asyncio.ensure_future(self.ready())
-
-    def _config(self) -> GroupConfig:
-        config = self._broker.config
-        return GroupConfig(
-            min_session_timeout_ms=config.group_min_session_timeout_ms,
-            max_session_timeout_ms=config.group_max_session_timeout_ms,
-            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-        )
-
-    def _load(self) -> None:
-        topic = ensure_internal_topic(
-            self._broker.topics, CONSUMER_OFFSETS, self.num_partitions, self._broker.now_ms()
-        )
-        config = self._config()
-        for partition in topic.partitions:
-            shard = GroupCoordinatorShard(partition.index, config)
-            for stored in read_records(partition):
-                if isinstance(stored, StoredMarker):
-                    shard.replay_transaction_marker(stored.producer_id, stored.committed)
-                elif stored.key is not None:
-                    try:
-                        shard.replay(stored.offset, stored.producer_id, stored.key, stored.value)
-                    except (UnknownRecordType, RecordDecodeError) as exc:
-                        log.warning("skipping record %d of %r: %s", stored.offset, partition, exc)
-            shard.loaded(self._broker.now_ms())
-            self._shards[partition.index] = shard
-            self._locks[partition.index] = asyncio.Lock()
+    async def start(self) -> None:
+        """At broker start: the timers, and the partitions this broker leads."""
         self._ticker = asyncio.ensure_future(self._run_timers())
+        await self._start_leading()
 
     async def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)
+        self._runtime.unload_all()
+
+    def _on_unloaded(self, partition: int, shard: GroupCoordinatorShard) -> None:
+        """Parked requests of the partition will not be answered here: NOT_COORDINATOR
+        sends their members to the new coordinator."""
+        for parked_partition, answer in list(self._parked.values()):
+            if parked_partition == partition and not answer.done():
+                answer.set_exception(CoordinatorError(ErrorCode.not_coordinator, "the group moved"))
 
     # -- running operations ------------------------------------------------------------------
+
+    def shard_for(self, group_id: str) -> GroupCoordinatorShard:
+        """The group's shard, to read (CoordinatorError if this broker does not coordinate
+        it now)."""
+        return self._runtime.shard(self.partition_of(group_id))
+
+    async def locate(self, group_id: str) -> int:
+        """The group's `__consumer_offsets` partition, once the topic exists."""
+        await self.ready()
+        return self.partition_of(group_id)
 
     async def run(
         self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
     ) -> R:
-        """Run `operation(shard, now_ms)` on the group's shard; its response (waiting for
-        a parked JoinGroup/SyncGroup to be answered)."""
-        await self.ready()
-        index = self.partition_of(group_id)
-        response = await self._execute(index, operation)
-        self._wake.set()  # a join or session may have set an earlier deadline
+        """Run `operation(shard, now_ms)`, which always answers at once, on the group's
+        shard; its response. CoordinatorError if it could not run or be written."""
+        response = await self._run(group_id, operation)
+        if response is None:  # only JoinGroup and SyncGroup park, and they use run_parked
+            raise RuntimeError(f"group {group_id!r}: an operation that cannot park did")
         return response
 
     async def run_parked(
@@ -119,86 +114,69 @@ class GroupCoordinator:
         shard may park: then wait until a later operation or timer answers `request_id`."""
         request_id = object()
         parked: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-        self._parked[request_id] = parked
+        self._parked[request_id] = (self.partition_of(group_id), parked)
         try:
-            answer = await self.run(group_id, lambda shard, now: operation(shard, request_id, now))
+            answer = await self._run(group_id, lambda shard, now: operation(shard, request_id, now))
             return answer if answer is not None else await parked
         finally:
             self._parked.pop(request_id, None)
 
-    async def _execute(
-        self, index: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
-    ) -> R:
-        async with self._locks[index]:
-            shard = self._shards[index]
-            result = operation(shard, self._broker.now_ms())
-            await self._write(index, shard, result)
-            return result.response  # type: ignore[return-value]
+    async def _run(
+        self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
+    ) -> R | None:
+        await self.ready()
+        response = await self._execute(self.partition_of(group_id), operation)
+        self._wake.set()  # a join or session may have set an earlier deadline
+        return response
 
-    async def _write(self, index: int, shard: GroupCoordinatorShard, result: Result[Any]) -> None:
-        if result.records:
-            partition = self._broker.topics.partition(CONSUMER_OFFSETS, index)
-            try:
-                last = await write_records(
-                    partition,
-                    self._broker.flusher,
-                    [r.encode() for r in result.records],
-                    self._broker.now_ms(),
-                    producer_id=result.producer_id,
-                    producer_epoch=result.producer_epoch,
-                    transactional=result.producer_id >= 0,
-                )
-            except KafkaError as exc:
-                log.warning("group records not written to %r: %s", partition, exc)
-                raise GroupWriteFailed(
-                    exc.code
-                    if exc.code in _CLIENT_WRITE_ERRORS
-                    else ErrorCode.coordinator_not_available
-                ) from exc
-            shard.replay_result(result, last - len(result.records) + 1)
+    async def _execute(
+        self, partition: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
+    ) -> R | None:
+        """Write the operation's result through the runtime, then answer the parked
+        requests it completes; its response (None while the caller's request is parked)."""
+        result = await self._runtime.write(partition, operation)
         for completion in result.completions:
-            future = self._parked.pop(completion.request_id, None)
-            if future is not None and not future.done():
-                future.set_result(completion.response)
+            parked = self._parked.pop(completion.request_id, None)
+            if parked is not None and not parked[1].done():
+                parked[1].set_result(completion.response)
         for request_id in result.abandoned:
             self._parked.pop(request_id, None)  # Kafka leaves these to the client's timeout
+        return result.response
 
-    def complete_transaction(self, index: int, producer_id: int, committed: bool) -> None:
-        """A marker reached `__consumer_offsets`-`index`: its pending offsets settle."""
-        shard = self._shards.get(index)
-        if shard is not None:
-            shard.replay_transaction_marker(producer_id, committed)
+    async def complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+    ) -> None:
+        """Write a transaction marker to `__consumer_offsets`-``partition``; once durable
+        the producer's pending offsets there are committed or dropped."""
+        await self._runtime.complete_transaction(
+            partition, producer_id, producer_epoch, committed, coordinator_epoch
+        )
 
     # -- timers ------------------------------------------------------------------------------
 
     async def _run_timers(self) -> None:
         """Session expiry, rebalance and join timeouts: tick each shard when it is due."""
         while True:
-            deadlines = [d for s in self._shards.values() if (d := s.next_deadline()) is not None]
+            shards = self._runtime.shards
+            deadlines = [d for s in shards.values() if (d := s.next_deadline()) is not None]
             delay = MAX_TICK_S
             if deadlines:
-                delay = min(max((min(deadlines) - self._broker.now_ms()) / 1000, 0.0), MAX_TICK_S)
+                delay = min(max((min(deadlines) - self._clock()) / 1000, 0.0), MAX_TICK_S)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), delay)
             except TimeoutError:
                 pass
-            now = self._broker.now_ms()
-            for index, shard in self._shards.items():
+            now = self._clock()
+            for partition, shard in self._runtime.shards.items():
                 deadline = shard.next_deadline()
                 if deadline is not None and deadline <= now:
                     try:
-                        await self._execute(index, lambda s, t: s.tick(t))
-                    except GroupWriteFailed:
-                        log.warning("group timers of partition %d could not be written", index)
-
-    # -- admin -------------------------------------------------------------------------------
-
-    @property
-    def shards(self) -> dict[int, GroupCoordinatorShard]:
-        return self._shards
-
-
-_CLIENT_WRITE_ERRORS = frozenset(
-    {ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced, ErrorCode.invalid_txn_state}
-)
+                        await self._execute(partition, lambda s, t: s.tick(t))
+                    except CoordinatorError as exc:
+                        log.warning("group timers of partition %d: %s", partition, exc)

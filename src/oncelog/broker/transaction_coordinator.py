@@ -1,41 +1,37 @@
-"""The transaction coordinator: the pure shards of `oncelog.transactions`, wired to the
-`__transaction_state` log, the partitions' markers and the clock.
+"""The transaction coordinator: the pure shards of `oncelog.transactions` on the coordinator
+runtime, with the markers they ask for and the timers they need.
 
-Every request runs the same way: the shard decides (records to write, a response, markers
-to send), the records are appended to the shard's `__transaction_state` partition and
-fsynced, and only then are they replayed into the shard and the client answered. Markers
-are written afterwards (WriteTxnMarkers semantics, in-process on one node); once every
-participating partition holds its marker durably, the COMPLETE record is written.
+Every request runs the same way: the runtime runs the shard's handler, writes its records
+to the shard's `__transaction_state` partition and replays them once durable; only then is
+the client answered. Markers are written afterwards (WriteTxnMarkers semantics, in process
+on one node); once every participating partition holds its marker durably, the COMPLETE
+record is written. Writes for different transactional ids overlap and share fsyncs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from oncelog.broker.coordinator_log import StoredRecord, read_records, write_records
-from oncelog.broker.internal_topics import (
-    CONSUMER_OFFSETS,
-    TRANSACTION_STATE,
-    ensure_internal_topic,
+from oncelog.broker.coordinator_runtime import (
+    CoordinatorError,
+    CoordinatorLoader,
+    CoordinatorRuntime,
+    PartitionWriter,
 )
-from oncelog.broker.load_once import LoadOnce
-from oncelog.coordinator_partitions import partition_for
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS
+from oncelog.broker.leadership import InternalTopic, LedCoordinator
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import (
     CoordinatorResult,
     MarkerRequest,
     TransactionCoordinatorShard,
     TxnResponse,
-    append_error,
 )
 from oncelog.transactions.state import TopicPartition, TxnState
-
-if TYPE_CHECKING:
-    from oncelog.broker.broker import Broker
-    from oncelog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -51,81 +47,122 @@ _FINAL_MARKER_ERRORS = frozenset(
 )
 
 
-class TransactionCoordinator:
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._shards: dict[int, TransactionCoordinatorShard] = {}
-        self._loading = LoadOnce(self._load)
-        self._tasks: set[asyncio.Task[None]] = set()
+class MarkerWriter(Protocol):
+    """Writes one transaction's marker to its partitions (WriteTxnMarkers semantics)."""
 
-    @property
-    def num_partitions(self) -> int:
-        return self._broker.config.transaction_state_log_num_partitions
+    def write(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        committed: bool,
+        coordinator_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> Awaitable[dict[TopicPartition, ErrorCode]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnSettings:
+    """The broker configuration the transaction coordinator acts on (Kafka's keys)."""
+
+    max_timeout_ms: int  # transaction.max.timeout.ms
+    abort_timed_out_interval_ms: int  # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    remove_expired_interval_ms: int  # transaction.remove.expired.transaction.cleanup.interval.ms
+    id_expiration_ms: int  # transactional.id.expiration.ms
+
+
+class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
+    """Transactional ids of every `__transaction_state` partition this broker leads."""
+
+    def __init__(
+        self,
+        writer: PartitionWriter,
+        loader: CoordinatorLoader,
+        topic: InternalTopic,
+        clock: Callable[[], int],
+        settings: TxnSettings,
+        allocate_producer_id: Callable[[], int],
+        markers: MarkerWriter,
+        offsets_partition: Callable[[str], Awaitable[int]],
+        *,
+        single_node: bool = True,
+    ) -> None:
+        """``offsets_partition(group_id)`` is the group's `__consumer_offsets` partition,
+        once that topic exists; ``single_node``: see ``LedCoordinator``."""
+        super().__init__(
+            CoordinatorRuntime(
+                topic.name,
+                writer,
+                loader,
+                clock,
+                lambda index, epoch: TransactionCoordinatorShard(index, epoch, loading=True),
+                pipelined=True,
+                on_loaded=self._on_loaded,
+                on_unloaded=self._on_unloaded,
+            ),
+            topic,
+            single_node=single_node,
+        )
+        self._clock = clock
+        self._settings = settings
+        self._allocate_producer_id = allocate_producer_id
+        self._markers = markers
+        self._offsets_partition = offsets_partition
+        self._tasks: dict[int, set[asyncio.Task[None]]] = {}  # marker tasks by partition
+        self._timer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def ready(self) -> None:
-        """Create and load `__transaction_state` once; later calls return at once."""
-        await self._loading.wait()
-
-    def load_if_present(self) -> asyncio.Future[None] | None:
-        """At broker start: load the coordinator state if the topic exists."""
-        if self._broker.topics.get(TRANSACTION_STATE) is None:
-            return None
-        return asyncio.ensure_future(self.ready())
-
-    def _load(self) -> None:
-        topic = ensure_internal_topic(
-            self._broker.topics, TRANSACTION_STATE, self.num_partitions, self._broker.now_ms()
-        )
-        for partition in topic.partitions:
-            shard = TransactionCoordinatorShard(partition.index, loading=True)
-            for stored in read_records(partition):
-                if isinstance(stored, StoredRecord) and stored.key is not None:
-                    shard.replay(stored.key, stored.value)
-            self._shards[partition.index] = shard
-            for marker in shard.finish_loading():
-                log.info(
-                    "resuming %s of transactional id %r after restart",
-                    "commit" if marker.committed else "abort",
-                    marker.transactional_id,
-                )
-                self._spawn(self._write_markers(shard, partition, marker))
-        self._spawn(self._run_timeouts())
+    async def start(self) -> None:
+        """At broker start: the timers, and the partitions this broker leads."""
+        self._timer = asyncio.ensure_future(self._run_timeouts())
+        await self._start_leading()
 
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        if self._timer is not None:
+            self._timer.cancel()
+        self._runtime.unload_all()
+        tasks = [t for group in self._tasks.values() for t in group]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, *filter(None, [self._timer]), return_exceptions=True)
 
-    def _spawn(self, coroutine: object) -> None:
-        task = asyncio.ensure_future(coroutine)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _on_loaded(self, partition: int, shard: TransactionCoordinatorShard) -> None:
+        for marker in shard.finish_loading():
+            log.info(
+                "resuming %s of transactional id %r after restart",
+                "commit" if marker.committed else "abort",
+                marker.transactional_id,
+            )
+            self._spawn(partition, self._write_markers(partition, marker))
 
-    def _shard_of(self, transactional_id: str) -> tuple[TransactionCoordinatorShard, Partition]:
-        index = partition_for(transactional_id, self.num_partitions)
-        return self._shards[index], self._broker.topics.partition(TRANSACTION_STATE, index)
+    def _on_unloaded(self, partition: int, shard: TransactionCoordinatorShard) -> None:
+        """The new coordinator completes what this one was writing markers for."""
+        for task in self._tasks.pop(partition, set()):
+            task.cancel()
+
+    def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        tasks = self._tasks.setdefault(partition, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     # -- requests ------------------------------------------------------------------------
 
     async def init_producer_id(
         self, transactional_id: str, timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> TxnResponse:
-        await self.ready()
-        shard, partition = self._shard_of(transactional_id)
-        allocator = self._broker.producer_ids
-        assert allocator is not None
-        result = shard.init_producer_id(
+        return await self._run(
             transactional_id,
-            timeout_ms,
-            producer_id,
-            producer_epoch,
-            now_ms=self._broker.now_ms(),
-            allocate_producer_id=allocator.allocate,
-            max_timeout_ms=self._broker.config.transaction_max_timeout_ms,
+            lambda shard, now: shard.init_producer_id(
+                transactional_id,
+                timeout_ms,
+                producer_id,
+                producer_epoch,
+                now_ms=now,
+                allocate_producer_id=self._allocate_producer_id,
+                max_timeout_ms=self._settings.max_timeout_ms,
+            ),
         )
-        return await self._run(shard, partition, result)
 
     async def add_partitions(
         self,
@@ -134,51 +171,46 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
     ) -> TxnResponse:
-        await self.ready()
-        shard, partition = self._shard_of(transactional_id)
-        result = shard.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, self._broker.now_ms()
+        return await self._run(
+            transactional_id,
+            lambda shard, now: shard.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, now
+            ),
         )
-        return await self._run(shard, partition, result)
 
     async def add_offsets(
         self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> TxnResponse:
-        await self.ready()
-        await self._broker.groups.ready()
-        shard, partition = self._shard_of(transactional_id)
-        offsets_partition = (CONSUMER_OFFSETS, self._broker.groups.partition_of(group_id))
-        result = shard.add_offsets(
+        offsets_partition = (CONSUMER_OFFSETS, await self._offsets_partition(group_id))
+        return await self._run(
             transactional_id,
-            producer_id,
-            producer_epoch,
-            group_id,
-            offsets_partition,
-            self._broker.now_ms(),
+            lambda shard, now: shard.add_offsets(
+                transactional_id, producer_id, producer_epoch, group_id, offsets_partition, now
+            ),
         )
-        return await self._run(shard, partition, result)
 
     async def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnResponse:
-        await self.ready()
-        shard, partition = self._shard_of(transactional_id)
-        result = shard.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, self._broker.now_ms()
+        return await self._run(
+            transactional_id,
+            lambda shard, now: shard.end_txn(
+                transactional_id, producer_id, producer_epoch, commit, now
+            ),
         )
-        return await self._run(shard, partition, result)
 
     def check_write(
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, index: int
     ) -> None:
         """KIP-890 part 1: a transactional batch must belong to the producer's ongoing
         transaction and to a partition added to it."""
-        if not self._loading.done:
+        try:
+            shard = self._runtime.shard(self.partition_of(transactional_id))
+        except CoordinatorError:
             raise KafkaError(
                 ErrorCode.invalid_txn_state,
                 f"transactional id {transactional_id!r} has no transaction",
-            )
-        shard, _ = self._shard_of(transactional_id)
+            ) from None
         metadata = shard.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:
             raise KafkaError(
@@ -196,28 +228,29 @@ class TransactionCoordinator:
                 f"{topic}-{index} was not added to {transactional_id!r}'s transaction",
             )
 
-    # -- the write path ---------------------------------------------------------------------
-
     async def _run(
-        self, shard: TransactionCoordinatorShard, partition: Partition, result: CoordinatorResult
+        self,
+        transactional_id: str,
+        handler: Callable[[TransactionCoordinatorShard, int], CoordinatorResult],
     ) -> TxnResponse:
-        if result.records:
-            try:
-                await write_records(
-                    partition, self._broker.flusher, result.records, self._broker.now_ms()
-                )
-            except KafkaError as exc:
-                shard.write_failed(result)
-                log.warning("could not write to %r: %s", partition, exc)
-                return TxnResponse(append_error(exc.code))
-            shard.apply(result)
-        for marker in result.markers:
-            self._spawn(self._write_markers(shard, partition, marker))
+        """Run ``handler`` on the id's shard through the runtime; send its markers."""
+        await self.ready()
+        partition = self.partition_of(transactional_id)
+        try:
+            result = await self._runtime.write(partition, handler)
+        except CoordinatorError as exc:
+            log.warning("transactional id %r: %s", transactional_id, exc)
+            return TxnResponse(exc.code)
+        self._send_markers(partition, result)
         return result.response or TxnResponse(ErrorCode.none)
 
-    async def _write_markers(
-        self, shard: TransactionCoordinatorShard, log_partition: Partition, marker: MarkerRequest
-    ) -> None:
+    def _send_markers(self, partition: int, result: CoordinatorResult) -> None:
+        for marker in result.markers:
+            self._spawn(partition, self._write_markers(partition, marker))
+
+    # -- markers -----------------------------------------------------------------------------
+
+    async def _write_markers(self, partition: int, marker: MarkerRequest) -> None:
         """Write the marker to every participant until each holds it durably, then complete.
 
         A partition that refuses the marker as stale (a newer producer epoch or coordinator
@@ -225,74 +258,63 @@ class TransactionCoordinator:
         so no participant is left with an open transaction holding its LSO back.
         """
         remaining = set(marker.partitions)
-        while remaining:
-            written = []
-            for topic, index in sorted(remaining):
-                try:
-                    target = self._broker.topics.partition(topic, index)
-                    offset = target.append_marker(
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.committed,
-                        marker.coordinator_epoch,
-                        self._broker.now_ms(),
-                    )
-                except KafkaError as exc:
-                    if exc.code not in _FINAL_MARKER_ERRORS:
-                        log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
-                        continue
-                    log.info("marker for %s-%d not needed: %s", topic, index, exc)
+        while True:
+            outcomes = await self._markers.write(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.committed,
+                marker.coordinator_epoch,
+                sorted(remaining),
+            )
+            for (topic, index), code in outcomes.items():
+                if code == ErrorCode.none:
                     remaining.discard((topic, index))
-                    continue
-                except OSError as exc:
-                    log.warning("marker for %s-%d failed (%s); retrying", topic, index, exc)
-                    continue
-                if topic == CONSUMER_OFFSETS:
-                    self._broker.groups.complete_transaction(
-                        index, marker.producer_id, marker.committed
-                    )
-                written.append(
-                    (topic, index, self._broker.flusher.wait_durable(target, offset + 1))
-                )
-            for topic, index, durable in written:
-                try:
-                    await durable
-                except KafkaError as exc:  # appended but not fsynced: the next round retries it
-                    log.warning("marker for %s-%d not durable (%s)", topic, index, exc)
-                    continue
-                remaining.discard((topic, index))
-            if remaining:
-                await asyncio.sleep(MARKER_RETRY_S)
-        result = shard.complete(marker.transactional_id, self._broker.now_ms(), marker)
-        await self._run(shard, log_partition, result)
+                elif code in _FINAL_MARKER_ERRORS:
+                    log.info("marker for %s-%d not needed: %s", topic, index, code.name)
+                    remaining.discard((topic, index))
+                else:
+                    log.warning("marker for %s-%d failed (%s); retrying", topic, index, code.name)
+            if not remaining:
+                break
+            await asyncio.sleep(MARKER_RETRY_S)
+        try:
+            await self._runtime.write(
+                partition,
+                lambda shard, now: shard.complete(marker.transactional_id, now, marker),
+            )
+        except CoordinatorError as exc:  # the next load finds it prepared and completes it
+            log.warning("could not complete %r: %s", marker.transactional_id, exc)
 
     # -- timers ------------------------------------------------------------------------------
 
     async def _run_timeouts(self) -> None:
         """Abort transactions past their timeout (fencing the producer); expire idle ids."""
-        config = self._broker.config
-        abort_every_s = config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
-        expire_every_ms = config.transaction_remove_expired_transaction_cleanup_interval_ms
-        next_expiry_ms = self._broker.now_ms() + expire_every_ms
+        settings = self._settings
+        next_expiry_ms = self._clock() + settings.remove_expired_interval_ms
         while True:
-            await asyncio.sleep(abort_every_s)
-            now = self._broker.now_ms()
-            for index, shard in self._shards.items():
-                partition = self._broker.topics.partition(TRANSACTION_STATE, index)
-                for result in shard.abort_timed_out(now):
-                    for marker in result.markers:
-                        log.info("transactional id %r timed out: aborting", marker.transactional_id)
-                    await self._run(shard, partition, result)
-                if now >= next_expiry_ms:
-                    result = shard.expire_transactional_ids(
-                        now, config.transactional_id_expiration_ms
-                    )
-                    await self._run(shard, partition, result)
-            if now >= next_expiry_ms:
-                next_expiry_ms = now + expire_every_ms
+            await asyncio.sleep(settings.abort_timed_out_interval_ms / 1000)
+            now = self._clock()
+            expire = now >= next_expiry_ms
+            for partition in list(self._runtime.shards):
+                try:
+                    await self._abort_timed_out(partition)
+                    if expire:
+                        await self._runtime.write(
+                            partition,
+                            lambda shard, now: shard.expire_transactional_ids(
+                                now, settings.id_expiration_ms
+                            ),
+                        )
+                except CoordinatorError as exc:
+                    log.warning("%s-%d: timers: %s", self._topic.name, partition, exc)
+            if expire:
+                next_expiry_ms = now + settings.remove_expired_interval_ms
 
-    # -- admin -------------------------------------------------------------------------------
-
-    @property
-    def shards(self) -> dict[int, TransactionCoordinatorShard]:
-        return self._shards
+    async def _abort_timed_out(self, partition: int) -> None:
+        results = await self._runtime.write_each(
+            partition, lambda shard, now: shard.abort_timed_out(now)
+        )
+        for result in results:
+            for marker in result.markers:
+                log.info("transactional id %r timed out: aborting", marker.transactional_id)
+            self._send_markers(partition, result)

@@ -1,18 +1,19 @@
 """The group coordinator shard of one ``__consumer_offsets`` partition (pure, no I/O).
 
 Modelled on Kafka 4.x's ``GroupCoordinatorShard`` and ``CoordinatorResult``: each handler
-returns a :class:`~oncelog.groups.classic.Result` (records to write + response). The broker:
+returns a :class:`~oncelog.groups.classic.Result` (records to write + response). The coordinator
+runtime (``oncelog.broker.coordinator_runtime``):
 
-1. writes ``result.records`` to the shard's ``__consumer_offsets`` partition as one batch
-   (transactional, with ``producer_id``/``producer_epoch``, for TxnOffsetCommit), encoded with
-   :meth:`CoordinatorRecord.encode`;
-2. if ``result.replay_records``, calls :meth:`GroupCoordinatorShard.replay_result` with the
-   batch's base offset (this is where offsets change);
-3. sends ``result.response`` and answers each parked request in ``result.completions``.
+1. writes ``result.log_records`` to the shard's ``__consumer_offsets`` partition as one batch
+   (transactional, with ``producer_id``/``producer_epoch``, for TxnOffsetCommit);
+2. once they are durable, if ``result.replay_records``, replays each with :meth:`replay`, the
+   method that loads the partition (this is where offsets change);
+3. returns the result: the broker sends ``result.response`` and answers each parked request
+   in ``result.completions``.
 
-Handle, write and replay one result before the next request of the same shard (one writer
-per partition). Loading replays the stored records with :meth:`replay` and the transaction
-markers with :meth:`replay_transaction_marker`, the same code the live path runs, then calls
+Handle, write and replay one result before the next operation of the same shard (the runtime
+runs groups serially). Transaction markers are replayed with
+:meth:`replay_end_transaction_marker`, at load and live. After the load the runtime calls
 :meth:`loaded`. Timers: schedule :meth:`next_deadline`, call :meth:`tick` when it is due.
 """
 
@@ -41,7 +42,6 @@ from oncelog.groups.offsets import (
     TxnOffsetCommitRequest,
 )
 from oncelog.groups.records import (
-    CoordinatorRecord,
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -126,38 +126,29 @@ class GroupCoordinatorShard:
     def tick(self, now_ms: int) -> Result[None]:
         return self.groups.tick(now_ms)
 
-    # --- replay: live path after the append, and load ---
-
-    def replay_result(self, result: Result[object], base_offset: int) -> None:
-        """Apply a result's records written at ``base_offset`` onwards (live path)."""
-        if not result.replay_records:
-            return
-        for i, record in enumerate(result.records):
-            self.replay_record(base_offset + i, result.producer_id, record)
+    # --- replay: the one path for load and live ---
 
     def replay(self, offset: int, producer_id: int, key: bytes, value: bytes | None) -> None:
-        """Apply one stored record (load path). Raises ``UnknownRecordType`` for record types
-        we do not model (KIP-848 consumer groups, share groups): the loader skips those."""
-        self.replay_record(offset, producer_id, decode_record(key, value))
-
-    def replay_record(self, offset: int, producer_id: int, record: CoordinatorRecord) -> None:
-        key, value = record.key, record.value
-        if isinstance(key, OffsetCommitKey):
-            assert value is None or isinstance(value, OffsetCommitValue)
-            self.offsets.replay(offset, producer_id, key, value)
+        """Apply one stored record. Raises ``UnknownRecordType`` for record types we do not
+        model (KIP-848 consumer groups, share groups): the loader skips those."""
+        record = decode_record(key, value)
+        if isinstance(record.key, OffsetCommitKey):
+            assert record.value is None or isinstance(record.value, OffsetCommitValue)
+            self.offsets.replay(offset, producer_id, record.key, record.value)
         else:
-            assert isinstance(key, GroupMetadataKey)
-            assert value is None or isinstance(value, GroupMetadataValue)
-            self.groups.replay_group_metadata(key.group, value)
+            assert isinstance(record.key, GroupMetadataKey)
+            assert record.value is None or isinstance(record.value, GroupMetadataValue)
+            self.groups.replay_group_metadata(record.key.group, record.value)
 
-    def replay_transaction_marker(self, producer_id: int, committed: bool) -> None:
+    def replay_end_transaction_marker(self, producer_id: int, committed: bool) -> None:
         """A commit or abort marker of ``producer_id`` in this partition: its pending
         transactional offsets become committed, or are dropped."""
         self.offsets.replay_end_transaction_marker(producer_id, committed)
 
-    # The live path completes a transaction by writing the marker and replaying it: the same
-    # step as the load path.
-    complete_transaction = replay_transaction_marker
+    def write_failed(self, result: Result[object]) -> None:
+        """Nothing to undo: offsets change only by replay, and the classic membership is
+        soft state changed in place whether or not its checkpoint record is written (see
+        the deviation noted in ``oncelog.groups.classic``)."""
 
     def loaded(self, now_ms: int) -> None:
         """After the load: loaded members' sessions start now (Kafka's ``onLoaded``)."""

@@ -150,9 +150,9 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class Result(Generic[R]):
-    """What an operation decided. The broker writes ``records`` (one batch; transactional
-    with ``producer_id``/``producer_epoch`` when they are set), replays them when
-    ``replay_records``, and only then sends ``response`` and the ``completions``.
+    """What an operation decided. The coordinator runtime writes ``records`` (one batch;
+    transactional with ``producer_id``/``producer_epoch`` when they are set), replays them
+    when ``replay_records``, and only then sends ``response`` and the ``completions``.
 
     ``response`` is None when the caller's own request is parked. ``abandoned`` lists parked
     request ids that will never be answered (their member was replaced or removed); Kafka
@@ -165,3 +165,8 @@ class Result(Generic[R]):
     replay_records: bool = True
     producer_id: int = -1
     producer_epoch: int = -1
+
+    @property
+    def log_records(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        """``records`` as the (key, value) bytes the log holds."""
+        return tuple(record.encode() for record in self.records)

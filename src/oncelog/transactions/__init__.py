@@ -9,7 +9,6 @@ from oncelog.transactions.coordinator import (
     TxnDescription,
     TxnListing,
     TxnResponse,
-    append_error,
     client_error,
 )
 from oncelog.transactions.log_records import (
@@ -44,7 +43,6 @@ __all__ = [
     "TxnResponse",
     "TxnState",
     "TxnTransition",
-    "append_error",
     "client_error",
     "decode_key",
     "decode_record",

@@ -5,18 +5,19 @@ rules of ``TransactionCoordinator.scala`` (transactions v1: the explicit AddPart
 path, InitProducerId v0-4, AddPartitionsToTxn/AddOffsetsToTxn/EndTxn v0-3). No I/O, no clock:
 ``now_ms`` and the producer id allocator are arguments.
 
-The protocol with the broker:
+The protocol with the coordinator runtime (``oncelog.broker.coordinator_runtime``):
 
 1. A handler returns a ``CoordinatorResult``: ``records`` to append to this partition of
    ``__transaction_state``, the ``response`` to send *once they are written*, and
    ``markers`` to write *once they are written*. A handler changes nothing but a
    "write in flight" note for the ids it touched (Kafka's ``pendingState``): further
-   requests for those ids get CONCURRENT_TRANSACTIONS until step 2 or 3.
-2. After the append succeeded, the broker calls ``replay(key, value)`` for every record (or
-   ``apply(result)``), the same method that loads the partition at start-up: state only
-   ever changes by replaying records, so load and live cannot disagree.
-3. If the append failed, the broker calls ``write_failed(result)`` and answers with
-   ``append_error(storage_error)`` instead of the prepared response.
+   requests for those ids get CONCURRENT_TRANSACTIONS until step 2 or 3. So requests for
+   other ids may be decided while a write waits for its fsync.
+2. After the append is durable, the runtime calls ``replay(offset, producer_id, key,
+   value)`` for every record, the same method that loads the partition: state only ever
+   changes by replaying records, so load and live cannot disagree.
+3. If the append failed, the runtime calls ``write_failed(result)`` and the client gets the
+   runtime's error instead of the prepared response.
 4. When every marker of a MarkerRequest is written, ``complete(...)`` gives the
    COMPLETE_COMMIT/COMPLETE_ABORT record (steps 2-3 again).
 
@@ -66,7 +67,6 @@ __all__ = [
     "TxnDescription",
     "TxnListing",
     "TxnResponse",
-    "append_error",
     "client_error",
 ]
 
@@ -84,17 +84,6 @@ _PRODUCER_FENCED_SINCE = {
     API_END_TXN: 2,
 }
 
-_APPEND_ERRORS = {
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.not_enough_replicas_after_append: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-    ErrorCode.message_too_large: ErrorCode.unknown_server_error,
-    ErrorCode.record_list_too_large: ErrorCode.unknown_server_error,
-}
-
 
 def client_error(api_key: int, version: int, error: ErrorCode) -> ErrorCode:
     """The code to put on the wire: PRODUCER_FENCED becomes INVALID_PRODUCER_EPOCH for
@@ -104,12 +93,6 @@ def client_error(api_key: int, version: int, error: ErrorCode) -> ErrorCode:
     if error == ErrorCode.producer_fenced and since is not None and version < since:
         return ErrorCode.invalid_producer_epoch
     return error
-
-
-def append_error(storage_error: ErrorCode) -> ErrorCode:
-    """The coordinator error for a failed ``__transaction_state`` append (Kafka's
-    ``TransactionStateManager.appendTransactionToLog``)."""
-    return _APPEND_ERRORS.get(storage_error, storage_error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +126,16 @@ class CoordinatorResult:
     response: TxnResponse | None = None
     markers: tuple[MarkerRequest, ...] = ()
     transitions: tuple[TxnTransition, ...] = ()
+
+    # What the coordinator runtime reads: the records are already encoded, always replayed,
+    # and written by no producer (``__transaction_state`` is not transactional).
+    replay_records = True
+    producer_id = NO_PRODUCER_ID
+    producer_epoch = NO_PRODUCER_EPOCH
+
+    @property
+    def log_records(self) -> tuple[tuple[bytes, bytes | None], ...]:
+        return self.records
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +202,9 @@ class TransactionCoordinatorShard:
 
     # --- applying records: the one path for load and live ---
 
-    def replay(self, key: bytes, value: bytes | None) -> None:
-        """Apply one stored record. Unknown key versions are skipped (as Kafka does)."""
+    def replay(self, offset: int, producer_id: int, key: bytes, value: bytes | None) -> None:
+        """Apply one stored record (its offset and producer do not matter here). Unknown key
+        versions are skipped (as Kafka does)."""
         record = decode_record(key, value)
         if record is None:
             return
@@ -221,14 +215,18 @@ class TransactionCoordinatorShard:
         else:
             self._txns[tid] = record.metadata
 
+    def replay_end_transaction_marker(self, producer_id: int, committed: bool) -> None:
+        """``__transaction_state`` holds no transaction markers: nothing to do."""
+
     def apply(self, result: CoordinatorResult) -> None:
-        """Replay every record of ``result`` (call after its append succeeded)."""
+        """Replay every record of ``result`` as if its append had just succeeded (for
+        harnesses that keep the log in memory)."""
         for key, value in result.records:
-            self.replay(key, value)
+            self.replay(-1, NO_PRODUCER_ID, key, value)
 
     def write_failed(self, result: CoordinatorResult) -> None:
-        """The append of ``result`` failed: forget its in-flight transitions. Answer the
-        client with ``append_error(...)`` instead of ``result.response``."""
+        """The append of ``result`` failed: forget its in-flight transitions (the client
+        gets the runtime's error instead of ``result.response``)."""
         for transition in result.transitions:
             if self._pending.get(transition.transactional_id) is transition:
                 del self._pending[transition.transactional_id]

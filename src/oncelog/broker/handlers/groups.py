@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.group_coordinator import GroupWriteFailed
+from oncelog.broker.coordinator_runtime import CoordinatorError
 from oncelog.groups import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -54,7 +54,7 @@ async def handle_join_group(broker: Broker, header: RequestHeader, request: Any)
         answer = await broker.groups.run_parked(
             request.group_id, lambda s, rid, now: s.join_group(join, rid, now)
         )
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         return _join_error(failed.code)
     return {
         "throttle_time": 0,
@@ -104,7 +104,7 @@ async def handle_sync_group(broker: Broker, header: RequestHeader, request: Any)
         answer = await broker.groups.run_parked(
             request.group_id, lambda s, rid, now: s.sync_group(sync, rid, now)
         )
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         return {
             "throttle_time": 0,
             "error_code": failed.code,
@@ -130,7 +130,7 @@ async def handle_heartbeat(broker: Broker, header: RequestHeader, request: Any) 
     )
     try:
         code = await broker.groups.run(request.group_id, lambda s, now: s.heartbeat(beat, now))
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         code = failed.code
     return {"throttle_time": 0, "error_code": code}
 
@@ -147,7 +147,7 @@ async def handle_leave_group(broker: Broker, header: RequestHeader, request: Any
     leave = LeaveGroupRequest(request.group_id, members)
     try:
         answer = await broker.groups.run(request.group_id, lambda s, now: s.leave_group(leave, now))
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         return {"throttle_time": 0, "error_code": failed.code, "members": []}
     if not batched:
         code = answer.members[0].error_code if answer.members else answer.error_code
@@ -220,7 +220,7 @@ async def handle_offset_commit(
         answer = await broker.groups.run(
             request.group_id, lambda s, now: s.commit_offsets(commit, now)
         )
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         return {"throttle_time": 0, "topics": _uniform_errors(request.topics, failed.code)}
     return {"throttle_time": 0, "topics": _partition_errors(answer)}
 
@@ -242,7 +242,7 @@ async def handle_txn_offset_commit(
         answer = await broker.groups.run(
             request.group_id, lambda s, now: s.commit_transactional_offsets(commit, now)
         )
-    except GroupWriteFailed as failed:
+    except CoordinatorError as failed:
         return {"throttle_time": 0, "topics": _uniform_errors(request.topics, failed.code)}
     return {"throttle_time": 0, "topics": _partition_errors(answer)}
 
@@ -265,8 +265,10 @@ async def _fetch(
 ) -> dict[str, Any]:
     wanted = None if topics is None else {t.name: list(t.partition_indexes) for t in topics}
     await broker.groups.ready()
-    shard = broker.groups.shards[broker.groups.partition_of(group_id)]
-    answer = shard.fetch_offsets(group_id, wanted, require_stable)
+    try:
+        answer = broker.groups.shard_for(group_id).fetch_offsets(group_id, wanted, require_stable)
+    except CoordinatorError as exc:
+        return {"group_id": group_id, "error_code": exc.code, "topics": []}
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for p in answer.partitions:
         by_topic.setdefault(p.topic, []).append(
@@ -310,8 +312,11 @@ async def handle_describe_groups(
     await broker.groups.ready()
     described = []
     for group_id in request.groups:
-        shard = broker.groups.shards[broker.groups.partition_of(group_id)]
-        (group,) = shard.describe_groups([group_id])
+        try:
+            (group,) = broker.groups.shard_for(group_id).describe_groups([group_id])
+        except CoordinatorError as exc:
+            described.append(_described_error(group_id, exc.code))
+            continue
         described.append(
             {
                 "error_code": group.error_code,
@@ -334,3 +339,15 @@ async def handle_describe_groups(
             }
         )
     return {"throttle_time": 0, "groups": described}
+
+
+def _described_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "group_id": group_id,
+        "group_state": "",
+        "protocol_type": "",
+        "protocol_data": "",
+        "members": [],
+        "authorized_operations": -(2**31),
+    }

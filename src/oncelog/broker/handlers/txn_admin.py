@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import logging
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.broker.internal_topics import TRANSACTION_STATE
 from oncelog.coordinator_partitions import partition_for
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.errors import ErrorCode
 from oncelog.transactions.coordinator import TxnDescription
 from oncelog.transactions.state import TxnState
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.broker.partition import Partition
     from oncelog.protocol.codec import RequestHeader
-
-log = logging.getLogger(__name__)
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
@@ -129,65 +125,37 @@ def _timestamp(ms: int) -> datetime.datetime:
 async def handle_write_txn_markers(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
-    """Append each marker to each listed partition, then answer once every appended marker
-    is durable. Every append happens before the first await, so markers take effect in
-    request order. Errors are per partition, as Kafka's (UNKNOWN_TOPIC_OR_PARTITION,
+    """Write each marker to each listed partition, then answer once every written marker
+    is durable. Markers take effect in request order (each one's appends happen before
+    the next one's). Errors are per partition, as Kafka's (UNKNOWN_TOPIC_OR_PARTITION,
     INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...)."""
-    now = broker.now_ms()
-    results: list[dict[str, Any]] = []
-    # (partition result dict, partition, end offset) for each marker appended
-    durable: list[tuple[dict[str, Any], Partition, int]] = []
-    for marker in request.markers:
-        topics = []
-        for topic in marker.topics:
-            answers = []
-            for index in topic.partition_indexes:
-                answer: dict[str, Any] = {"partition_index": index, "error_code": ErrorCode.none}
-                answers.append(answer)
-                try:
-                    partition = broker.topics.partition(topic.name, index)
-                    offset = partition.append_marker(
-                        marker.producer_id,
-                        marker.producer_epoch,
-                        marker.transaction_result,
-                        marker.coordinator_epoch,
-                        now,
-                    )
-                except KafkaError as exc:
-                    log.info(
-                        "WriteTxnMarkers for producer %d on %s-%d refused: %s",
-                        marker.producer_id,
-                        topic.name,
-                        index,
-                        exc,
-                    )
-                    answer["error_code"] = exc.code
-                    continue
-                log.info(
-                    "%s marker written for producer %d epoch %d on %s-%d at offset %d",
-                    "COMMIT" if marker.transaction_result else "ABORT",
-                    marker.producer_id,
-                    marker.producer_epoch,
-                    topic.name,
-                    index,
-                    offset,
-                )
-                if topic.name == CONSUMER_OFFSETS:
-                    broker.groups.complete_transaction(
-                        index, marker.producer_id, marker.transaction_result
-                    )
-                durable.append((answer, partition, offset + 1))
-            topics.append({"name": topic.name, "partitions": answers})
-        results.append({"producer_id": marker.producer_id, "topics": topics})
-    if durable:
-        outcomes = await asyncio.gather(
-            *(broker.flusher.wait_durable(partition, end) for _, partition, end in durable),
-            return_exceptions=True,
+    outcomes = await asyncio.gather(
+        *(
+            broker.markers.write(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.transaction_result,
+                marker.coordinator_epoch,
+                [(t.name, index) for t in marker.topics for index in t.partition_indexes],
+            )
+            for marker in request.markers
         )
-        for (answer, partition, _), outcome in zip(durable, outcomes, strict=True):
-            if isinstance(outcome, KafkaError):
-                answer["error_code"] = outcome.code
-            elif isinstance(outcome, BaseException):
-                log.warning("marker on %r not made durable: %r", partition, outcome)
-                answer["error_code"] = ErrorCode.kafka_storage_error
-    return {"markers": results}
+    )
+    return {
+        "markers": [
+            {
+                "producer_id": marker.producer_id,
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": index, "error_code": codes[t.name, index]}
+                            for index in t.partition_indexes
+                        ],
+                    }
+                    for t in marker.topics
+                ],
+            }
+            for marker, codes in zip(request.markers, outcomes, strict=True)
+        ]
+    }

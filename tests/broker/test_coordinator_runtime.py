@@ -1,0 +1,339 @@
+"""The coordinator runtime: load and unload per partition with epochs, write then replay in
+log order, one way to report failures. A small key/value shard stands in for the cores."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from memory_log import MemoryLog
+
+from oncelog.broker.coordinator_runtime import (
+    CoordinatorError,
+    CoordinatorRuntime,
+    write_error,
+)
+from oncelog.protocol.errors import ErrorCode as E
+
+
+@dataclass(frozen=True)
+class Put:
+    """A handler's result: write ``key=value`` records, answer ``response``."""
+
+    log_records: tuple[tuple[bytes, bytes | None], ...]
+    response: str = "ok"
+    replay_records: bool = True
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass
+class KeyValueShard:
+    partition: int
+    epoch: int
+    values: dict[bytes, bytes | None] = field(default_factory=dict)
+    replayed: list[int] = field(default_factory=list)  # offsets, in replay order
+    markers: list[tuple[int, bool]] = field(default_factory=list)
+    failed: list[Put] = field(default_factory=list)
+    loaded: bool = False
+
+    def replay(self, offset: int, producer_id: int, key: bytes, value: bytes | None) -> None:
+        self.values[key] = value
+        self.replayed.append(offset)
+
+    def replay_end_transaction_marker(self, producer_id: int, committed: bool) -> None:
+        self.markers.append((producer_id, committed))
+
+    def write_failed(self, result: Put) -> None:
+        self.failed.append(result)
+
+
+def put(key: bytes, value: bytes = b"v", response: str = "ok") -> Any:
+    return lambda shard, now: Put(((key, value),), response)
+
+
+class Node:
+    """A runtime over a MemoryLog, with the hooks recorded."""
+
+    def __init__(self, log: MemoryLog | None = None, *, pipelined: bool = True) -> None:
+        self.log = log or MemoryLog()
+        self.unloaded: list[int] = []
+        self.runtime: CoordinatorRuntime[KeyValueShard] = CoordinatorRuntime(
+            "__test_state",
+            self.log,
+            self.log,
+            lambda: 1_000,
+            KeyValueShard,
+            pipelined=pipelined,
+            on_loaded=lambda p, shard: setattr(shard, "loaded", True),
+            on_unloaded=lambda p, shard: self.unloaded.append(p),
+        )
+
+
+def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    return asyncio.run(coroutine)
+
+
+def code_of(excinfo: pytest.ExceptionInfo[CoordinatorError]) -> E:
+    return excinfo.value.code
+
+
+def test_write_then_replay_and_load_replays_the_same_records() -> None:
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        assert shard.loaded and shard.epoch == 0
+        result = await node.runtime.write(0, put(b"a", b"1"))
+        assert result.response == "ok" and shard.values == {b"a": b"1"}
+        await node.runtime.write(0, lambda s, now: Put(((b"b", b"2"), (b"a", None))))
+        assert shard.values == {b"a": None, b"b": b"2"} and shard.replayed == [0, 1, 2]
+        # a second broker (a new runtime) loading the same log rebuilds the same state
+        other = Node(node.log)
+        await other.runtime.load(0, 1)
+        assert other.runtime.shard(0).values == shard.values
+        assert other.runtime.shard(0).epoch == 1
+
+    run(scenario())
+
+
+def test_a_result_with_nothing_to_write_is_answered_at_once() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        result = await node.runtime.write(0, lambda s, now: Put((), "nothing"))
+        assert result.response == "nothing" and node.log.log(0) == []
+
+    run(scenario())
+
+
+def test_records_not_replayed_when_the_shard_already_holds_them() -> None:
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 0)
+        await node.runtime.write(0, lambda s, now: Put(((b"a", b"1"),), replay_records=False))
+        assert node.runtime.shard(0).values == {} and len(node.log.log(0)) == 1
+
+    run(scenario())
+
+
+def test_only_durable_writes_are_replayed_and_in_log_order() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        writes = [asyncio.ensure_future(node.runtime.write(0, put(b"k%d" % i))) for i in range(3)]
+        await asyncio.sleep(0.01)
+        assert len(node.log.log(0)) == 3, "pipelined: all appended before any is durable"
+        assert shard.replayed == [] and not any(w.done() for w in writes)
+        node.log.make_durable(0)  # wakes the last writer first
+        await asyncio.gather(*writes)
+        assert shard.replayed == [0, 1, 2]
+
+    run(scenario())
+
+
+def test_serial_runtime_writes_one_at_a_time() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False), pipelined=False)
+        await node.runtime.load(0, 0)
+        seen: list[int] = []
+
+        def observe(shard: KeyValueShard, now: int) -> Put:
+            seen.append(len(shard.values))
+            return Put(((b"k%d" % len(seen), b"v"),))
+
+        writes = [asyncio.ensure_future(node.runtime.write(0, observe)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        assert len(node.log.log(0)) == 1, "the second waits for the first to be replayed"
+        node.log.make_durable(0)
+        await asyncio.sleep(0.01)
+        node.log.make_durable(0)
+        await asyncio.gather(*writes)
+        assert seen == [0, 1]
+
+    run(scenario())
+
+
+def test_requests_for_partitions_not_held_get_not_coordinator() -> None:
+    async def scenario() -> None:
+        node = Node()
+        with pytest.raises(CoordinatorError) as missing:
+            await node.runtime.write(1, put(b"a"))
+        assert code_of(missing) == E.not_coordinator
+        with pytest.raises(CoordinatorError) as read:
+            node.runtime.shard(1)
+        assert code_of(read) == E.not_coordinator
+
+    run(scenario())
+
+
+def test_load_in_progress_until_replayed() -> None:
+    async def scenario() -> None:
+        log = MemoryLog()
+        release = asyncio.Event()
+        real_load = log.load
+
+        async def slow_load(partition: int, shard: Any) -> Any:
+            await release.wait()
+            return await real_load(partition, shard)
+
+        log.load = slow_load  # type: ignore[method-assign]
+        node = Node(log)
+        loading = asyncio.ensure_future(node.runtime.load(0, 0))
+        await asyncio.sleep(0.01)
+        with pytest.raises(CoordinatorError) as early:
+            await node.runtime.write(0, put(b"a"))
+        assert code_of(early) == E.coordinator_load_in_progress
+        release.set()
+        await loading
+        assert (await node.runtime.write(0, put(b"a"))).response == "ok"
+
+    run(scenario())
+
+
+def test_unload_answers_not_coordinator_and_follows_epochs() -> None:
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 3)
+        await node.runtime.load(1, 3)
+        await node.runtime.write(0, put(b"a", b"1"))
+        node.runtime.unload(0, 3)  # not newer than what is held: a stale notification
+        assert node.runtime.shard(0).values == {b"a": b"1"} and node.unloaded == []
+        node.runtime.unload(0, 4)  # another broker leads it now
+        assert node.unloaded == [0] and list(node.runtime.shards) == [1]
+        with pytest.raises(CoordinatorError) as moved:
+            await node.runtime.write(0, put(b"b"))
+        assert code_of(moved) == E.not_coordinator
+        await node.runtime.load(0, 2)  # older than what we last saw? we hold nothing: load
+        assert node.runtime.shard(0).epoch == 2 and node.runtime.shard(0).values == {b"a": b"1"}
+        await node.runtime.load(0, 2)  # the same epoch again: ignored
+        await node.runtime.load(0, 5)  # a newer epoch: reloaded, stamped with it
+        assert node.runtime.epoch(0) == 5 and node.unloaded == [0, 0]
+        node.runtime.unload(1, None)  # the topic is gone
+        assert list(node.runtime.shards) == [0]
+
+    run(scenario())
+
+
+def test_unload_while_a_write_waits_never_touches_the_old_shard() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        write = asyncio.ensure_future(node.runtime.write(0, put(b"a")))
+        await asyncio.sleep(0.01)
+        node.runtime.unload(0, 1)
+        node.log.make_durable(0)
+        with pytest.raises(CoordinatorError) as moved:
+            await write
+        assert code_of(moved) == E.not_coordinator
+        assert shard.replayed == [] and len(shard.failed) == 1
+
+    run(scenario())
+
+
+def test_a_refused_append_is_reported_once_mapped_and_the_shard_told() -> None:
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        node.log.refuse_appends = E.not_leader_or_follower
+        with pytest.raises(CoordinatorError) as refused:
+            await node.runtime.write(0, put(b"a"))
+        assert code_of(refused) == E.not_coordinator
+        assert [r.log_records for r in shard.failed] == [((b"a", b"v"),)]
+        assert shard.values == {}
+
+    run(scenario())
+
+
+def test_a_write_that_cannot_be_made_durable_is_not_replayed() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        write = asyncio.ensure_future(node.runtime.write(0, put(b"a")))
+        await asyncio.sleep(0.01)
+        node.log.fail_durability(0, E.kafka_storage_error)
+        with pytest.raises(CoordinatorError) as failed:
+            await write
+        assert code_of(failed) == E.not_coordinator
+        assert shard.values == {} and len(shard.failed) == 1
+        node.log.make_durable(0)  # a later write still works and is replayed alone
+        node.log.auto_durable = True
+        await node.runtime.write(0, put(b"b"))
+        assert shard.values == {b"b": b"v"}
+
+    run(scenario())
+
+
+def test_write_each_writes_what_it_can_and_shares_one_wait() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        several = asyncio.ensure_future(
+            node.runtime.write_each(
+                0, lambda s, now: [Put(((b"a", b"1"),), "a"), Put(((b"b", b"2"),), "b")]
+            )
+        )
+        await asyncio.sleep(0.01)
+        assert len(node.log.log(0)) == 2 and shard.values == {}
+        node.log.make_durable(0)
+        assert [r.response for r in await several] == ["a", "b"]
+        assert shard.values == {b"a": b"1", b"b": b"2"}
+
+    run(scenario())
+
+
+def test_transaction_markers_are_replayed_after_they_are_durable() -> None:
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False), pipelined=False)
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        marker = asyncio.ensure_future(node.runtime.complete_transaction(0, 42, 1, True, 0))
+        await asyncio.sleep(0.01)
+        assert node.log.log(0)[0].key is None and shard.markers == []
+        node.log.make_durable(0)
+        await marker
+        assert shard.markers == [(42, True)]
+        reloaded = Node(node.log)
+        await reloaded.runtime.load(0, 1)
+        assert reloaded.runtime.shard(0).markers == [(42, True)]
+
+    run(scenario())
+
+
+def test_a_failed_load_leaves_the_partition_uncoordinated_until_loaded_again() -> None:
+    async def scenario() -> None:
+        log = MemoryLog()
+        real_load = log.load
+
+        async def broken(partition: int, shard: Any) -> Any:
+            raise OSError("disk gone")
+
+        log.load = broken  # type: ignore[method-assign]
+        node = Node(log)
+        await node.runtime.load(0, 0)
+        with pytest.raises(CoordinatorError) as failed:
+            node.runtime.shard(0)
+        assert code_of(failed) == E.not_coordinator
+        log.load = real_load  # type: ignore[method-assign]
+        await node.runtime.load(0, 1)
+        assert node.runtime.shard(0).loaded
+
+    run(scenario())
+
+
+def test_storage_errors_as_a_coordinator_client_sees_them() -> None:
+    assert write_error(E.not_enough_replicas) == E.coordinator_not_available
+    assert write_error(E.request_timed_out) == E.coordinator_not_available
+    assert write_error(E.unknown_topic_or_partition) == E.coordinator_not_available
+    assert write_error(E.not_leader_or_follower) == E.not_coordinator
+    assert write_error(E.kafka_storage_error) == E.not_coordinator
+    assert write_error(E.message_too_large) == E.unknown_server_error
+    assert write_error(E.invalid_producer_epoch) == E.invalid_producer_epoch
