@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
+from oncelog.protocol.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -180,21 +181,47 @@ class KafkaServer:
                 if isinstance(outcome, bytes):
                     writer.write(outcome)
                 else:
-                    response = await outcome
-                    if response is not None:
-                        assert api is not None
-                        writer.write(codec.encode_response(correlation_id, api, response))
+                    assert api is not None
+                    answer = await _answer(correlation_id, api, outcome, peer)
+                    if answer is not None:
+                        writer.write(answer)
                 await writer.drain()
             except (ConnectionError, OSError):
                 _drain_queue(pending)
                 return
-            except Exception:
-                log.exception("failed to answer request %d from %s; closing", correlation_id, peer)
+            except _Unanswerable as exc:
+                log.warning("closing connection from %s: %s", peer, exc)
                 writer.close()
                 _drain_queue(pending)
                 return
             finally:
                 pending.task_done()
+
+
+class _Unanswerable(Exception):
+    """A request failed and its response has no field to say so: the connection closes."""
+
+
+async def _answer(
+    correlation_id: int, api: codec.ApiCodec, handling: Awaitable[Any], peer: str
+) -> bytes | None:
+    """The framed response to one request (None: it gets none, as an acks=0 produce).
+
+    A handler that raises, or a response that does not encode, is a bug of ours: it is
+    logged with its traceback, and the client gets UNKNOWN_SERVER_ERROR where the response
+    has a top-level error field, as Kafka answers an unexpected failure; otherwise
+    _Unanswerable closes the connection with a log line.
+    """
+    try:
+        response = await handling
+        return None if response is None else codec.encode_response(correlation_id, api, response)
+    except Exception:
+        name = f"{ApiKey(api.request_type.__api_key__).name} v{api.request_type.__version__}"
+        log.exception("failed to answer %s request %d from %s", name, correlation_id, peer)
+        fallback = codec.encode_error_response(correlation_id, api, ErrorCode.unknown_server_error)
+        if fallback is None:
+            raise _Unanswerable(f"{name} request {correlation_id} failed") from None
+        return fallback
 
 
 async def _all_answered(pending: asyncio.Queue[Any], responder: asyncio.Task[None]) -> None:

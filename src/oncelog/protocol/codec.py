@@ -15,6 +15,7 @@ import datetime
 import io
 import types
 import typing
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -150,6 +151,55 @@ def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
     data = buffer.getbuffer()
     data[0:4] = (len(data) - 4).to_bytes(4, "big")
     return bytes(data)
+
+
+def encode_error_response(correlation_id: int, codec: ApiCodec, code: ErrorCode) -> bytes | None:
+    """The answer to a request whose handling failed: `code` in the response's top-level
+    error field and every other field empty; None if this response has no such field.
+
+    The broker's last resort (Kafka answers an unexpected failure with
+    UNKNOWN_SERVER_ERROR the same way): a response without a top-level error field cannot
+    carry the failure, so the caller closes the connection instead.
+    """
+    if "error_code" not in _untagged_fields(codec.response_type):
+        return None
+    return encode_response(correlation_id, codec, _blank(codec.response_type, code))
+
+
+def _untagged_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.metadata.get("tag") is None}
+
+
+def _blank(cls: type, code: ErrorCode) -> dict[str, Any]:
+    """Every required field of `cls` at its emptiest; `error_code` set to `code`."""
+    hints = typing.get_type_hints(cls)
+    blank: dict[str, Any] = {"error_code": code} if "error_code" in hints else {}
+    for f in dataclasses.fields(cls):
+        if f.name in blank or f.default is not dataclasses.MISSING:
+            continue
+        hint = hints[f.name]
+        nested = _entity_type_of(_without_none(hint))
+        kafka_type = f.metadata.get("kafka_type", "")
+        if typing.get_origin(_without_none(hint)) is tuple:
+            blank[f.name] = ()
+        elif nested is not None:
+            blank[f.name] = _blank(nested, ErrorCode.none)
+        elif _without_none(hint) is not hint:
+            blank[f.name] = None
+        else:
+            blank[f.name] = _EMPTY_BY_KAFKA_TYPE.get(kafka_type, 0)
+    return blank
+
+
+_EMPTY_BY_KAFKA_TYPE: dict[str, Any] = {
+    "string": "",
+    "bytes": b"",
+    "records": b"",
+    "bool": False,
+    "uuid": uuid.UUID(int=0),
+    "float64": 0.0,
+    "error_code": ErrorCode.none,
+}
 
 
 def encode_unsupported_api_versions(

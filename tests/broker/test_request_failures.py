@@ -1,0 +1,111 @@
+"""A request the broker fails to answer gets Kafka's answer, never silence or a hang.
+
+- Metadata v10/v11 naming a topic by id, or with a null name: INVALID_REQUEST for every
+  requested topic (Kafka's InvalidRequestException and its error response), not a
+  response that cannot be encoded; Metadata v12+ for an unknown topic id:
+  UNKNOWN_TOPIC_ID with a null name.
+- A handler that raises (a bug of ours): UNKNOWN_SERVER_ERROR where the response has a
+  top-level error field, as Kafka answers an unexpected failure; otherwise the connection
+  is closed with a log line. Other connections are served throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.testing import EmbeddedBroker
+
+TIMEOUT_S = 5.0
+UNKNOWN_ID = uuid.UUID(int=0xDEADBEEF)
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+def metadata(broker: EmbeddedBroker, version: int, topics: list[dict[str, Any]]) -> Any:
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        return conn.request(
+            ApiKey.METADATA,
+            {
+                "topics": topics,
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+            version=version,
+        )
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_metadata_before_v12_refuses_topic_ids(broker: EmbeddedBroker, version: int) -> None:
+    response = metadata(
+        broker,
+        version,
+        [{"name": "by-name", "topic_id": None}, {"name": "x", "topic_id": UNKNOWN_ID}],
+    )
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("by-name", ErrorCode.invalid_request),
+        ("x", ErrorCode.invalid_request),
+    ]
+
+
+@pytest.mark.parametrize("version", [12, 13])
+def test_metadata_for_an_unknown_topic_id(broker: EmbeddedBroker, version: int) -> None:
+    response = metadata(broker, version, [{"name": None, "topic_id": UNKNOWN_ID}])
+    (topic,) = response.topics
+    assert (topic.error_code, topic.name, topic.topic_id) == (
+        ErrorCode.unknown_topic_id,
+        None,
+        UNKNOWN_ID,
+    )
+
+
+def test_metadata_v12_with_neither_name_nor_id(broker: EmbeddedBroker) -> None:
+    response = metadata(broker, 12, [{"name": None, "topic_id": None}])
+    assert [(t.name, t.error_code) for t in response.topics] == [(None, ErrorCode.invalid_request)]
+
+
+def _break_handler(monkeypatch: pytest.MonkeyPatch, broker: EmbeddedBroker, api: int) -> None:
+    async def broken(*args: object) -> None:
+        raise RuntimeError("a bug in a handler")
+
+    assert broker.broker is not None
+    monkeypatch.setitem(broker.broker._handlers, api, broken)
+
+
+def test_a_failing_handler_answers_unknown_server_error(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _break_handler(monkeypatch, broker, ApiKey.LIST_GROUPS)
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        assert response.error_code == ErrorCode.unknown_server_error
+        assert response.groups == ()
+        # the same connection goes on
+        assert conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, version=1).results
+    assert any("failed to answer LIST_GROUPS" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failing_handler_without_an_error_field_closes_the_connection(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="oncelog")
+    _break_handler(monkeypatch, broker, ApiKey.DESCRIBE_LOG_DIRS)
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        with pytest.raises(ProtocolClientError):
+            conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": None}, version=1)
+    closes = [r.getMessage() for r in caplog.records if "closing connection" in r.getMessage()]
+    assert any("DESCRIBE_LOG_DIRS v1 request" in m for m in closes), closes
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as fresh:
+        assert fresh.request(ApiKey.LIST_GROUPS, {}).error_code == ErrorCode.none
