@@ -13,6 +13,13 @@ then SIGKILL), including on Ctrl-C and errors. Every phase is bounded by --phase
 Compare figures as ratios within one run (idempotent / acks=1, idempotent / acks=all,
 acks=all / acks=1): absolute numbers depend on the machine, and the client runs on the
 same cores as the broker.
+
+The cost of record validation (issue 8: every produced batch's records are read, by the
+native scanner) is measured in the same run: a second broker with
+oncelog.record.validation.enable=false takes the same acks=1 phase, alternating with the
+first over --validation-rounds rounds (median of each side; 0 rounds skips it):
+
+    .venv/bin/python bench/throughput.py --records 200000 --validation-rounds 5
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import platform
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -319,6 +327,11 @@ def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
     out.append(f"command:  {shlex.join([Path(sys.executable).name, *sys.argv])}")
     out.append(f"machine:  {machine()}")
     out.append(
+        "load:     1/5/15-minute load average at the end "
+        + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+        + " (the machine is shared: compare ratios within the run)"
+    )
+    out.append(
         f"workload: {args.records:,} records x {RECORD_SIZE} B values (no key) per phase, "
         f"{args.partitions} partition(s) per topic, broker and client on 127.0.0.1"
     )
@@ -395,6 +408,78 @@ def report(args: argparse.Namespace, phases: list[Phase], rows: int) -> str:
     return "\n".join(out)
 
 
+# --- record validation: the same acks=1 phase on a broker that does not read records -------
+
+NO_VALIDATION = "oncelog.record.validation.enable=false"
+
+
+@dataclass
+class ValidationCost:
+    with_validation: list[Phase]
+    without_validation: list[Phase]
+
+    @staticmethod
+    def median_rps(phases: list[Phase]) -> float:
+        return statistics.median(p.rps for p in phases)
+
+    @property
+    def ratio(self) -> float:
+        return self.median_rps(self.with_validation) / self.median_rps(self.without_validation)
+
+
+def measure_validation_cost(
+    args: argparse.Namespace, validating: BrokerProcess, work: Path
+) -> ValidationCost:
+    """Alternate the acks=1 phase between the two brokers (order flipped every round, so
+    a load change on the shared machine hits both sides alike)."""
+    plain = BrokerProcess(work / "no-validation", [*args.set, NO_VALIDATION])
+    plain.data_dir.parent.mkdir()
+    cost = ValidationCost([], [])
+    try:
+        plain.start()
+        sides = [(validating, cost.with_validation), (plain, cost.without_validation)]
+        for round_no in range(args.validation_rounds):
+            topic = f"bench-validation-{round_no}"
+            for broker, _ in sides:
+                create_topics(broker.bootstrap, [topic], args.partitions)
+            for broker, phases in sides if round_no % 2 == 0 else sides[::-1]:
+                label = "with" if broker is validating else "without"
+                print(f"validation round {round_no + 1}: {label} ...", file=sys.stderr)
+                phases.append(
+                    produce(
+                        f"produce acks=1, {label} validation",
+                        broker.bootstrap,
+                        topic,
+                        "1",
+                        False,
+                        args.records,
+                        args.phase_timeout,
+                        broker,
+                    )
+                )
+    finally:
+        plain.stop()
+    return cost
+
+
+def report_validation(cost: ValidationCost) -> str:
+    out = ["", "record validation cost (produce acks=1, uncompressed, alternating brokers)"]
+    for name, phases in (
+        ("with validation", cost.with_validation),
+        ("without validation", cost.without_validation),
+    ):
+        rounds = ", ".join(f"{p.rps:,.0f}" for p in phases)
+        cpu = [p.broker_cpu_s / p.seconds for p in phases if p.broker_cpu_s is not None]
+        cpu_text = f", broker CPU median {statistics.median(cpu):.0%}" if cpu else ""
+        flag = "" if all(p.complete for p in phases) else "  (INCOMPLETE: timed out)"
+        out.append(
+            f"  {name:<19} median {ValidationCost.median_rps(phases):>10,.0f} records/s "
+            f"(rounds: {rounds}){cpu_text}{flag}"
+        )
+    out.append(f"  ratio with / without: {cost.ratio:.2f}  (issue 8 asks for at least 0.80)")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -420,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="KEY=VALUE",
         help="broker configuration override (repeatable)",
+    )
+    parser.add_argument(
+        "--validation-rounds",
+        type=int,
+        default=3,
+        help="rounds of the record validation comparison (0: skip it)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args(argv)
@@ -463,7 +554,13 @@ def main(argv: list[str] | None = None) -> int:
                     broker,
                 )
             )
-        print(report(args, phases, len(phases)))
+        cost = None
+        if args.validation_rounds > 0:
+            cost = measure_validation_cost(args, broker, work)
+            phases += cost.with_validation + cost.without_validation
+        print(report(args, phases, len(phases) if cost is None else len(PRODUCE_PHASES) * 2))
+        if cost is not None:
+            print(report_validation(cost))
         return 0 if all(p.complete for p in phases) else 1
     except (KeyboardInterrupt, _Stop):
         print("interrupted; stopping the broker", file=sys.stderr)

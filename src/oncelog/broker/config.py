@@ -227,9 +227,19 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "compression.type",
         T.STRING,
         "producer",
-        "Compression of stored batches; 'producer' keeps what the producer sent.",
+        "Compression of stored batches; 'producer' keeps what the producer sent, any other "
+        "value recompresses batches sent with another codec.",
         _COMPRESSION_TYPES,
         topic_key="compression.type",
+    ),
+    ConfigDef(
+        "oncelog.record.validation.enable",
+        T.BOOLEAN,
+        True,
+        "oncelog only, for benchmarks: false stores produced batches after checking their "
+        "header and CRC, without reading their records (no decompression, no record checks, "
+        "no recompression). Never set it in production: malformed records would reach "
+        "consumers.",
     ),
     ConfigDef(
         "log.segment.bytes",
@@ -754,6 +764,7 @@ class BrokerConfig:
     delete_topic_enable = _Key[bool]("delete.topic.enable")
     socket_request_max_bytes = _Key[int]("socket.request.max.bytes")
     message_max_bytes = _Key[int]("message.max.bytes")
+    record_validation_enable = _Key[bool]("oncelog.record.validation.enable")
     fetch_max_bytes = _Key[int]("fetch.max.bytes")
     log_segment_bytes = _Key[int]("log.segment.bytes")
     log_retention_bytes = _Key[int]("log.retention.bytes")

@@ -13,14 +13,21 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from oncelog.broker.config import TopicConfig
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
+from oncelog.protocol.compression import CODEC_IDS, NONE
 from oncelog.protocol.errors import KafkaError
 from oncelog.protocol.record_batch import (
     BatchHeader,
     build_control_batch,
     parse_header,
     split_batches,
+)
+from oncelog.protocol.record_validation import (
+    RecordRules,
+    max_uncompressed_bytes,
+    validate_records,
 )
 from oncelog.storage import AppendResult, PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
@@ -36,6 +43,25 @@ class PartitionSettings:
     log_append_time: bool
     flush_messages: int
     flush_ms: int
+    records: RecordRules | None  # None: produced records are not read (benchmarks only)
+
+
+def record_rules(topic: TopicConfig) -> RecordRules | None:
+    """What produce checks in this topic's records and how it stores them (None when
+    ``oncelog.record.validation.enable`` is off)."""
+    if not topic.broker.record_validation_enable:
+        return None
+    codec = topic.get("compression.type")
+    max_message_bytes = topic.get("max.message.bytes")
+    return RecordRules(
+        max_uncompressed_bytes=max_uncompressed_bytes(max_message_bytes),
+        target_compression=None if codec == "producer" else CODEC_IDS.get(codec, NONE),
+        max_message_bytes=max_message_bytes,
+        log_append_time=topic.get("message.timestamp.type") == "LogAppendTime",
+        timestamp_before_max_ms=topic.get("message.timestamp.before.max.ms"),
+        timestamp_after_max_ms=topic.get("message.timestamp.after.max.ms"),
+        compacted="compact" in topic.get("cleanup.policy"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +122,23 @@ class Partition:
         it, unless its producer already appended it (a retry), or its sequence or epoch
         is refused (KafkaError). Whether a transactional batch belongs to an ongoing
         transaction is the caller's check (it needs the transaction coordinator)."""
-        header, batch = self.split(records)
+        header, batch = self.split(records, now_ms)
         return self.append_client_batch(batch, header, now_ms)
 
-    def split(self, records: bytes) -> tuple[BatchHeader, memoryview]:
-        """The one validated batch of a produce request (KafkaError if it is not valid)."""
+    def split(self, records: bytes, now_ms: int) -> tuple[BatchHeader, memoryview | bytes]:
+        """The one batch of a produce request, its header and its records validated, and
+        recompressed if the topic's compression.type says so (KafkaError if refused)."""
         ((header, batch),) = split_batches(
             records, max_message_bytes=self.settings.max_message_bytes
         )
-        return header, batch
+        rules = self.settings.records
+        if rules is None:
+            return header, batch
+        stored = validate_records(header, batch, rules, now_ms)
+        return (header, batch) if stored is batch else (parse_header(stored), stored)
 
     def append_client_batch(
-        self, batch: memoryview, header: BatchHeader, now_ms: int
+        self, batch: memoryview | bytes, header: BatchHeader, now_ms: int
     ) -> ProduceOutcome:
         """Append a batch `split` validated (the produce path splits once, then checks
         transactional batches against the coordinator before appending)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.broker import config as cfg
-from oncelog.broker.partition import Partition, PartitionSettings
+from oncelog.broker.partition import Partition, PartitionSettings, record_rules
 from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
 from oncelog.producers.loader import load_producer_state
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -148,6 +148,7 @@ class TopicRegistry:
             log_append_time=topic_config.get("message.timestamp.type") == "LogAppendTime",
             flush_messages=int(topic_config.get("flush.messages")),
             flush_ms=int(topic_config.get("flush.ms")),
+            records=record_rules(topic_config),
         )
         for index in range(count):
             directory = self._data_dir / f"{topic.name}-{index}"

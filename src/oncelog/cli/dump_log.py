@@ -17,15 +17,10 @@ import click
 
 from oncelog.cli.output import json_option, print_json, print_table, render_bytes
 from oncelog.protocol import record_batch as rb
+from oncelog.protocol.compression import CODEC_NAMES
+from oncelog.protocol.errors import KafkaError
 
-COMPRESSION_NAMES = {
-    rb.COMPRESSION_NONE: "none",
-    rb.COMPRESSION_GZIP: "gzip",
-    rb.COMPRESSION_SNAPPY: "snappy",
-    rb.COMPRESSION_LZ4: "lz4",
-    rb.COMPRESSION_ZSTD: "zstd",
-}
-DECODE_ERRORS = (ValueError, rb.CompressionUnavailable)
+DECODE_ERRORS = (ValueError, KafkaError)  # malformed records; payloads that do not decompress
 
 
 @contextmanager
@@ -72,7 +67,7 @@ def _describe(
         "transactional": header.is_transactional,
         "control": header.is_control,
         "marker": marker,
-        "compression": COMPRESSION_NAMES.get(header.compression, str(header.compression)),
+        "compression": CODEC_NAMES.get(header.compression, str(header.compression)),
         "timestamp_type": "LogAppendTime" if header.timestamp_type else "CreateTime",
         "max_timestamp": header.max_timestamp,
         "crc": header.crc,
@@ -113,8 +108,9 @@ def dump_log(file: Path, with_records: bool, as_json: bool) -> None:
     """Describe each batch of a segment FILE (`<topic>-<partition>/<offset>.log`).
 
     Per batch: offsets, record count, size, producer id, epoch, base sequence,
-    transactional and control flags (with the COMMIT/ABORT marker) and whether the CRC
-    matches. A torn tail (bytes after the last whole batch) is reported.
+    transactional and control flags (with the COMMIT/ABORT marker), codec and whether the
+    CRC matches; --records decodes gzip, snappy, lz4 and zstd batches too. A torn tail
+    (bytes after the last whole batch) is reported.
     """
     with _mapped(file) as buf:
         report = {"file": str(file), **dump(buf, with_records)}
@@ -140,6 +136,7 @@ def _print_report(report: dict[str, Any], with_records: bool) -> None:
             "Base seq",
             "Txn",
             "Control",
+            "Codec",
             "CRC",
         ],
         [
@@ -154,6 +151,7 @@ def _print_report(report: dict[str, Any], with_records: bool) -> None:
                 b["base_sequence"],
                 "yes" if b["transactional"] else "",
                 _control(b),
+                b["compression"],
                 "ok" if b["crc_valid"] else "INVALID",
             )
             for b in batches

@@ -60,6 +60,13 @@ def _records(lines: IO[bytes], separator: bytes | None) -> Iterator[tuple[bytes 
     help="Write every record to this partition [default: the key's partition].",
 )
 @click.option(
+    "--compression",
+    type=click.Choice(["none", "gzip", "snappy", "lz4", "zstd"]),
+    default="none",
+    show_default=True,
+    help="Codec of the batches sent (the topic's compression.type may recompress them).",
+)
+@click.option(
     "--timeout-ms",
     type=click.IntRange(min=1),
     default=30_000,
@@ -73,6 +80,7 @@ def produce(
     key_separator: str | None,
     acks: str,
     partition: int | None,
+    compression: str,
     timeout_ms: int,
 ) -> None:
     """Send each line of stdin as one record.
@@ -80,7 +88,15 @@ def produce(
     The count goes to stderr; the exit status is non-zero if any record was not delivered.
     """
     producer = Producer(
-        client_config(bootstrap, **{"acks": acks, "linger.ms": 5, "message.timeout.ms": timeout_ms})
+        client_config(
+            bootstrap,
+            **{
+                "acks": acks,
+                "linger.ms": 5,
+                "message.timeout.ms": timeout_ms,
+                "compression.type": compression,
+            },
+        )
     )
     deliveries = _Deliveries()
     extra: dict[str, Any] = {} if partition is None else {"partition": partition}

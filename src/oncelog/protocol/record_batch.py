@@ -1,9 +1,12 @@
 """Kafka record batch v2, handled as bytes.
 
-The produce and fetch paths only ever touch the 61-byte batch header: they parse it with
-one ``struct`` call, check the CRC32C, patch the base offset and leader epoch (both outside
-the CRC) and move the bytes on. Records are encoded and decoded here only for tools and
-tests (console producer/consumer, dump-log) and for transaction markers.
+The fetch path only ever touches the 61-byte batch header, and the produce path stores
+the bytes as sent: it parses the header with one ``struct`` call, checks the CRC32C, has
+record_validation.py read the records through (without building them), patches the base
+offset and leader epoch (both outside the CRC) and moves the bytes on. Records are built
+and decoded here, for every codec, for tools and tests (console producer, dump-log), for
+transaction markers and ListOffsets by timestamp; compaction is meant to use the same
+pair (:func:`decode_records`, :func:`build_batch` with its ``compression``).
 
 Layout (big-endian)::
 
@@ -18,13 +21,13 @@ without recomputing it.
 
 from __future__ import annotations
 
-import gzip
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import crc32c
 
+from oncelog.protocol import compression as codecs
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -44,9 +47,9 @@ __all__ = [
     "MIN_BATCH_LENGTH",
     "NO_PARTITION_LEADER_EPOCH",
     "BatchHeader",
-    "CompressionUnavailable",
     "DecodedRecord",
     "InvalidRecordBatch",
+    "MalformedRecords",
     "Record",
     "assign_offsets",
     "build_batch",
@@ -57,6 +60,7 @@ __all__ = [
     "iter_stored_batches",
     "parse_header",
     "split_batches",
+    "with_payload",
 ]
 
 HEADER_SIZE = 61
@@ -64,6 +68,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: the part not counted in batchLeng
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD  # 49
 MAGIC_V2 = 2
 NO_PARTITION_LEADER_EPOCH = -1
+NO_PRODUCER_ID = -1
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
@@ -71,11 +76,11 @@ ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 ATTR_DELETE_HORIZON = 0x40
 
-COMPRESSION_NONE = 0
-COMPRESSION_GZIP = 1
-COMPRESSION_SNAPPY = 2
-COMPRESSION_LZ4 = 3
-COMPRESSION_ZSTD = 4
+COMPRESSION_NONE = codecs.NONE
+COMPRESSION_GZIP = codecs.GZIP
+COMPRESSION_SNAPPY = codecs.SNAPPY
+COMPRESSION_LZ4 = codecs.LZ4
+COMPRESSION_ZSTD = codecs.ZSTD
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LENGTH = struct.Struct(">i")
@@ -96,12 +101,25 @@ assert _HEADER.size == HEADER_SIZE
 _INT32_MAX = (1 << 31) - 1
 
 
+RecordErrors = Sequence[tuple[int, str]]
+
+
 class InvalidRecordBatch(KafkaError):
-    """A batch refused on produce, with the error code Kafka would answer."""
+    """A batch refused on produce, with the error code Kafka would answer and, where
+    Kafka names them (ProduceResponse v8+), the records at fault: (index in the batch,
+    message)."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: RecordErrors = ()) -> None:
+        super().__init__(code, message)
+        self.record_errors = tuple(record_errors)
 
 
-class CompressionUnavailable(Exception):
-    """The batch's codec has no decompressor installed (only tools decode records)."""
+class MalformedRecords(InvalidRecordBatch, ValueError):
+    """A batch whose records cannot be decoded (CORRUPT_MESSAGE). Also a ValueError, as
+    decoding raised before produce validated records (callers may catch either)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.corrupt_message, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +220,9 @@ def split_batches(
     - unknown compression codec: UNSUPPORTED_COMPRESSION_TYPE.
     - lastOffsetDelta < 0, recordCount <= 0, recordCount != lastOffsetDelta + 1 (for
       compressed batches too), a control batch (clients may not write control records),
-      a producer id without a base sequence: INVALID_RECORD.
+      producer id, epoch and sequence that do not agree: INVALID_RECORD.
+
+    The records themselves are record_validation.py's to check.
     """
     mv = memoryview(records)
     end = len(mv)
@@ -284,12 +304,30 @@ def _validate_produced(
         raise InvalidRecordBatch(
             ErrorCode.invalid_record, "Clients are not allowed to write control records"
         )
-    if header.has_producer_id and header.base_sequence < 0:
-        raise InvalidRecordBatch(
-            ErrorCode.invalid_record,
-            f"invalid sequence number {header.base_sequence} for producerId {header.producer_id}",
-        )
+    _check_producer_fields(header)
     return header, batch
+
+
+def _check_producer_fields(header: BatchHeader) -> None:
+    """An idempotent batch (producer id >= 0) needs an epoch and a sequence (Kafka checks
+    the sequence only; epoch -1 is built by no client and would enter the producer state
+    meaninglessly). Without a producer id (-1; any other negative id is invalid), the
+    epoch and sequence are not read, as in Kafka (aiokafka sends sequence 0 there), but a
+    transactional flag is refused: the transaction would belong to no producer."""
+    pid, epoch, seq = header.producer_id, header.producer_epoch, header.base_sequence
+    if header.has_producer_id and seq < 0:
+        problem = f"invalid sequence number {seq}"
+    elif header.has_producer_id and epoch < 0:
+        problem = f"invalid producer epoch {epoch}"
+    elif pid < NO_PRODUCER_ID:
+        problem = "invalid producer id"
+    elif not header.has_producer_id and header.is_transactional:
+        problem = "a transactional batch without a producer id"
+    else:
+        return
+    raise InvalidRecordBatch(
+        ErrorCode.invalid_record, f"{problem} in record batch with producerId {pid}"
+    )
 
 
 def iter_stored_batches(
@@ -425,6 +463,7 @@ def _assemble(
     record_count: int,
     body: bytes,
     base_offset: int,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
 ) -> bytes:
     out = bytearray(HEADER_SIZE) + body
     _HEADER.pack_into(
@@ -432,7 +471,7 @@ def _assemble(
         0,
         base_offset,
         len(out) - LOG_OVERHEAD,
-        NO_PARTITION_LEADER_EPOCH,
+        partition_leader_epoch,
         MAGIC_V2,
         0,
         attributes,
@@ -457,8 +496,9 @@ def build_batch(
     base_sequence: int = -1,
     transactional: bool = False,
     timestamp_ms: int,
+    compression: int = COMPRESSION_NONE,
 ) -> bytes:
-    """An uncompressed CreateTime batch, as a client would send it.
+    """A CreateTime batch, as a client would send it, compressed with ``compression``.
 
     ``timestamp_ms`` is used for records without their own timestamp; the first record's
     timestamp is the batch's base timestamp, as Kafka's ``MemoryRecordsBuilder`` does.
@@ -472,7 +512,7 @@ def build_batch(
         for i, (r, ts) in enumerate(zip(records, stamps, strict=True))
     )
     return _assemble(
-        ATTR_TRANSACTIONAL if transactional else 0,
+        (ATTR_TRANSACTIONAL if transactional else 0) | compression,
         len(records) - 1,
         base_ts,
         max(stamps),
@@ -480,8 +520,28 @@ def build_batch(
         producer_epoch,
         base_sequence,
         len(records),
-        body,
+        codecs.compress(compression, body),
         base_offset,
+    )
+
+
+def with_payload(batch: bytes | bytearray | memoryview, codec: int, payload: bytes) -> bytes:
+    """``batch`` with its records replaced by ``payload`` (the same records under
+    ``codec``): every header field kept except the codec bits, the length and the CRC."""
+    header = parse_header(batch)
+    attributes = (header.attributes & ~ATTR_COMPRESSION_MASK) | codec
+    return _assemble(
+        attributes,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        header.record_count,
+        payload,
+        header.base_offset,
+        header.partition_leader_epoch,
     )
 
 
@@ -517,83 +577,58 @@ def build_control_batch(
     )
 
 
-def _decompress(codec: int, data: memoryview) -> bytes:
-    if codec == COMPRESSION_GZIP:
-        return gzip.decompress(data)
-    try:
-        if codec == COMPRESSION_SNAPPY:
-            import cramjam  # type: ignore[import-not-found]
-
-            return _unxerial(bytes(data), lambda b: bytes(cramjam.snappy.decompress_raw(b)))
-        if codec == COMPRESSION_LZ4:
-            import lz4.frame  # type: ignore[import-not-found]
-
-            return bytes(lz4.frame.decompress(data))
-        if codec == COMPRESSION_ZSTD:
-            import zstandard  # type: ignore[import-not-found]
-
-            return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(data))
-    except ImportError as exc:
-        raise CompressionUnavailable(
-            f"no decompressor installed for codec {codec} ({exc.name}); install it to decode"
-        ) from exc
-    raise CompressionUnavailable(f"unknown compression codec id {codec}")
-
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-def _unxerial(data: bytes, decompress: Callable[[bytes], bytes]) -> bytes:
-    """Kafka's Java client frames snappy as xerial blocks; librdkafka may send it raw."""
-    if not data.startswith(_XERIAL_MAGIC):
-        return decompress(data)
-    out = bytearray()
-    pos = 16  # magic + version + compatible version
-    while pos < len(data):
-        (size,) = struct.unpack_from(">i", data, pos)
-        out += decompress(data[pos + 4 : pos + 4 + size])
-        pos += 4 + size
-    return bytes(out)
+# Decoding for tools and lookups reads stored batches, which produce validated; the bound
+# still applies, so no batch on disk can make a tool or ListOffsets allocate without limit.
+DECODE_MAX_UNCOMPRESSED_BYTES = 256 * 1024 * 1024
 
 
 def decode_records(batch: bytes | bytearray | memoryview) -> list[DecodedRecord]:
-    """Every record of one batch, with absolute offsets.
+    """Every record of one batch, any codec, with absolute offsets.
 
     LogAppendTime batches report the batch's max timestamp for every record, as Kafka's
-    consumers see it. Compressed batches need their codec's module (gzip always works);
-    otherwise :class:`CompressionUnavailable`.
+    consumers see it. A batch whose records do not decode raises :class:`MalformedRecords`
+    (a ValueError), one whose payload does not decompress CorruptPayload (a KafkaError).
     """
     mv = memoryview(batch)
     header = parse_header(mv)
-    body: memoryview | bytes = mv[HEADER_SIZE : header.size]
+    body: memoryview = mv[HEADER_SIZE : header.size]
     if header.compression != COMPRESSION_NONE:
-        body = memoryview(_decompress(header.compression, body))  # type: ignore[arg-type]
+        body = memoryview(
+            codecs.decompress(header.compression, body, DECODE_MAX_UNCOMPRESSED_BYTES)
+        )
+    try:
+        return list(_iter_records(header, body))
+    except (ValueError, IndexError) as exc:
+        raise MalformedRecords(
+            f"records of the batch at offset {header.base_offset}: {exc}"
+        ) from None
+
+
+def _iter_records(header: BatchHeader, body: memoryview) -> Iterator[DecodedRecord]:
     log_append = header.timestamp_type == 1
-    records: list[DecodedRecord] = []
     pos = 0
     for _ in range(header.record_count):
         length, pos = _read_varint(body, pos)
         end = pos + length
-        if end > len(body):
+        if length < 0 or end > len(body):
             raise ValueError("record runs past the end of the batch")
         pos += 1  # attributes
         ts_delta, pos = _read_varint(body, pos)
         offset_delta, pos = _read_varint(body, pos)
-        key, pos = _read_bytes(body, pos)  # type: ignore[arg-type]
-        value, pos = _read_bytes(body, pos)  # type: ignore[arg-type]
+        key, pos = _read_bytes(body, pos)
+        value, pos = _read_bytes(body, pos)
         count, pos = _read_varint(body, pos)
         headers = []
         for _ in range(count):
-            name, pos = _read_bytes(body, pos)  # type: ignore[arg-type]
-            hvalue, pos = _read_bytes(body, pos)  # type: ignore[arg-type]
+            name, pos = _read_bytes(body, pos)
+            hvalue, pos = _read_bytes(body, pos)
             headers.append(((name or b"").decode(errors="replace"), hvalue))
         if pos != end:
             raise ValueError("record length does not match its fields")
         timestamp = header.max_timestamp if log_append else header.base_timestamp + ts_delta
-        records.append(
-            DecodedRecord(header.base_offset + offset_delta, timestamp, key, value, tuple(headers))
+        yield DecodedRecord(
+            header.base_offset + offset_delta, timestamp, key, value, tuple(headers)
         )
-    return records
 
 
 def control_marker(batch: bytes | bytearray | memoryview) -> tuple[bool, int] | None:

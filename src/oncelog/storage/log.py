@@ -20,7 +20,6 @@ from pathlib import Path
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
     BatchHeader,
-    CompressionUnavailable,
     assign_offsets,
     decode_records,
 )
@@ -291,8 +290,9 @@ class PartitionLog:
         ListOffsets needs; None if there is none.
 
         The batch is found from headers (its max timestamp); the record inside it by
-        decoding that one batch. If its codec has no decompressor installed the batch's
-        (base offset, max timestamp) is returned instead.
+        decoding that one batch, whatever its codec. A batch that cannot be decoded (one
+        stored before produce validated records) answers its (base offset, max
+        timestamp).
         """
         for segment in self._segments:
             if segment.max_timestamp()[0] < timestamp_ms:
@@ -325,7 +325,8 @@ class PartitionLog:
     ) -> tuple[int, int]:
         try:
             records = decode_records(os.pread(segment.fd, header.size, position))
-        except CompressionUnavailable:
+        except KafkaError as exc:  # stored before produce validated records
+            log.warning("cannot decode the batch at offset %d: %s", header.base_offset, exc)
             return header.base_offset, header.max_timestamp
         for record in records:
             if record.timestamp >= timestamp_ms:

@@ -1,5 +1,8 @@
 """Produce: validate and append each partition's batches, then answer per acks.
 
+A refused batch (header, records, producer state) gets its partition's error, with the
+records at fault where Produce v8+ carries them; the other partitions are appended.
+
 acks=0 gets no response, acks=1 is answered after the append, acks=-1 after the append
 is durable when the partition fsyncs before acknowledging (see durability.py).
 """
@@ -11,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import InvalidRecordBatch, RecordErrors
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -76,13 +80,14 @@ def _append(
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
-        header, batch = partition.split(partition_data.records)
+        header, batch = partition.split(partition_data.records, now_ms)
         if header.is_transactional:
             broker.check_transactional_write(transactional_id, header, topic, index)
         outcome = partition.append_client_batch(batch, header, now_ms)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)
-        return _error(index, exc.code, exc.message), None, 0
+        record_errors = exc.record_errors if isinstance(exc, InvalidRecordBatch) else ()
+        return _error(index, exc.code, exc.message, record_errors), None, 0
     answer = {
         "index": index,
         "error_code": ErrorCode.none,
@@ -95,13 +100,19 @@ def _append(
     return answer, partition, outcome.last_offset + 1
 
 
-def _error(index: int, code: ErrorCode, message: str) -> dict[str, Any]:
+def _error(
+    index: int, code: ErrorCode, message: str, record_errors: RecordErrors = ()
+) -> dict[str, Any]:
+    """A refused partition; ``record_errors`` name the records at fault (Produce v8+
+    carries them, older versions drop the field)."""
     return {
         "index": index,
         "error_code": code,
         "base_offset": -1,
         "log_append_time": -1,
         "log_start_offset": -1,
-        "record_errors": [],
+        "record_errors": [
+            {"batch_index": i, "batch_index_error_message": text} for i, text in record_errors
+        ],
         "error_message": message,
     }
