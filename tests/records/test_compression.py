@@ -6,13 +6,15 @@ import gzip
 import os
 
 import pytest
+from batch_forge import BatchSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kafka_python_codec
 
 from oncelog.protocol import compression
 from oncelog.protocol.compression import CorruptPayload, PayloadTooLarge
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol.record_batch import decode_records
 
 CODECS = [compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 NAMES = {c: compression.CODEC_NAMES[c] for c in CODECS}
@@ -131,3 +133,14 @@ def test_garbage_with_xerial_magic() -> None:
     ):
         with pytest.raises(CorruptPayload):
             compression.decompress(compression.SNAPPY, b"\x82SNAPPY\x00" + tail, LIMIT)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_decoding_a_stored_garbage_batch_raises_value_error(codec: str) -> None:
+    """Readers of stored batches (coordinator loads, dump-log) catch ValueError; every
+    decode failure is one, and a KafkaError with CORRUPT_MESSAGE too."""
+    garbage = BatchSpec(codec=codec, payload=bytes(range(256)) * 4).build()
+    with pytest.raises(ValueError) as failed:
+        decode_records(garbage)
+    assert isinstance(failed.value, KafkaError)
+    assert failed.value.code == ErrorCode.corrupt_message

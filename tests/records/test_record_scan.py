@@ -116,7 +116,7 @@ def _raw(fields: bytes) -> bytes:
 def test_each_fault(case: str) -> None:
     records, count, fault, index = _faults()[case]
     found = both(records, count)
-    assert (found.fault, found.index) == (fault, index), found
+    assert (found.fault, found.record) == (fault, index), found
 
 
 def test_a_valid_non_canonical_varint_is_read_as_kafka_reads_it() -> None:

@@ -18,9 +18,8 @@ import click
 from oncelog.cli.output import json_option, print_json, print_table, render_bytes
 from oncelog.protocol import record_batch as rb
 from oncelog.protocol.compression import CODEC_NAMES
-from oncelog.protocol.errors import KafkaError
 
-DECODE_ERRORS = (ValueError, KafkaError)  # malformed records; payloads that do not decompress
+DECODE_ERRORS = ValueError  # what decode_records raises for any batch it cannot read
 
 
 @contextmanager

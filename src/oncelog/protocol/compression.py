@@ -51,8 +51,9 @@ CODEC_NAMES = {NONE: "none", GZIP: "gzip", SNAPPY: "snappy", LZ4: "lz4", ZSTD: "
 CODEC_IDS = {name: codec for codec, name in CODEC_NAMES.items()}
 
 
-class CorruptPayload(KafkaError):
-    """The compressed records do not decompress with the batch's codec."""
+class CorruptPayload(KafkaError, ValueError):
+    """The compressed records do not decompress with the batch's codec. A ValueError too,
+    like every failure to decode a batch (see record_batch.decode_records)."""
 
     def __init__(self, codec: int, detail: str) -> None:
         super().__init__(
@@ -61,7 +62,7 @@ class CorruptPayload(KafkaError):
         )
 
 
-class PayloadTooLarge(KafkaError):
+class PayloadTooLarge(KafkaError, ValueError):
     """The compressed records inflate past the limit (a decompression bomb, or a batch far
     larger than any producer builds). MESSAGE_TOO_LARGE lets a Java producer split the
     batch and retry, the right remedy for an honest one."""

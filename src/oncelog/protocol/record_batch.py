@@ -586,8 +586,9 @@ def decode_records(batch: bytes | bytearray | memoryview) -> list[DecodedRecord]
     """Every record of one batch, any codec, with absolute offsets.
 
     LogAppendTime batches report the batch's max timestamp for every record, as Kafka's
-    consumers see it. A batch whose records do not decode raises :class:`MalformedRecords`
-    (a ValueError), one whose payload does not decompress CorruptPayload (a KafkaError).
+    consumers see it. A batch that cannot be decoded raises a ValueError that is also a
+    KafkaError: :class:`MalformedRecords`, or compression's CorruptPayload /
+    PayloadTooLarge for a payload that does not decompress within the bound.
     """
     mv = memoryview(batch)
     header = parse_header(mv)

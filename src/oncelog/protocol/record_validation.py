@@ -179,5 +179,5 @@ def _describe(found: Scan, count: int) -> str:
         return f"record count {count} cannot fit in the batch's records"
     if found.fault == Fault.TRAILING_BYTES:
         return f"{found.value} bytes remain after the {count} records the header declares"
-    detail = _FAULTS[found.fault].format(value=found.value, index=found.index)
-    return f"invalid record structure: record {found.index} of {count}: {detail}"
+    detail = _FAULTS[found.fault].format(value=found.value, index=found.record)
+    return f"invalid record structure: record {found.record} of {count}: {detail}"
