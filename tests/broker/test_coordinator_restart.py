@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from group_clients import committed
 
 from oncelog.testing import EmbeddedBroker
 
@@ -14,15 +15,6 @@ CONFIG = {
     "transaction.state.log.num.partitions": "3",
     "group.initial.rebalance.delay.ms": "0",
 }
-
-
-def committed(bootstrap: str, group: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        (tp,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
-        return tp.offset
-    finally:
-        consumer.close()
 
 
 def transactional_metadata(broker: EmbeddedBroker, transactional_id: str) -> tuple[int, int]:

@@ -5,6 +5,11 @@ A coordinator (transactions, groups) turns each request into records; the record
 appended to its partition of an internal topic and the answer waits until they are on
 disk. At load the same records are read back and replayed, so the state a coordinator
 rebuilds is exactly what it had acknowledged.
+
+A record that cannot be read back (a batch whose records do not decode, a key or value its
+coordinator cannot parse) is skipped with a warning and counted: one bad record in an
+internal partition must not stop the broker from starting, or take every other group and
+transactional id of that partition down with it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import TYPE_CHECKING
 from oncelog.broker.coordinator_runtime import NO_PRODUCER, Clock, CoordinatorShard, LoadReport
 from oncelog.broker.internal_topics import ensure_internal_topic
 from oncelog.protocol.record_batch import (
+    BatchHeader,
     Record,
     build_batch,
     control_marker,
@@ -52,6 +58,15 @@ class StoredMarker:
     offset: int
     producer_id: int
     committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableBatch:
+    """A stored batch whose records could not be decoded; `reason` says why."""
+
+    base_offset: int
+    last_offset: int
+    reason: str
 
 
 class InternalTopicLog:
@@ -138,6 +153,16 @@ class InternalTopicLog:
         source = self._partition(partition)
         replayed = skipped = 0
         for stored in read_records(source):
+            if isinstance(stored, UnreadableBatch):
+                skipped += stored.last_offset - stored.base_offset + 1
+                log.warning(
+                    "%r: skipping unreadable batch at offsets %d..%d: %s",
+                    source,
+                    stored.base_offset,
+                    stored.last_offset,
+                    stored.reason,
+                )
+                continue
             try:
                 if isinstance(stored, StoredMarker):
                     shard.replay_end_transaction_marker(stored.producer_id, stored.committed)
@@ -145,14 +170,15 @@ class InternalTopicLog:
                     shard.replay(stored.offset, stored.producer_id, stored.key, stored.value)
             except Exception as exc:
                 skipped += 1
-                log.warning("%r: skipping record %d: %s", source, stored.offset, exc)
+                log.warning("%r: skipping record %d: %s", source, stored.offset, _describe(exc))
                 continue
             replayed += 1
         return LoadReport(replayed, skipped)
 
 
-def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker]:
-    """Every record and transaction marker of `partition`, from its log start, in order."""
+def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker | UnreadableBatch]:
+    """Every record and transaction marker of `partition`, from its log start, in order;
+    a batch whose records cannot be decoded comes as one `UnreadableBatch`."""
     offset = partition.log_start_offset
     end = partition.log.log_end_offset
     while offset < end:
@@ -161,17 +187,28 @@ def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker]:
             break
         for position, header in iter_stored_batches(chunk):
             batch = memoryview(chunk)[position : position + header.size]
-            if header.is_control:
-                marker = control_marker(batch)
-                if marker is not None:
-                    yield StoredMarker(header.base_offset, header.producer_id, marker[0])
-            else:
-                for record in decode_records(batch):
-                    yield StoredRecord(
-                        record.offset,
-                        record.key,
-                        record.value,
-                        header.producer_id,
-                        header.is_transactional,
-                    )
+            try:
+                contents = _batch_contents(batch, header)
+            except Exception as exc:  # any decoding failure: the batch is unreadable
+                contents = [UnreadableBatch(header.base_offset, header.last_offset, _describe(exc))]
+            yield from contents
             offset = header.next_offset
+
+
+def _batch_contents(batch: memoryview, header: BatchHeader) -> list[StoredRecord | StoredMarker]:
+    """A batch decoded whole, before anything of it is replayed: all or nothing."""
+    if header.is_control:
+        marker = control_marker(batch)
+        if marker is None:
+            return []
+        return [StoredMarker(header.base_offset, header.producer_id, marker[0])]
+    return [
+        StoredRecord(
+            record.offset, record.key, record.value, header.producer_id, header.is_transactional
+        )
+        for record in decode_records(batch)
+    ]
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"

@@ -1,7 +1,10 @@
 """The internal topics the coordinators keep their state in.
 
-Both are compacted and created on first need (Kafka creates them when a client first
-looks for a coordinator), with Kafka's partition counts from the broker configuration.
+Both are compacted and created on first need, when a client first looks for a coordinator,
+with their own partition counts from the broker configuration
+(`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`). Nothing else
+creates them: Metadata does not auto-create them, CreateTopics refuses them, and clients
+cannot produce to them.
 """
 
 from __future__ import annotations
@@ -24,5 +27,5 @@ def ensure_internal_topic(topics: TopicRegistry, name: str, partitions: int, now
     """The internal topic `name`, created with `partitions` partitions if missing."""
     topic = topics.get(name)
     if topic is None:
-        topic = topics.create(name, partitions, dict(_INTERNAL_CONFIGS), now_ms)
+        topic = topics.create(name, partitions, dict(_INTERNAL_CONFIGS), now_ms, internal=True)
     return topic

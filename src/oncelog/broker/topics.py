@@ -83,12 +83,22 @@ class TopicRegistry:
         now_ms: int,
         *,
         validate_only: bool = False,
+        internal: bool = False,
     ) -> Topic:
-        """Create a topic, or raise KafkaError with the code CreateTopics returns."""
+        """Create a topic, or raise KafkaError with the code CreateTopics returns.
+
+        Internal topics are created by their coordinators alone (`internal=True`), with
+        their own partition counts and configs; a client cannot create one."""
         try:
             validate_topic_name(name)
         except ValueError as exc:
             raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
+        if is_internal(name) and not internal:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Creation of internal topic {name} is prohibited: the broker creates it "
+                "when its coordinator is first looked up",
+            )
         if name in self._topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         collision = find_collision(name, self._topics)
@@ -122,6 +132,12 @@ class TopicRegistry:
         topic = self._topics.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if topic.is_internal:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Topic {name} is an internal topic: deleting it would lose the state of "
+                "its coordinator",
+            )
         del self._topics[name]
         del self._by_id[topic.topic_id]
         self._persist()

@@ -1,4 +1,5 @@
-"""Metadata: brokers, topics and partitions; auto-creates topics when allowed."""
+"""Metadata: brokers, topics and partitions; auto-creates topics when allowed (never the
+internal ones: their coordinators create them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.topic_names import is_internal
 from oncelog.broker.topics import Topic
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -66,7 +68,8 @@ def _lookup(broker: Broker, requested: Any, allow_create: bool) -> dict[str, Any
     topic = broker.topics.get(name)
     if topic is not None:
         return _describe(broker, topic)
-    if not (allow_create and broker.config.auto_create_topics_enable):
+    if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
+        # Internal topics are created by their coordinators alone, with their own counts.
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
     try:
         topic = broker.topics.create(name, -1, {}, broker.now_ms())

@@ -3,6 +3,9 @@
 A refused batch (header, records, producer state) gets its partition's error, with the
 records at fault where Produce v8+ carries them; the other partitions are appended.
 
+Internal topics are written by their coordinators only: a client's batch for one is
+refused with INVALID_TOPIC_EXCEPTION, as Kafka does.
+
 acks=0 gets no response, acks=1 is answered after the append, acks=-1 after the append
 is durable when the partition fsyncs before acknowledging (see durability.py).
 """
@@ -13,6 +16,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.topic_names import is_internal
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import InvalidRecordBatch, RecordErrors
 
@@ -77,6 +81,10 @@ def _append(
             0,
         )
     try:
+        if is_internal(topic):
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}"
+            )
         partition = broker.topics.partition(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
