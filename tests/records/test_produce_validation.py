@@ -181,3 +181,21 @@ def test_topic_compression_type_is_applied(
     (batch,) = fetch_batches(conn, topic, 0)
     assert parse_header(batch).compression == CODECS[stored]
     assert [r.value for r in decode_records(batch)] == values
+
+
+def test_list_offsets_answers_over_a_poison_batch_stored_before_validation() -> None:
+    """A log written before produce read records may hold the fuzzer's 2**31-1-record
+    batch (stored here by a broker with validation off): ListOffsets by timestamp answers
+    the batch's base offset instead of raising (it closed the connection before)."""
+    with EmbeddedBroker(config={"oncelog.record.validation.enable": "false"}) as unchecked:
+        with KafkaConnection(
+            unchecked.bootstrap_servers, client_id="poison", timeout_s=IO_TIMEOUT_S
+        ) as conn:
+            topic = create_topic(conn)
+            ts = now_ms()
+            poison = BatchSpec(record_count=2**31 - 1, base_timestamp=ts).build()
+            (stored,) = produce(conn, topic, {0: poison}).values()
+            assert stored.error_code == ErrorCode.none  # type: ignore[attr-defined]
+            assert offset_for_time(conn, topic, 0, ts) == (0, ts)
+            (after,) = produce(conn, topic, {0: good_batch(b"still served")}).values()
+            assert after.error_code == ErrorCode.none  # type: ignore[attr-defined]

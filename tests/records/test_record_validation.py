@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from batch_forge import CODECS, BatchSpec, RecordSpec, bomb, malformed_kinds
+from batch_forge import CODECS, BatchSpec, RecordSpec, bomb, compress, malformed_kinds, records_body
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oncelog.protocol import compression
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -84,8 +86,6 @@ def test_valid_batches_of_every_codec_pass_unchanged(codec: str) -> None:
 def test_snappy_raw_framing_from_librdkafka_passes() -> None:
     spec = BatchSpec(records=[RecordSpec(value=b"x" * 100)] * 4, codec="snappy")
     spec.base_timestamp = NOW
-    from batch_forge import compress, records_body
-
     spec.payload = compress("snappy", records_body(spec.records), snappy_framing="raw")
     assert bytes(validate(spec.build())) == spec.build()
 
@@ -253,3 +253,36 @@ def test_a_recompressed_batch_over_max_message_bytes_is_message_too_large() -> N
     )
     assert len(batch) < 5_000
     assert refusal(batch, rules).code == ErrorCode.message_too_large
+
+
+# -- property: whatever validation accepts, a reader decodes as the header says --------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    codec=st.sampled_from(ALL_CODECS),
+    values=st.lists(st.none() | st.binary(max_size=30), min_size=1, max_size=8),
+    deltas=st.lists(st.integers(-1000, 1000), min_size=8, max_size=8),
+    mutations=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=3),
+)
+def test_an_accepted_batch_always_decodes_as_its_header_says(
+    codec: str, values: list[bytes | None], deltas: list[int], mutations: list[tuple[int, int]]
+) -> None:
+    """Mutate the records of a valid batch (before compression, CRC recomputed): either
+    validation refuses it, or decode_records (an independent reader) yields exactly
+    recordCount records at offsets base..last whose largest timestamp is the header's."""
+    specs = [RecordSpec(value=v, timestamp_delta=d) for v, d in zip(values, deltas, strict=False)]
+    body = bytearray(records_body(specs))
+    for at, flip in mutations:
+        body[at % len(body)] ^= flip
+    spec = BatchSpec(records=specs, codec=codec, base_timestamp=NOW)
+    spec.payload = compress(codec, bytes(body))
+    batch = spec.build()
+    try:
+        stored = bytes(validate(batch))
+    except KafkaError:
+        return
+    header = parse_header(stored)
+    records = decode_records(stored)
+    assert [r.offset for r in records] == list(range(header.record_count))
+    assert max(r.timestamp for r in records) == header.max_timestamp
