@@ -445,6 +445,42 @@ def test_complete_with_stale_marker_is_a_no_op(h: Harness) -> None:
         h.shard.complete("unknown", h.now)
 
 
+def test_the_next_transaction_is_decided_on_a_completion_in_flight(h: Harness) -> None:
+    """Once the markers are durable, the next AddPartitions need not wait for the COMPLETE
+    record: it is decided on the completed state, its record follows in the log, and
+    loading the log gives the same state as the live replay."""
+    pid, epoch = start_txn(h, ("a", 0))
+    marker = h.end(pid, epoch, True).markers[0]
+    completing = h.shard.complete("tx", h.now, marker)
+    h.now += 5
+    nxt = h.shard.add_partitions("tx", pid, epoch, [("b", 1)], h.now)
+    assert nxt.response == TxnResponse(E.none) and len(nxt.records) == 1
+    assert h.shard.get("tx").state is S.PREPARE_COMMIT  # type: ignore[union-attr]
+    # anything else for the id waits until the ONGOING record is written
+    assert h.shard.end_txn("tx", pid, epoch, True, h.now).response == TxnResponse(
+        E.concurrent_transactions
+    )
+    h.write(completing)
+    assert h.shard.get("tx").state is S.COMPLETE_COMMIT  # type: ignore[union-attr]
+    assert h.shard.pending("tx") is not None  # the ONGOING record is still in flight
+    h.write(nxt)
+    md = h.shard.get("tx")
+    assert md is not None and md.state is S.ONGOING and md.partitions == {("b", 1)}
+    assert md.txn_start_timestamp == h.now and h.shard.pending("tx") is None
+    assert h.reloaded().get("tx") == md
+
+
+def test_a_request_decided_on_a_failed_completion_fails_with_it(h: Harness) -> None:
+    pid, epoch = start_txn(h, ("a", 0))
+    marker = h.end(pid, epoch, True).markers[0]
+    completing = h.shard.complete("tx", h.now, marker)
+    nxt = h.shard.add_partitions("tx", pid, epoch, [("b", 1)], h.now)
+    h.shard.write_failed(completing)  # the fsync failed: it fails every later write too
+    h.shard.write_failed(nxt)
+    assert h.shard.get("tx").state is S.PREPARE_COMMIT and h.shard.pending("tx") is None  # type: ignore[union-attr]
+    assert [m.transactional_id for m in h.shard.pending_markers()] == ["tx"]  # resent
+
+
 # --- timeouts ---
 
 

@@ -341,19 +341,30 @@ class CoordinatorRuntime(Generic[S]):
     async def write(self, partition: int, operation: Callable[[S, int], R]) -> R:
         """Run ``operation(shard, now_ms)``; write its records; replay them once durable;
         the result. CoordinatorError if the partition is not held or the write failed."""
+        if self._pipelined:
+            return await self.begin_write(partition, operation).settled()
         context = self._active(partition)
-        async with self._exclusive(context):
-            context = self._active(partition)  # it may have moved while we waited
-            now = self._clock()
-            result = operation(context.shard, now)
-            try:
-                pending = self._append(context, result, now)
-            except KafkaError as exc:
-                context.shard.write_failed(result)
-                raise CoordinatorError(write_error(exc.code), exc.message) from exc
-            if pending is not None:
-                await self._settle(context, [(result, pending)])
-            return result
+        async with context.lock:
+            return await self._begin(self._active(partition), operation).settled()
+
+    def begin_write(self, partition: int, operation: Callable[[S, int], R]) -> InFlightWrite[R]:
+        """Pipelined runtimes only: run the operation and append its records now, without
+        an await in between or before; ``await .settled()`` for the replayed result. Writes
+        begun one after another in the same step share the next fsync."""
+        assert self._pipelined, "a serial runtime writes one operation at a time"
+        return self._begin(self._active(partition), operation)
+
+    def _begin(self, context: _Context[S], operation: Callable[[S, int], R]) -> InFlightWrite[R]:
+        now = self._clock()
+        result = operation(context.shard, now)
+        try:
+            pending = self._append(context, result, now)
+        except KafkaError as exc:
+            context.shard.write_failed(result)
+            raise CoordinatorError(write_error(exc.code), exc.message) from exc
+        if pending is None:
+            return InFlightWrite(result, None)
+        return InFlightWrite(result, lambda: self._settle(context, [(result, pending)]))
 
     async def write_each(
         self, partition: int, operation: Callable[[S, int], Sequence[R]]
@@ -465,6 +476,20 @@ class CoordinatorRuntime(Generic[S]):
     def partitions(self) -> Iterator[int]:
         """The partitions held now, active or loading."""
         return iter(sorted(self._contexts))
+
+
+class InFlightWrite(Generic[R]):
+    """A handler's result whose records are appended: ``result`` is what it decided,
+    ``settled()`` returns it once the records are durable and replayed."""
+
+    def __init__(self, result: R, settle: Callable[[], Awaitable[None]] | None) -> None:
+        self.result = result
+        self._settle = settle
+
+    async def settled(self) -> R:
+        if self._settle is not None:
+            await self._settle()
+        return self.result
 
 
 def _replayer(shard: CoordinatorShard, result: ShardResult, base_offset: int) -> Callable[[], None]:

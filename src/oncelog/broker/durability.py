@@ -1,45 +1,67 @@
 """Group commit: fsync off the event loop, one fsync for every append waiting at that moment.
 
-A produce request with acks=-1 asks to be answered once its batches are on disk. It
-registers what it waits for and the flusher task fsyncs every partition with waiters in
-one worker-thread call. Appends that arrive while that fsync runs are covered by the
-next one, so under load many producers share each fsync instead of queueing behind one
-fsync each.
+A produce request with acks=-1 asks to be answered once its batches are on disk; so do the
+coordinators' writes and transaction markers. Each registers what it waits for, and the
+partition is fsynced on a worker thread. Appends that arrive while that fsync runs are
+covered by the partition's next one, so under load many producers share each fsync
+instead of queueing behind one fsync each.
+
+Partitions are flushed independently and concurrently: a waiter is answered as soon as
+its own partition is durable, not when every partition with waiters is. (One round for all
+partitions, fsyncing them one after another, made every transaction wait for the data
+partitions, the markers' partitions and `__transaction_state` in turn, several times.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
+# fsyncs in flight at once (one per partition at most). Threads wait on the disk, not on
+# the CPU, so a few more than the cores.
+FSYNC_THREADS = 8
+
+
+@dataclass(eq=False)
+class _Partition:
+    """Who waits on one partition's durability, and whether an fsync of it is running."""
+
+    waiters: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    requested: bool = False  # flush without a waiter (flush.messages, flush.ms)
+    flushing: asyncio.Task[None] | None = None
+
 
 class GroupCommitFlusher:
     def __init__(self) -> None:
-        self._pending: dict[Partition, list[tuple[int, asyncio.Future[None]]]] = {}
-        self._wakeup = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self.fsync_rounds = 0
+        self._partitions: dict[Partition, _Partition] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._stopping = False
+        self.fsync_rounds = 0  # partition fsyncs done (a round covers all its waiters)
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="group-commit-flusher")
+        self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="fsync")
+        self._stopping = False
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        for waiters in self._pending.values():
-            for _, future in waiters:
+        self._stopping = True
+        flushing = [s.flushing for s in self._partitions.values() if s.flushing is not None]
+        await asyncio.gather(*flushing, return_exceptions=True)
+        error = KafkaError(ErrorCode.request_timed_out, "broker shutting down")
+        for state in self._partitions.values():
+            for _, future in state.waiters:
                 if not future.done():
-                    future.set_exception(
-                        KafkaError(ErrorCode.request_timed_out, "broker shutting down")
-                    )
-        self._pending.clear()
+                    future.set_exception(error)
+        self._partitions.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
 
     def wait_durable(self, partition: Partition, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once every offset below `end_offset` is fsynced."""
@@ -47,50 +69,52 @@ class GroupCommitFlusher:
         if partition.log.recovery_point >= end_offset:
             future.set_result(None)
             return future
-        self._pending.setdefault(partition, []).append((end_offset, future))
-        self._wakeup.set()
+        state = self._partitions.setdefault(partition, _Partition())
+        state.waiters.append((end_offset, future))
+        self._kick(partition, state)
         return future
 
     def request_flush(self, partition: Partition) -> None:
-        """Flush `partition` in the next round without anyone waiting on it."""
-        self._pending.setdefault(partition, [])
-        self._wakeup.set()
+        """Flush `partition` soon without anyone waiting on it."""
+        state = self._partitions.setdefault(partition, _Partition())
+        state.requested = True
+        self._kick(partition, state)
 
-    async def _run(self) -> None:
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            batch, self._pending = self._pending, {}
-            if not batch:
-                continue
-            try:
-                await asyncio.to_thread(_flush_all, list(batch))
-            except OSError as exc:
-                log.error("fsync failed: %s", exc)
-                _fail(batch, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))
-                continue
-            self.fsync_rounds += 1
-            for partition, waiters in batch.items():
-                durable = partition.log.recovery_point
-                for end_offset, future in waiters:
+    def _kick(self, partition: Partition, state: _Partition) -> None:
+        if state.flushing is None and not self._stopping and self._executor is not None:
+            state.flushing = asyncio.ensure_future(self._flush(partition, state))
+
+    async def _flush(self, partition: Partition, state: _Partition) -> None:
+        """fsync the partition until no waiter is left beyond its recovery point."""
+        assert self._executor is not None
+        loop = asyncio.get_running_loop()
+        try:
+            while state.waiters or state.requested:
+                state.requested = False
+                try:
+                    durable = await loop.run_in_executor(self._executor, partition.log.flush)
+                except OSError as exc:
+                    log.error("fsync of %r failed: %s", partition, exc)
+                    _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))
+                    continue
+                self.fsync_rounds += 1
+                still = []
+                for end_offset, future in state.waiters:
                     if future.done():
                         continue
                     if end_offset <= durable:
                         future.set_result(None)
-                    else:  # appended after the fsync started: next round
-                        self._pending.setdefault(partition, []).append((end_offset, future))
-                        self._wakeup.set()
+                    else:  # appended after the fsync started: the next one covers it
+                        still.append((end_offset, future))
+                state.waiters = still
+        finally:
+            state.flushing = None
+            if not state.waiters and not state.requested:
+                self._partitions.pop(partition, None)
 
 
-def _flush_all(partitions: Iterable[Partition]) -> None:
-    for partition in partitions:
-        partition.log.flush()
-
-
-def _fail(
-    batch: dict[Partition, list[tuple[int, asyncio.Future[None]]]], error: KafkaError
-) -> None:
-    for waiters in batch.values():
-        for _, future in waiters:
-            if not future.done():
-                future.set_exception(error)
+def _fail(state: _Partition, error: KafkaError) -> None:
+    for _, future in state.waiters:
+        if not future.done():
+            future.set_exception(error)
+    state.waiters = []

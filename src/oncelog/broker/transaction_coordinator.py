@@ -20,6 +20,7 @@ from oncelog.broker.coordinator_runtime import (
     CoordinatorError,
     CoordinatorLoader,
     CoordinatorRuntime,
+    InFlightWrite,
     PartitionWriter,
 )
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
@@ -36,6 +37,9 @@ from oncelog.transactions.state import TopicPartition, TxnState
 log = logging.getLogger(__name__)
 
 MARKER_RETRY_S = 0.5
+# How long a request refused only because the id's previous write or completion is in
+# flight waits for it before the client is told CONCURRENT_TRANSACTIONS (see _run).
+CONCURRENT_WAIT_S = 1.0
 # Marker refusals that mean the partition needs no marker from this coordinator: it was
 # deleted, or a newer producer epoch or coordinator has written there since.
 _FINAL_MARKER_ERRORS = frozenset(
@@ -108,6 +112,9 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         self._markers = markers
         self._offsets_partition = offsets_partition
         self._tasks: dict[int, set[asyncio.Task[None]]] = {}  # marker tasks by partition
+        # Requests waiting for their id's write or markers (see _run): id -> entries of
+        # (partition, handler, the retry's write once begun).
+        self._parked: dict[str, list[tuple[int, Any, asyncio.Future[Any]]]] = {}
         self._timer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -136,9 +143,12 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             self._spawn(partition, self._write_markers(partition, marker))
 
     def _on_unloaded(self, partition: int, shard: TransactionCoordinatorShard) -> None:
-        """The new coordinator completes what this one was writing markers for."""
+        """The new coordinator completes what this one was writing markers for; parked
+        requests of the partition are answered NOT_COORDINATOR (by their retry)."""
         for task in self._tasks.pop(partition, set()):
             task.cancel()
+        for tid in [t for t, entries in self._parked.items() if entries[0][0] == partition]:
+            self._wake(tid)
 
     def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
@@ -233,16 +243,78 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         transactional_id: str,
         handler: Callable[[TransactionCoordinatorShard, int], CoordinatorResult],
     ) -> TxnResponse:
-        """Run ``handler`` on the id's shard through the runtime; send its markers."""
+        """Run ``handler`` on the id's shard through the runtime; send its markers.
+
+        A request refused with CONCURRENT_TRANSACTIONS only because the id's previous
+        write or its transaction's markers are in flight (the next transaction's
+        AddPartitionsToTxn arriving while the last one's markers are written) is parked
+        for up to ``CONCURRENT_WAIT_S`` and run again when that settles: the answer the
+        client's retry would get, without the client's backoff (20 ms in librdkafka).
+        When it waited for markers it runs in the same step as the COMPLETE record is
+        appended, so both records share one fsync."""
         await self.ready()
         partition = self.partition_of(transactional_id)
+        give_up = asyncio.get_running_loop().time() + CONCURRENT_WAIT_S
         try:
-            result = await self._runtime.write(partition, handler)
+            write = self._runtime.begin_write(partition, handler)
+            while True:
+                result = await write.settled()
+                if result.records:
+                    self._wake(transactional_id)
+                self._send_markers(partition, result)
+                response = result.response or TxnResponse(ErrorCode.none)
+                if response.error != ErrorCode.concurrent_transactions or not self._in_flight(
+                    partition, transactional_id
+                ):
+                    return response
+                retry = await self._park(partition, transactional_id, handler, give_up)
+                if retry is None:
+                    return response
+                write = retry
         except CoordinatorError as exc:
             log.warning("transactional id %r: %s", transactional_id, exc)
             return TxnResponse(exc.code)
-        self._send_markers(partition, result)
-        return result.response or TxnResponse(ErrorCode.none)
+
+    def _in_flight(self, partition: int, transactional_id: str) -> bool:
+        """A write, or markers and the completion, are in flight for the id."""
+        shard = self._runtime.shards.get(partition)
+        if shard is None:
+            return False
+        metadata = shard.get(transactional_id)
+        return shard.pending(transactional_id) is not None or (
+            metadata is not None and metadata.state.is_prepared
+        )
+
+    async def _park(
+        self,
+        partition: int,
+        transactional_id: str,
+        handler: Callable[[TransactionCoordinatorShard, int], CoordinatorResult],
+        give_up: float,
+    ) -> InFlightWrite[CoordinatorResult] | None:
+        """Wait until ``_wake`` runs ``handler`` again for the id; its write, or None if
+        ``give_up`` (loop time) came first."""
+        retry: asyncio.Future[InFlightWrite[CoordinatorResult]]
+        retry = asyncio.get_running_loop().create_future()
+        parked = self._parked.setdefault(transactional_id, [])
+        entry = (partition, handler, retry)
+        parked.append(entry)
+        left = give_up - asyncio.get_running_loop().time()
+        await asyncio.wait([retry], timeout=max(left, 0))
+        if retry.done():
+            return retry.result()  # raises the CoordinatorError the retry met
+        parked.remove(entry)
+        if not parked:
+            del self._parked[transactional_id]
+        return None
+
+    def _wake(self, transactional_id: str) -> None:
+        """Run the requests parked for the id again, now, in this step."""
+        for partition, handler, retry in self._parked.pop(transactional_id, []):
+            try:
+                retry.set_result(self._runtime.begin_write(partition, handler))
+            except CoordinatorError as exc:
+                retry.set_exception(exc)
 
     def _send_markers(self, partition: int, result: CoordinatorResult) -> None:
         for marker in result.markers:
@@ -277,13 +349,16 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             if not remaining:
                 break
             await asyncio.sleep(MARKER_RETRY_S)
+        tid = marker.transactional_id
         try:
-            await self._runtime.write(
-                partition,
-                lambda shard, now: shard.complete(marker.transactional_id, now, marker),
+            completing = self._runtime.begin_write(
+                partition, lambda shard, now: shard.complete(tid, now, marker)
             )
+            self._wake(tid)  # the next transaction's request shares the COMPLETE's fsync
+            await completing.settled()
         except CoordinatorError as exc:  # the next load finds it prepared and completes it
-            log.warning("could not complete %r: %s", marker.transactional_id, exc)
+            log.warning("could not complete %r: %s", tid, exc)
+        self._wake(tid)
 
     # -- timers ------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ The protocol with the coordinator runtime (``oncelog.broker.coordinator_runtime`
    ``__transaction_state``, the ``response`` to send *once they are written*, and
    ``markers`` to write *once they are written*. A handler changes nothing but a
    "write in flight" note for the ids it touched (Kafka's ``pendingState``): further
-   requests for those ids get CONCURRENT_TRANSACTIONS until step 2 or 3. So requests for
-   other ids may be decided while a write waits for its fsync.
+   requests for those ids get CONCURRENT_TRANSACTIONS until step 2 or 3 (except on top of
+   a completion, see ``_view``). So requests for other ids may be decided while a write
+   waits for its fsync.
 2. After the append is durable, the runtime calls ``replay(offset, producer_id, key,
    value)`` for every record, the same method that loads the partition: state only ever
    changes by replaying records, so load and live cannot disagree.
@@ -181,7 +182,8 @@ class TransactionCoordinatorShard:
         self.value_version = value_version
         self._loading = loading
         self._txns: dict[str, TransactionMetadata] = {}
-        self._pending: dict[str, TxnTransition] = {}
+        # Transitions whose records are being written, per id, in log order.
+        self._pending: dict[str, list[TxnTransition]] = {}
 
     # --- state ---
 
@@ -197,8 +199,9 @@ class TransactionCoordinatorShard:
         return self._txns.get(transactional_id)
 
     def pending(self, transactional_id: str) -> TxnTransition | None:
-        """The transition whose record is being written for this id, if any."""
-        return self._pending.get(transactional_id)
+        """The last transition whose record is being written for this id, if any."""
+        chain = self._pending.get(transactional_id)
+        return chain[-1] if chain else None
 
     # --- applying records: the one path for load and live ---
 
@@ -209,7 +212,11 @@ class TransactionCoordinatorShard:
         if record is None:
             return
         tid = record.transactional_id
-        self._pending.pop(tid, None)
+        chain = self._pending.get(tid)
+        if chain:  # records are replayed in the order their transitions were decided
+            del chain[0]
+            if not chain:
+                del self._pending[tid]
         if record.metadata is None or record.metadata.state is TxnState.DEAD:
             self._txns.pop(tid, None)
         else:
@@ -228,8 +235,11 @@ class TransactionCoordinatorShard:
         """The append of ``result`` failed: forget its in-flight transitions (the client
         gets the runtime's error instead of ``result.response``)."""
         for transition in result.transitions:
-            if self._pending.get(transition.transactional_id) is transition:
-                del self._pending[transition.transactional_id]
+            chain = self._pending.get(transition.transactional_id, [])
+            if any(t is transition for t in chain):
+                chain[:] = [t for t in chain if t is not transition]
+                if not chain:
+                    del self._pending[transition.transactional_id]
 
     def finish_loading(self) -> list[MarkerRequest]:
         """The partition is loaded: start answering, and return the markers of every
@@ -288,16 +298,14 @@ class TransactionCoordinatorShard:
         if self._loading:
             return _error(ErrorCode.coordinator_load_in_progress)
         expected = None if expected_producer_id == NO_PRODUCER_ID else expected_epoch
-        current = self._txns.get(transactional_id)
+        current, busy = self._view(transactional_id)
+        if busy:
+            return _error(ErrorCode.concurrent_transactions)
         if current is None:
-            if transactional_id in self._pending:
-                return _error(ErrorCode.concurrent_transactions)
             transition = TxnTransition.create(
                 transactional_id, allocate_producer_id(), txn_timeout_ms, now_ms
             )
             return self._write(transition, self._ok(transition.target))
-        if transactional_id in self._pending:
-            return _error(ErrorCode.concurrent_transactions)
         if expected is not None and not (
             current.producer_id == expected_producer_id
             or (
@@ -353,12 +361,12 @@ class TransactionCoordinatorShard:
         if self._loading:
             return _error(ErrorCode.coordinator_load_in_progress)
         added = frozenset(partitions)
-        current = self._txns.get(transactional_id)
+        current, busy = self._view(transactional_id)
         if current is None or current.producer_id != producer_id:
             return _error(ErrorCode.invalid_producer_id_mapping)
         if current.producer_epoch != producer_epoch:
             return _error(ErrorCode.producer_fenced)
-        if transactional_id in self._pending or current.state.is_prepared:
+        if busy or current.state.is_prepared:
             return _error(ErrorCode.concurrent_transactions)
         if current.state is TxnState.ONGOING and added <= current.partitions:
             return _error(ErrorCode.none)
@@ -404,12 +412,12 @@ class TransactionCoordinatorShard:
             return _error(ErrorCode.invalid_request)
         if self._loading:
             return _error(ErrorCode.coordinator_load_in_progress)
-        current = self._txns.get(transactional_id)
+        current, busy = self._view(transactional_id)
         if current is None or current.producer_id != producer_id:
             return _error(ErrorCode.invalid_producer_id_mapping)
         if current.producer_epoch != producer_epoch:
             return _error(ErrorCode.producer_fenced)
-        if transactional_id in self._pending:
+        if busy:
             return _error(ErrorCode.concurrent_transactions)
         state = current.state
         if state is TxnState.ONGOING:
@@ -492,7 +500,7 @@ class TransactionCoordinatorShard:
             and md.txn_last_update_timestamp <= now_ms - expiration_ms
         ]
         for transition in transitions:
-            self._pending[transition.transactional_id] = transition
+            self._pending.setdefault(transition.transactional_id, []).append(transition)
         return CoordinatorResult(
             records=tuple(self._record(t) for t in transitions), transitions=tuple(transitions)
         )
@@ -559,13 +567,30 @@ class TransactionCoordinatorShard:
 
     # --- helpers ---
 
+    def _view(self, transactional_id: str) -> tuple[TransactionMetadata | None, bool]:
+        """The metadata a request for the id is decided on, and whether it must wait
+        (CONCURRENT_TRANSACTIONS) because a write for the id is in flight.
+
+        One write in flight does not make requests wait: a completion. It is written only
+        once every marker is durable, so the transaction's outcome is final; a request
+        may be decided on the COMPLETE_* state being written (Kafka decides on state not
+        yet committed too). Its record follows the completion's in the same partition,
+        so it can never be durable, or replayed, without it."""
+        chain = self._pending.get(transactional_id)
+        if not chain:
+            return self._txns.get(transactional_id), False
+        writing = chain[-1].target
+        if writing.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return writing, False
+        return self._txns.get(transactional_id), True
+
     def _write(
         self,
         transition: TxnTransition,
         response: TxnResponse | None,
         markers: tuple[MarkerRequest, ...] = (),
     ) -> CoordinatorResult:
-        self._pending[transition.transactional_id] = transition
+        self._pending.setdefault(transition.transactional_id, []).append(transition)
         return CoordinatorResult(
             records=(self._record(transition),),
             response=response,
