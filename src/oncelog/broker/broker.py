@@ -15,7 +15,7 @@ from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.maintenance import Maintenance
-from oncelog.broker.server import ConnectionInfo, KafkaServer
+from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
 from oncelog.broker.txn_markers import LocalMarkerWriter
@@ -67,7 +67,7 @@ class Broker:
             self.markers,
             self.groups.locate,
         )
-        self._server = KafkaServer(self, host, port, config.socket_request_max_bytes)
+        self._server = KafkaServer(self, host, port, ConnectionLimits.from_config(config))
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
             advertised_host, advertised_port = _parse_advertised_listener(
@@ -91,6 +91,10 @@ class Broker:
     @property
     def port(self) -> int:
         return self._server.port
+
+    @property
+    def server(self) -> KafkaServer:
+        return self._server
 
     @property
     def advertised_address(self) -> tuple[str, int]:

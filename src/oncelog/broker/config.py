@@ -209,6 +209,55 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         Range(1),
     ),
     ConfigDef(
+        "queued.max.request.bytes",
+        T.LONG,
+        268_435_456,
+        "oncelog deviation: default 268435456 (Kafka: -1, unbounded). Bytes of requests being "
+        "read or handled, over all connections; while a request does not fit, its connection "
+        "reads nothing more. A request larger than the pool is read when nothing else is "
+        "queued. 0 or less: unbounded.",
+    ),
+    ConfigDef(
+        "socket.request.read.timeout.ms",
+        T.LONG,
+        30_000,
+        "oncelog only (Kafka has no such bound): once a request's size has arrived, the rest "
+        "of it must arrive within this time or the connection is closed, so a client "
+        "trickling in a large frame cannot hold memory for long. Clients give up on a "
+        "request after their request.timeout.ms (30000 by default) anyway.",
+        Range(1),
+    ),
+    ConfigDef(
+        "max.connections",
+        T.INT,
+        2_147_483_647,
+        "Connections the broker keeps open at once; one more is closed as soon as it is "
+        "accepted (Kafka stops accepting instead). The file-descriptor limit may lower it.",
+        Range(0),
+    ),
+    ConfigDef(
+        "max.connections.per.ip",
+        T.INT,
+        2_147_483_647,
+        "Connections one client address may keep open; one more is closed at once.",
+        Range(0),
+    ),
+    ConfigDef(
+        "max.connections.per.ip.overrides",
+        T.STRING,
+        "",
+        "Per-address exceptions to max.connections.per.ip: host:count,host:count (a host "
+        "name counts for each of its addresses, resolved at start).",
+    ),
+    ConfigDef(
+        "connections.max.idle.ms",
+        T.LONG,
+        600_000,
+        "A connection with no request in progress and no answer pending for this long is "
+        "closed; so is one whose client has not read an answer for this long.",
+        Range(1),
+    ),
+    ConfigDef(
         "message.max.bytes",
         T.INT,
         1_048_588,
@@ -763,6 +812,12 @@ class BrokerConfig:
     default_replication_factor = _Key[int]("default.replication.factor")
     delete_topic_enable = _Key[bool]("delete.topic.enable")
     socket_request_max_bytes = _Key[int]("socket.request.max.bytes")
+    queued_max_request_bytes = _Key[int]("queued.max.request.bytes")
+    socket_request_read_timeout_ms = _Key[int]("socket.request.read.timeout.ms")
+    max_connections = _Key[int]("max.connections")
+    max_connections_per_ip = _Key[int]("max.connections.per.ip")
+    max_connections_per_ip_overrides = _Key[str]("max.connections.per.ip.overrides")
+    connections_max_idle_ms = _Key[int]("connections.max.idle.ms")
     message_max_bytes = _Key[int]("message.max.bytes")
     record_validation_enable = _Key[bool]("oncelog.record.validation.enable")
     fetch_max_bytes = _Key[int]("fetch.max.bytes")

@@ -6,15 +6,35 @@ responses in that same order, so a client may pipeline (five produce requests in
 a long-polling fetch behind a metadata request) and still get its answers in order, as
 Kafka promises. A connection that breaks the protocol is closed with a log line; nothing
 it sent can affect another connection.
+
+What connections may cost is bounded, with Kafka's keys where Kafka has one:
+- how many: `max.connections`, `max.connections.per.ip` and its overrides
+  (connection_quota.py); a connection beyond them is closed as soon as it is accepted;
+- request bytes: a frame's declared size is reserved from the broker-wide pool
+  (`queued.max.request.bytes`, memory_pool.py) before its body is read, and returned
+  once the request is handled; the read buffer of a connection holds at most
+  2 x READ_BUFFER_BYTES beyond that;
+- time: the rest of a frame must arrive within `socket.request.read.timeout.ms` of its
+  size (a client trickling in a large frame is cut off), a connection with nothing in
+  progress for `connections.max.idle.ms` is closed, and so is one whose client has not
+  read an answer for that long. One watchdog task checks every connection;
+- answers: at most MAX_PIPELINED_REQUESTS requests per connection wait for their
+  answers, and a Fetch, whose answer may be as large as `fetch.max.bytes`, starts only
+  once every earlier answer on its connection is written, so a connection holds at most
+  one such answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.connection_quota import ConnectionQuota, parse_overrides, resolve_overrides
+from oncelog.broker.memory_pool import RequestMemoryPool
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
 from oncelog.protocol.errors import ErrorCode
@@ -25,6 +45,46 @@ log = logging.getLogger(__name__)
 # server stops reading from it: bounds memory without limiting a well-behaved client
 # (librdkafka keeps at most five produce requests in flight).
 MAX_PIPELINED_REQUESTS = 64
+# The read buffer of a connection: bytes a client sent ahead of what the server has taken
+# (asyncio stops reading the socket beyond twice this). A larger frame is read into
+# memory the pool has reserved for it.
+READ_BUFFER_BYTES = 64 * 1024
+# How often the watchdog looks at every connection, at most (it looks more often when a
+# timeout is shorter, so that no connection outlives its timeout by more than a quarter).
+MAX_WATCH_INTERVAL_S = 1.0
+
+PendingAnswer = tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The bounds the server enforces, from the broker configuration."""
+
+    max_request_bytes: int
+    queued_max_request_bytes: int | None  # None: unbounded
+    read_timeout_s: float
+    idle_timeout_s: float
+    max_connections: int
+    max_connections_per_ip: int
+    per_ip_overrides: Mapping[str, int]  # host (name or address) -> connections
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ConnectionLimits:
+        pool = config.queued_max_request_bytes
+        return cls(
+            max_request_bytes=config.socket_request_max_bytes,
+            queued_max_request_bytes=pool if pool > 0 else None,
+            read_timeout_s=config.socket_request_read_timeout_ms / 1000,
+            idle_timeout_s=config.connections_max_idle_ms / 1000,
+            max_connections=config.max_connections,
+            max_connections_per_ip=config.max_connections_per_ip,
+            per_ip_overrides=parse_overrides(config.max_connections_per_ip_overrides),
+        )
+
+    @property
+    def watch_interval_s(self) -> float:
+        shortest = min(self.read_timeout_s, self.idle_timeout_s)
+        return min(MAX_WATCH_INTERVAL_S, shortest / 4)
 
 
 class Dispatcher(Protocol):
@@ -48,20 +108,59 @@ class ProtocolViolation(Exception):
     """The client broke the protocol; its connection is closed."""
 
 
+class _Connection:
+    """What the watchdog knows of one connection (times from the loop's clock)."""
+
+    __slots__ = (
+        "ip",
+        "last_activity",
+        "peer",
+        "reading_since",
+        "task",
+        "unanswered",
+        "writing_since",
+    )
+
+    def __init__(self, task: asyncio.Task[None], peer: str, ip: str, now: float) -> None:
+        self.task = task
+        self.peer = peer
+        self.ip = ip
+        self.last_activity = now  # a frame read or an answer written
+        self.reading_since: float | None = None  # a frame's size arrived, its body has not
+        self.writing_since: float | None = None  # an answer waits for the client to read
+        self.unanswered = 0
+
+    def overdue(self, now: float, limits: ConnectionLimits) -> str | None:
+        """Why this connection must be closed now, if it must."""
+        if self.reading_since is not None and now - self.reading_since > limits.read_timeout_s:
+            return (
+                f"request not complete {now - self.reading_since:.1f} s after its size arrived"
+                " (socket.request.read.timeout.ms)"
+            )
+        if self.writing_since is not None and now - self.writing_since > limits.idle_timeout_s:
+            return (
+                f"the client has not read an answer for {now - self.writing_since:.1f} s"
+                " (connections.max.idle.ms)"
+            )
+        idle = self.reading_since is None and not self.unanswered
+        if idle and now - self.last_activity > limits.idle_timeout_s:
+            return f"idle for {now - self.last_activity:.1f} s (connections.max.idle.ms)"
+        return None
+
+
 class KafkaServer:
     def __init__(
-        self,
-        dispatcher: Dispatcher,
-        host: str,
-        port: int,
-        max_request_bytes: int,
+        self, dispatcher: Dispatcher, host: str, port: int, limits: ConnectionLimits
     ) -> None:
         self._dispatcher = dispatcher
         self._host = host
         self._port = port
-        self._max_request_bytes = max_request_bytes
+        self._limits = limits
+        self._quota = ConnectionQuota(limits.max_connections, limits.max_connections_per_ip, {})
+        self._pool = RequestMemoryPool(limits.queued_max_request_bytes)
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._next_connection_id = 0
 
     @property
@@ -69,39 +168,75 @@ class KafkaServer:
         assert self._server is not None, "server not started"
         return self._server.sockets[0].getsockname()[1]
 
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    @property
+    def memory_pool(self) -> RequestMemoryPool:
+        return self._pool
+
     async def start(self) -> None:
+        self._quota.per_ip_overrides = resolve_overrides(self._limits.per_ip_overrides)
         self._server = await asyncio.start_server(
-            self._serve_connection, self._host, self._port, reuse_address=True, limit=1 << 20
+            self._serve_connection,
+            self._host,
+            self._port,
+            reuse_address=True,
+            limit=READ_BUFFER_BYTES,
         )
+        self._watchdog = asyncio.create_task(self._watch_connections(), name="connection-watchdog")
         log.info("listening on %s:%d", self._host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection."""
         if self._server is not None:
             self._server.close()
-        for task in list(self._connections):
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        tasks = list(self._connections)
+        for task in tasks:
             task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.gather(*tasks, *filter(None, [self._watchdog]), return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+
+    async def _watch_connections(self) -> None:
+        """Close connections past their read or idle timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self._limits.watch_interval_s)
+            now = loop.time()
+            for connection in list(self._connections.values()):
+                reason = connection.overdue(now, self._limits)
+                if reason is not None:
+                    log.warning("closing connection from %s: %s", connection.peer, reason)
+                    connection.task.cancel()
 
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
-        self._next_connection_id += 1
         peer = _peer_name(writer)
+        ip = _peer_ip(writer)
+        refusal = self._quota.admit(ip)
+        if refusal is not None:
+            log.info("refusing connection from %s: %s", peer, refusal)
+            writer.close()
+            return
+        connection = _Connection(task, peer, ip, asyncio.get_running_loop().time())
+        self._connections[task] = connection
+        self._next_connection_id += 1
         info = ConnectionInfo(peer, self._next_connection_id)
-        pending: asyncio.Queue[tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]] = (
-            asyncio.Queue(MAX_PIPELINED_REQUESTS)
-        )
-        responder = asyncio.create_task(self._write_responses(pending, writer, peer))
+        pending: asyncio.Queue[PendingAnswer] = asyncio.Queue(MAX_PIPELINED_REQUESTS)
+        responder = asyncio.create_task(self._write_responses(pending, writer, connection))
+        # A responder that stops on its own could not write to the client: stop reading too
+        # (a reader waiting for room in the queue would otherwise wait forever).
+        responder.add_done_callback(lambda done: None if done.cancelled() else task.cancel())
         try:
             try:
-                await self._read_requests(reader, pending, info)
+                await self._read_requests(reader, pending, connection, info)
             except ProtocolViolation as exc:
                 log.warning("closing connection from %s: %s", peer, exc)
             # Whether the peer closed its side or broke the protocol, the requests read
@@ -118,14 +253,17 @@ class KafkaServer:
             # at shutdown, and a second cancellation must not skip the close.
             responder.cancel()
             writer.close()
-            self._connections.discard(task)
+            del self._connections[task]
+            self._quota.release(ip)
 
     async def _read_requests(
         self,
         reader: asyncio.StreamReader,
-        pending: asyncio.Queue[tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]],
+        pending: asyncio.Queue[PendingAnswer],
+        connection: _Connection,
         info: ConnectionInfo,
     ) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 size_bytes = await reader.readexactly(4)
@@ -133,19 +271,45 @@ class KafkaServer:
                 if exc.partial:
                     raise ProtocolViolation("connection closed inside a size prefix") from exc
                 return  # clean close between requests
+            connection.last_activity = loop.time()
             size = int.from_bytes(size_bytes, "big", signed=True)
-            if size < 8 or size > self._max_request_bytes:
+            if size < 8 or size > self._limits.max_request_bytes:
                 raise ProtocolViolation(
-                    f"request size {size} is outside 8..{self._max_request_bytes}"
+                    f"request size {size} is outside 8..{self._limits.max_request_bytes}"
                     " (socket.request.max.bytes)"
                 )
+            await self._pool.reserve(size)
             try:
-                frame = await reader.readexactly(size)
-            except asyncio.IncompleteReadError as exc:
-                raise ProtocolViolation(
-                    f"connection closed after {len(exc.partial)} of {size} request bytes"
-                ) from exc
-            await pending.put(self._start_request(frame, info))
+                answer = await self._read_and_start(reader, size, pending, connection, info)
+            except BaseException:
+                self._pool.release(size)
+                raise
+            _release_when_handled(answer[2], self._pool, size)
+            connection.unanswered += 1
+            await pending.put(answer)
+
+    async def _read_and_start(
+        self,
+        reader: asyncio.StreamReader,
+        size: int,
+        pending: asyncio.Queue[PendingAnswer],
+        connection: _Connection,
+        info: ConnectionInfo,
+    ) -> PendingAnswer:
+        """Read a frame's body (its memory is reserved) and start handling it."""
+        loop = asyncio.get_running_loop()
+        connection.reading_since = loop.time()
+        try:
+            frame = await reader.readexactly(size)
+        except asyncio.IncompleteReadError as exc:
+            raise ProtocolViolation(
+                f"connection closed after {len(exc.partial)} of {size} request bytes"
+            ) from exc
+        connection.reading_since = None
+        connection.last_activity = loop.time()
+        if codec.peek_api(frame)[0] == ApiKey.FETCH:
+            await pending.join()  # one Fetch answer at a time per connection
+        return self._start_request(frame, info)
 
     def _start_request(
         self, frame: bytes, info: ConnectionInfo
@@ -171,10 +335,11 @@ class KafkaServer:
 
     async def _write_responses(
         self,
-        pending: asyncio.Queue[tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]],
+        pending: asyncio.Queue[PendingAnswer],
         writer: asyncio.StreamWriter,
-        peer: str,
+        connection: _Connection,
     ) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             correlation_id, api, outcome = await pending.get()
             try:
@@ -182,19 +347,23 @@ class KafkaServer:
                     writer.write(outcome)
                 else:
                     assert api is not None
-                    answer = await _answer(correlation_id, api, outcome, peer)
+                    answer = await _answer(correlation_id, api, outcome, connection.peer)
                     if answer is not None:
                         writer.write(answer)
+                connection.writing_since = loop.time()
                 await writer.drain()
+                connection.writing_since = None
+                connection.last_activity = loop.time()
             except (ConnectionError, OSError):
                 _drain_queue(pending)
                 return
             except _Unanswerable as exc:
-                log.warning("closing connection from %s: %s", peer, exc)
+                log.warning("closing connection from %s: %s", connection.peer, exc)
                 writer.close()
                 _drain_queue(pending)
                 return
             finally:
+                connection.unanswered -= 1
                 pending.task_done()
 
 
@@ -233,6 +402,16 @@ async def _all_answered(pending: asyncio.Queue[Any], responder: asyncio.Task[Non
         joined.cancel()
 
 
+def _release_when_handled(
+    outcome: Awaitable[Any] | bytes, pool: RequestMemoryPool, size: int
+) -> None:
+    """Give a request's reserved bytes back once its handling is over."""
+    if isinstance(outcome, asyncio.Future):
+        outcome.add_done_callback(lambda _: pool.release(size))
+    else:
+        pool.release(size)
+
+
 def _drain_queue(pending: asyncio.Queue[Any]) -> None:
     """Mark every queued request done so the reader's join() does not wait forever."""
     while not pending.empty():
@@ -246,4 +425,11 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
     peer = writer.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         return f"{peer[0]}:{peer[1]}"
+    return str(peer)
+
+
+def _peer_ip(writer: asyncio.StreamWriter) -> str:
+    peer = writer.get_extra_info("peername")
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
     return str(peer)

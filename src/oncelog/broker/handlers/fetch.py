@@ -1,7 +1,8 @@
 """Fetch: return stored batches, long-polling until min_bytes arrive or max_wait passes.
 
 Byte limits follow KIP-74: partitions are filled in request order, each up to its
-partition_max_bytes and the response up to max_bytes, except that the first batch
+partition_max_bytes and the response up to max_bytes (capped by the broker's
+fetch.max.bytes, as Kafka does), except that the first batch
 found is returned whole even when it is larger, so a consumer can always make progress.
 """
 
@@ -56,7 +57,8 @@ def _read_all(
     broker: Broker, request: Any, by_id: bool
 ) -> tuple[list[dict[str, Any]], int, list[Partition]]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    budget = getattr(request, "max_bytes", 2**31 - 1)
+    # Kafka caps the response size a client asks for with the broker's fetch.max.bytes.
+    budget = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
     total = 0
     served: list[Partition] = []
     responses = []
