@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 import timeit
 import uuid
 from collections.abc import Callable
@@ -24,9 +25,12 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader
 
+from oncelog.client.connection import KafkaConnection
 from oncelog.protocol import codec
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.protocol.schema_walk import walk
+from oncelog.testing import EmbeddedBroker
 
 BATCH = build_batch([Record(None, b"x" * 1024) for _ in range(16)], timestamp_ms=1)
 FETCH_PARTITION = {
@@ -141,9 +145,55 @@ def measure(
     )
 
 
+def kio_only_decode(frame: bytes, api_codec: codec.ApiCodec) -> tuple[codec.RequestHeader, Any]:
+    """The decode before the guard existed (no walk): for the comparison only."""
+    header_type = RequestHeaderV2 if api_codec.flexible_request else RequestHeaderV1
+    header, size = entity_reader(header_type)(frame, 0)
+    body, _ = api_codec.read_request(frame, size)
+    return codec.RequestHeader(
+        header.request_api_key, header.request_api_version, header.correlation_id, header.client_id
+    ), body
+
+
+def round_trips(rounds: int) -> None:
+    """Produce and Metadata round trips, with and without the walk, interleaved."""
+    guarded = codec.decode_request
+    timings: dict[tuple[str, str], list[float]] = {}
+    with EmbeddedBroker({"log.flush.interval.messages": "9223372036854775807"}) as broker:
+        with KafkaConnection(broker.bootstrap_servers, client_id="bench") as conn:
+            produce_body = {**produce(1), "acks": 1}
+            metadata_body = {"topics": [{"name": "orders"}], "allow_auto_topic_creation": True}
+            conn.request(ApiKey.METADATA, metadata_body, version=4)  # creates the topic
+            requests = {
+                "Produce v10": lambda: conn.request(ApiKey.PRODUCE, produce_body, version=10),
+                "Metadata v4": lambda: conn.request(ApiKey.METADATA, metadata_body, version=4),
+            }
+            for _ in range(5):
+                for decoder_name, decoder in (("walk+kio", guarded), ("kio", kio_only_decode)):
+                    codec.decode_request = decoder  # type: ignore[assignment]
+                    try:
+                        for name, send in requests.items():
+                            started = time.perf_counter()
+                            for _ in range(rounds):
+                                send()
+                            spent = (time.perf_counter() - started) / rounds * 1e6
+                            timings.setdefault((name, decoder_name), []).append(spent)
+                    finally:
+                        codec.decode_request = guarded
+    print(f"\nround trips through an embedded broker, {rounds} x 5 each (best of 5)")
+    for name in ("Produce v10", "Metadata v4"):
+        with_walk = min(timings[(name, "walk+kio")])
+        without = min(timings[(name, "kio")])
+        print(
+            f"{name:14s} kio only {without:8.1f}µs   walk+kio {with_walk:8.1f}µs"
+            f"   ratio {with_walk / without:.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20_000)
+    parser.add_argument("--round-trips", type=int, default=500)
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} (2 cores shared); {args.rounds} rounds x 5")
     print(f"{'request':48s} {'bytes':>6s} {'kio':>8s} {'walk':>8s} {'both':>8s} {'ratio':>6s}")
@@ -153,6 +203,7 @@ def main() -> None:
             f"{name:48s} {size:6d} {kio_us:7.2f}µ {walk_us:7.2f}µ {both_us:7.2f}µ"
             f" {both_us / kio_us:5.1f}x"
         )
+    round_trips(args.round_trips)
 
 
 if __name__ == "__main__":

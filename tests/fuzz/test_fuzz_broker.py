@@ -1,5 +1,6 @@
-"""The fuzzer against a real broker process, as CI runs it: a null in every array of every
-request. Each fails on a broker death, a traceback in the broker's log, a
+"""The fuzzer against a real broker process, as CI runs it: a fixed seed, a few thousand
+cases over every advertised API version, every saved regression case, and a null in every
+array of every request. Each fails on a broker death, a traceback in the broker's log, a
 request with neither an answer nor a close within 5 s, a malformed batch acknowledged or
 stored, or a control topic that does not read back intact (see :mod:`.harness`).
 
@@ -17,7 +18,11 @@ import pytest
 from oncelog.testing import BrokerProcess
 
 from .frames import build_frame, with_null
-from .harness import ADVERTISED, BROKER_CONFIG, Case, FuzzRun, Summary
+from .harness import ADVERTISED, BROKER_CONFIG, Case, FuzzRun, Summary, generate_cases
+from .regressions import load_cases
+
+CI_SEED = 20261122
+CI_CASES = 3000
 
 
 @pytest.fixture
@@ -38,6 +43,24 @@ def run(broker: BrokerProcess, cases: Iterable[Case]) -> Summary:
     summary = FuzzRun(broker).run(cases)
     assert_clean(summary)
     return summary
+
+
+@pytest.mark.slow
+def test_fixed_seed_fuzz_run(broker: BrokerProcess) -> None:
+    summary = run(broker, generate_cases(CI_SEED, CI_CASES))
+    assert summary.cases == CI_CASES
+    # every advertised API version was tried, valid requests were answered
+    assert len(summary.by_api) == len(ADVERTISED)
+    assert summary.outcomes["answered"] > summary.by_mutation["valid"] // 2
+
+
+def test_saved_regression_cases(broker: BrokerProcess) -> None:
+    saved = load_cases()
+    assert saved, "tests/fuzz/cases/ holds the requests that once failed"
+    cases = [
+        Case(0, i, c.api, c.name, c.notes.get("mutation", ""), c.data) for i, c in enumerate(saved)
+    ]
+    run(broker, cases)
 
 
 def null_array_cases() -> Iterator[Case]:
