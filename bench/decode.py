@@ -147,8 +147,11 @@ def measure(
 
 def kio_only_decode(frame: bytes, api_codec: codec.ApiCodec) -> tuple[codec.RequestHeader, Any]:
     """The decode before the guard existed (no walk): for the comparison only."""
-    header_type = RequestHeaderV2 if api_codec.flexible_request else RequestHeaderV1
-    header, size = entity_reader(header_type)(frame, 0)
+    header: RequestHeaderV1 | RequestHeaderV2
+    if api_codec.flexible_request:
+        header, size = entity_reader(RequestHeaderV2)(frame, 0)
+    else:
+        header, size = entity_reader(RequestHeaderV1)(frame, 0)
     body, _ = api_codec.read_request(frame, size)
     return codec.RequestHeader(
         header.request_api_key, header.request_api_version, header.correlation_id, header.client_id
