@@ -327,8 +327,16 @@ def test_to_log_config() -> None:
         "retention_bytes": 1000,
         "index_interval_bytes": 4096,
         "max_message_bytes": 1_048_588,
+        "compact": False,
+        "delete": True,
+        "delete_retention_ms": 86_400_000,
+        "min_cleanable_dirty_ratio": 0.5,
+        "min_compaction_lag_ms": 0,
+        "max_compaction_lag_ms": 2**63 - 1,
     }
     assert to_log_config(BrokerConfig.load())["segment_bytes"] == 1_073_741_824
+    compacted = to_log_config(BrokerConfig.load(), {"cleanup.policy": "compact,delete"})
+    assert compacted["compact"] and compacted["delete"]
 
 
 def test_topic_config_get() -> None:

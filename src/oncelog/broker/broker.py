@@ -14,6 +14,7 @@ from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
@@ -66,6 +67,12 @@ class Broker:
             self._allocate_producer_id,
             self.markers,
             self.groups.locate,
+        )
+        self.cleaner = LogCleaner(
+            self.topics,
+            key_map_bytes=config.log_cleaner_dedupe_buffer_size,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            clock_ms=self.now_ms,
         )
         self._server = KafkaServer(self, host, port, ConnectionLimits.from_config(config))
         self._host = host
@@ -134,6 +141,8 @@ class Broker:
             self.now_ms,
         )
         self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
+        if self.config.log_cleaner_enable:
+            self.cleaner.start()
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
@@ -143,6 +152,7 @@ class Broker:
         if self._maintenance is not None:
             self._maintenance.cancel()
             await asyncio.gather(self._maintenance, return_exceptions=True)
+        await self.cleaner.stop()
         await self.flusher.stop()
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()

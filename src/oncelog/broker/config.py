@@ -362,6 +362,34 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         topic_key="cleanup.policy",
     ),
     ConfigDef(
+        "log.cleaner.enable",
+        T.BOOLEAN,
+        True,
+        "Run the log cleaner, which compacts topics whose cleanup.policy includes compact.",
+    ),
+    ConfigDef(
+        "log.cleaner.threads",
+        T.INT,
+        1,
+        "Threads cleaning logs; oncelog cleans one log at a time, in one worker thread.",
+        Range(1, 1),
+    ),
+    ConfigDef(
+        "log.cleaner.dedupe.buffer.size",
+        T.LONG,
+        134_217_728,
+        "Memory for the key map of one cleaning pass (each key costs its length plus about "
+        "100 bytes); a dirty part with more keys is cleaned over several passes.",
+        Range(1024 * 1024),
+    ),
+    ConfigDef(
+        "log.cleaner.backoff.ms",
+        T.LONG,
+        15_000,
+        "How long the cleaner waits when no log needs cleaning.",
+        Range(0),
+    ),
+    ConfigDef(
         "log.cleaner.delete.retention.ms",
         T.LONG,
         86_400_000,
@@ -492,6 +520,14 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         Range(1),
     ),
     ConfigDef(
+        "offsets.topic.segment.bytes",
+        T.INT,
+        104_857_600,
+        "segment.bytes of __consumer_offsets when the broker creates it; small segments "
+        "roll and get compacted sooner, so start-up replays less.",
+        Range(1),
+    ),
+    ConfigDef(
         "offsets.retention.minutes",
         T.INT,
         10_080,
@@ -528,6 +564,13 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         T.INT,
         50,
         "Partitions of __transaction_state; fixed once the topic exists.",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.state.log.segment.bytes",
+        T.INT,
+        104_857_600,
+        "segment.bytes of __transaction_state when the broker creates it.",
         Range(1),
     ),
     ConfigDef(
@@ -829,6 +872,11 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms = _Key[int]("log.flush.scheduler.interval.ms")
     log_message_timestamp_type = _Key[str]("log.message.timestamp.type")
     log_cleanup_policy = _Key[list[str]]("log.cleanup.policy")
+    log_cleaner_enable = _Key[bool]("log.cleaner.enable")
+    log_cleaner_dedupe_buffer_size = _Key[int]("log.cleaner.dedupe.buffer.size")
+    log_cleaner_backoff_ms = _Key[int]("log.cleaner.backoff.ms")
+    offsets_topic_segment_bytes = _Key[int]("offsets.topic.segment.bytes")
+    transaction_state_log_segment_bytes = _Key[int]("transaction.state.log.segment.bytes")
     min_insync_replicas = _Key[int]("min.insync.replicas")
     offsets_topic_num_partitions = _Key[int]("offsets.topic.num.partitions")
     offsets_retention_minutes = _Key[int]("offsets.retention.minutes")
@@ -958,8 +1006,9 @@ class TopicConfig:
             )
         return entries
 
-    def to_log_config(self) -> dict[str, int]:
+    def to_log_config(self) -> dict[str, Any]:
         """Keyword arguments for oncelog.storage.LogConfig (not imported here: layering)."""
+        policy = self.get("cleanup.policy")
         return {
             "segment_bytes": self.get("segment.bytes"),
             "segment_ms": self.get("segment.ms"),
@@ -967,6 +1016,12 @@ class TopicConfig:
             "retention_bytes": self.get("retention.bytes"),
             "index_interval_bytes": self.get("index.interval.bytes"),
             "max_message_bytes": self.get("max.message.bytes"),
+            "compact": "compact" in policy,
+            "delete": "delete" in policy,
+            "delete_retention_ms": self.get("delete.retention.ms"),
+            "min_cleanable_dirty_ratio": self.get("min.cleanable.dirty.ratio"),
+            "min_compaction_lag_ms": self.get("min.compaction.lag.ms"),
+            "max_compaction_lag_ms": self.get("max.compaction.lag.ms"),
         }
 
 
@@ -979,6 +1034,6 @@ def effective(
 
 def to_log_config(
     broker_cfg: BrokerConfig, overrides: Mapping[str, str | None] | None = None
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """`LogConfig(**to_log_config(cfg, overrides))` builds the storage config of a topic."""
     return TopicConfig(broker_cfg, overrides).to_log_config()

@@ -5,6 +5,13 @@ with their own partition counts from the broker configuration
 (`offsets.topic.num.partitions`, `transaction.state.log.num.partitions`). Nothing else
 creates them: Metadata does not auto-create them, CreateTopics refuses them, and clients
 cannot produce to them.
+
+They get Kafka's segment sizes from the broker configuration
+(``offsets.topic.segment.bytes``, ``transaction.state.log.segment.bytes``) and, from oncelog,
+``segment.ms`` of one hour (Kafka leaves them at ``log.roll.hours``, a week): only inactive
+segments are compacted, and a coordinator replays its whole partition at start-up, so a
+quiet coordinator partition must roll for its history to shrink. Both are ordinary topic
+overrides an operator may alter.
 """
 
 from __future__ import annotations
@@ -18,14 +25,21 @@ if TYPE_CHECKING:
 
 TRANSACTION_STATE = "__transaction_state"
 CONSUMER_OFFSETS = "__consumer_offsets"
-# Kafka's transaction.state.log.segment.bytes and offsets.topic.segment.bytes default.
-INTERNAL_SEGMENT_BYTES = 100 * 1024 * 1024
-_INTERNAL_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(INTERNAL_SEGMENT_BYTES)}
+INTERNAL_SEGMENT_MS = 3_600_000
+_SEGMENT_BYTES_KEYS = {
+    CONSUMER_OFFSETS: "offsets.topic.segment.bytes",
+    TRANSACTION_STATE: "transaction.state.log.segment.bytes",
+}
 
 
 def ensure_internal_topic(topics: TopicRegistry, name: str, partitions: int, now_ms: int) -> Topic:
     """The internal topic `name`, created with `partitions` partitions if missing."""
     topic = topics.get(name)
     if topic is None:
-        topic = topics.create(name, partitions, dict(_INTERNAL_CONFIGS), now_ms, internal=True)
+        configs = {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(topics.broker_config.get(_SEGMENT_BYTES_KEYS[name])),
+            "segment.ms": str(INTERNAL_SEGMENT_MS),
+        }
+        topic = topics.create(name, partitions, configs, now_ms, internal=True)
     return topic

@@ -44,6 +44,10 @@ class TopicRegistry:
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
 
+    @property
+    def broker_config(self) -> cfg.BrokerConfig:
+        return self._config
+
     # -- lookup ---------------------------------------------------------------------
 
     def get(self, name: str) -> Topic | None:

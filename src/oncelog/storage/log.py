@@ -13,7 +13,7 @@ import os
 import shutil
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,8 +24,10 @@ from oncelog.protocol.record_batch import (
     decode_records,
 )
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
+from oncelog.storage.cleaner import CLEANED_SUFFIX, CleanedGroup, SegmentSource
+from oncelog.storage.compaction import SegmentStats
 from oncelog.storage.recovery import RecoveryReport, recover_segment
-from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
+from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
 from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
@@ -33,6 +35,9 @@ __all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point"
+# Kafka keeps log start offsets in one log-start-offset-checkpoint per log directory; we
+# keep one per partition, beside the recovery point, written before DeleteRecords answers.
+LOG_START_FILE = "log-start-offset"
 _DAY_MS = 24 * 3600 * 1000
 
 
@@ -46,6 +51,21 @@ class LogConfig:
     retention_bytes: int = -1  # retention.bytes / log.retention.bytes; -1 = unlimited
     index_interval_bytes: int = 4096  # index.interval.bytes
     max_message_bytes: int = 1048588  # max.message.bytes
+    compact: bool = False  # cleanup.policy has compact
+    delete: bool = True  # cleanup.policy has delete: retention applies
+    delete_retention_ms: int = _DAY_MS  # delete.retention.ms
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = (1 << 63) - 1  # max.compaction.lag.ms
+
+    @property
+    def roll_ms(self) -> int:
+        """Segment age that rolls the active segment: a compacted log rolls by
+        max.compaction.lag.ms too, or its newest records could never be cleaned
+        (Kafka's ``LogConfig.maxSegmentMs``)."""
+        if self.compact and self.max_compaction_lag_ms > 0:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,7 @@ class PartitionLog:
         segments: list[LogSegment],
         recovery_point: int,
         report: RecoveryReport,
+        log_start_offset: int | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
@@ -81,6 +102,10 @@ class PartitionLog:
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._recovery_point = recovery_point
+        # Never below the first segment's base; above it after DeleteRecords.
+        self._log_start_offset = min(
+            max(log_start_offset or 0, segments[0].base_offset), segments[-1].next_offset
+        )
         self._lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
         # Called with the new segment's base offset just before a roll (under the log's
@@ -97,6 +122,7 @@ class PartitionLog:
         directory.mkdir(parents=True, exist_ok=True)
         for stray in directory.glob("*.tmp"):
             stray.unlink()
+        complete_interrupted_swaps(directory)
         bases = sorted(int(p.stem) for p in directory.glob("*.log") if p.stem.isdigit())
         for index in (*directory.glob("*.index"), *directory.glob("*.txnindex")):
             if not index.stem.isdigit() or int(index.stem) not in bases:
@@ -116,13 +142,14 @@ class PartitionLog:
             segments, report = _recover(directory, segments, recovery_point)
             recovery_point = segments[-1].next_offset
             write_checkpoint(directory / RECOVERY_POINT_FILE, recovery_point)
-        return cls(directory, config, segments, recovery_point, report)
+        log_start = read_checkpoint(directory / LOG_START_FILE)
+        return cls(directory, config, segments, recovery_point, report, log_start)
 
     # --- offsets ---
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -186,7 +213,7 @@ class PartitionLog:
         """segment.ms elapsed since its first batch arrived (after a restart: since that
         batch's max timestamp, as Kafka does)."""
         first = segment.first_batch_ms
-        return first is not None and now_ms - first >= self.config.segment_ms
+        return first is not None and now_ms - first >= self.config.roll_ms
 
     def _roll_locked(self, base_offset: int | None = None) -> LogSegment:
         base = self.log_end_offset if base_offset is None else base_offset
@@ -337,8 +364,11 @@ class PartitionLog:
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete whole old segments (never the active one) past retention.ms or beyond
-        retention.bytes, oldest first; the log start moves to the first kept segment."""
+        retention.bytes, oldest first; the log start moves to the first kept segment.
+        Only when cleanup.policy has delete: a compacted-only log keeps every segment."""
         config = self.config
+        if not config.delete:
+            return 0
         excess = self.size_bytes() - config.retention_bytes if config.retention_bytes >= 0 else 0
         doomed = 0
         for segment in self._segments[:-1]:
@@ -358,6 +388,7 @@ class PartitionLog:
             doomed = self._segments[:count]
             del self._segments[:count]
             del self._bases[:count]
+            self._log_start_offset = max(self._log_start_offset, self._bases[0])
             self._recovery_point = max(self._recovery_point, self.log_start_offset)
             self._dir_dirty = True
         for segment in doomed:
@@ -376,6 +407,8 @@ class PartitionLog:
                     segment.delete()
                 self._segments, self._bases = [], []
                 self._roll_locked(offset)
+                self._log_start_offset = offset
+                (self.directory / LOG_START_FILE).unlink(missing_ok=True)
                 doomed = []
             else:
                 i = bisect_right(self._bases, offset) - 1
@@ -391,6 +424,97 @@ class PartitionLog:
             self._dir_dirty = True
         for segment in doomed:
             segment.delete()
+
+    def advance_log_start(self, offset: int) -> int:
+        """Move the log start offset up to ``offset`` (DeleteRecords), deleting the
+        segments wholly below it; returns the new log start. The caller persists it
+        (:meth:`write_log_start_checkpoint`) before telling anyone."""
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            self._check_offset(offset)
+        if offset <= self._log_start_offset:
+            return self._log_start_offset
+        doomed = bisect_right(self._bases, offset) - 1
+        with self._lock:
+            self._log_start_offset = offset
+        if doomed > 0:
+            self._delete_first(doomed)
+        return self._log_start_offset
+
+    def write_log_start_checkpoint(self) -> None:
+        write_checkpoint(self.directory / LOG_START_FILE, self._log_start_offset)
+
+    # --- compaction (storage/cleaner.py cleans; these plan and swap) ---
+
+    def segment_stats(self, *, with_max_timestamps: bool) -> list[SegmentStats]:
+        """Size and timestamps of every segment, the active one last. A segment's max
+        timestamp may need a scan of its headers after a restart: asked for only when
+        min.compaction.lag.ms needs it (-1 otherwise)."""
+        return [
+            SegmentStats(
+                s.base_offset,
+                s.size,
+                s.max_timestamp()[0] if with_max_timestamps else -1,
+                s.first_batch_ms,
+            )
+            for s in self._segments
+        ]
+
+    def cleaning_sources(self, end_offset: int) -> list[SegmentSource]:
+        """The inactive segments below ``end_offset``, each with a duplicated descriptor
+        the cleaner thread reads (and closes) on its own."""
+        with self._lock:
+            chosen = [s for s in self._segments[:-1] if s.base_offset < end_offset]
+            return [SegmentSource(s, os.dup(s.fd), s.size) for s in chosen]
+
+    def replace_segments(self, groups: Sequence[CleanedGroup]) -> bool:
+        """Swap cleaned segments in for the ones they were cleaned from, if those are all
+        still in the log unchanged; False (nothing changed) if not.
+
+        Crash-safe in three steps, each made durable before the next (Kafka's
+        ``.cleaned``/``.swap``/``.deleted`` renames): cleaned files become ``.swap``;
+        the replaced segments become ``.deleted`` and the cleaned indexes take their
+        live names; the cleaned log takes its live name, over the first old segment's.
+        :func:`complete_interrupted_swaps` finishes whatever a crash interrupted.
+        """
+        with self._lock:
+            positions = [self._position_of(g) for g in groups]
+            if any(p is None for p in positions):
+                return False
+            for group in groups:
+                group.cleaned.rename(SWAP_SUFFIX)
+            fsync_directory(self.directory)
+            for group in groups:
+                for source in group.replaced[1:]:
+                    source.segment.rename(DELETED_SUFFIX)
+            fsync_directory(self.directory)
+            for group, position in sorted(
+                zip(groups, positions, strict=True), key=lambda gp: -(gp[1] or 0)
+            ):
+                group.cleaned.rename("")
+                assert position is not None
+                self._segments[position : position + len(group.replaced)] = [group.cleaned]
+            self._bases = [s.base_offset for s in self._segments]
+            self._dir_dirty = True
+        for group in groups:
+            group.replaced[0].segment.close()  # its files now hold the cleaned segment
+            for source in group.replaced[1:]:
+                source.segment.delete()
+        return True
+
+    def _position_of(self, group: CleanedGroup) -> int | None:
+        """Where the group's old segments sit in the log, if all are there, in order, at
+        the size the cleaner read (so neither retention, truncation nor a roll changed
+        them) and none is the active segment."""
+        first = group.replaced[0].segment
+        if first not in self._segments:
+            return None
+        at = self._segments.index(first)
+        here = self._segments[at : at + len(group.replaced)]
+        unchanged = len(here) == len(group.replaced) and all(
+            s is src.segment and s.size == src.size_bytes
+            for s, src in zip(here, group.replaced, strict=True)
+        )
+        return at if unchanged and at + len(here) < len(self._segments) else None
 
     # --- aborted transactions ---
 
@@ -485,3 +609,59 @@ def _recover(
             )
             return segments, report
     return segments, RecoveryReport(recovered, batches, 0, 0)
+
+
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+_SEGMENT_FILES = (".log", ".index", ".txnindex")
+
+
+def complete_interrupted_swaps(directory: Path) -> None:
+    """Bring a directory a crash left mid-swap (see ``PartitionLog.replace_segments``)
+    back to whole segments, before the segments are opened.
+
+    - ``<base>.log.swap``: the swap was committed; the segments it replaces (bases after
+      ``base`` and below its next offset: the cleaner keeps each group's last batch, so
+      that is exactly the replaced range) are removed, the swap files take live names.
+    - a ``.swap`` index without a ``.log.swap``: if its ``.log.cleaned`` is still there
+      the pass never committed (removed); if not, the log already took its live name and
+      the index follows it.
+    - ``.cleaned`` and ``.deleted`` files: an uncommitted pass, replaced segments; removed.
+    """
+    changed = False
+    for swapped_log in sorted(directory.glob(f"*.log{SWAP_SUFFIX}")):
+        base = int(swapped_log.name[:20])
+        end = _next_offset(swapped_log, base)
+        for live in directory.glob("*.log"):
+            if live.stem.isdigit() and base < int(live.stem) < end:
+                for suffix in _SEGMENT_FILES:
+                    (directory / segment_file_name(int(live.stem), suffix)).unlink(missing_ok=True)
+        for suffix in (".txnindex", ".index", ".log"):
+            pending = directory / segment_file_name(base, suffix + SWAP_SUFFIX)
+            if pending.exists():
+                pending.rename(directory / segment_file_name(base, suffix))
+        log.warning("%s: completed the swap of cleaned segment %d..%d", directory, base, end)
+        changed = True
+    for index in directory.glob(f"*{SWAP_SUFFIX}"):
+        base = int(index.name[:20])
+        if (directory / segment_file_name(base, ".log" + CLEANED_SUFFIX)).exists():
+            index.unlink()
+        else:
+            index.rename(index.with_name(index.name.removesuffix(SWAP_SUFFIX)))
+        changed = True
+    for leftover in (*directory.glob(f"*{CLEANED_SUFFIX}"), *directory.glob(f"*{DELETED_SUFFIX}")):
+        leftover.unlink()
+        changed = True
+    if changed:
+        fsync_directory(directory)
+
+
+def _next_offset(path: Path, base: int) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        end = base
+        for _, header, _ in scan_file(fd, os.fstat(fd).st_size):
+            end = header.next_offset
+        return end
+    finally:
+        os.close(fd)

@@ -22,7 +22,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.txn_index import TransactionIndex
 
-__all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "segment_file_name"]
+__all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "scan_file", "segment_file_name"]
 
 log = logging.getLogger(__name__)
 
@@ -38,14 +38,52 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
 
+def scan_file(
+    fd: int, size: int, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
+) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
+    """``(position, header, bytes if with_data)`` of the whole batches in the first
+    ``size`` bytes of ``fd`` from ``start`` on, read in chunks; stops at a torn tail.
+
+    Reads with ``os.pread`` only, so a cleaner thread can scan a duplicated descriptor
+    while the event loop appends to and reads the same file.
+    """
+    pos = start
+    need = chunk
+    while pos < size:
+        buf = memoryview(os.pread(fd, min(max(chunk, need), size - pos), pos))
+        consumed = 0
+        for off, header in iter_stored_batches(buf):
+            yield pos + off, header, (buf[off : off + header.size] if with_data else None)
+            consumed = off + header.size
+        if consumed:
+            pos += consumed
+            need = chunk
+            continue
+        if len(buf) < LOG_OVERHEAD:
+            return
+        whole = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
+        if whole <= len(buf) or pos + whole > size:
+            return  # nonsense header or torn tail
+        need = whole  # one batch larger than the chunk: read it whole
+
+
 class LogSegment:
     """Bookkeeping for one segment; callers hold the partition lock when mutating."""
 
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, suffix: str = ""
+    ) -> None:
+        """Open (or create) the segment's files; ``suffix`` names a segment being built
+        beside the live ones (``.cleaned``), see :meth:`rename`."""
         self.base_offset = base_offset
-        self.path = directory / segment_file_name(base_offset, ".log")
-        self.index = OffsetIndex(directory / segment_file_name(base_offset, ".index"), base_offset)
-        self.txn_index = TransactionIndex(directory / segment_file_name(base_offset, ".txnindex"))
+        self.directory = directory
+        self.path = directory / segment_file_name(base_offset, ".log" + suffix)
+        self.index = OffsetIndex(
+            directory / segment_file_name(base_offset, ".index" + suffix), base_offset
+        )
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, ".txnindex" + suffix)
+        )
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.next_offset = base_offset
@@ -130,24 +168,7 @@ class LogSegment:
         self, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
     ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
         """Whole batches from ``start`` on, read in chunks; stops at a torn tail."""
-        pos = start
-        need = chunk
-        while pos < self.size:
-            buf = memoryview(os.pread(self.fd, min(max(chunk, need), self.size - pos), pos))
-            consumed = 0
-            for off, header in iter_stored_batches(buf):
-                yield pos + off, header, (buf[off : off + header.size] if with_data else None)
-                consumed = off + header.size
-            if consumed:
-                pos += consumed
-                need = chunk
-                continue
-            if len(buf) < LOG_OVERHEAD:
-                return
-            whole = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
-            if whole <= len(buf) or pos + whole > self.size:
-                return  # nonsense header or torn tail
-            need = whole  # one batch larger than the chunk: read it whole
+        return scan_file(self.fd, self.size, start, with_data=with_data, chunk=chunk)
 
     def find_position(self, offset: int) -> int | None:
         """Position of the batch holding ``offset`` (or the first after it), via the index."""
@@ -202,6 +223,21 @@ class LogSegment:
         self.path.unlink(missing_ok=True)
         self.index.path.unlink(missing_ok=True)
         self.txn_index.delete()
+
+    def rename(self, suffix: str) -> None:
+        """Give the segment's files ``suffix`` ("" for the live names), replacing files of
+        that name. Indexes first, the log last: whoever finds a log file under a suffix
+        knows its indexes were renamed before it. Descriptors stay open and valid."""
+        index = self.directory / segment_file_name(self.base_offset, ".index" + suffix)
+        txn_index = self.directory / segment_file_name(self.base_offset, ".txnindex" + suffix)
+        log_file = self.directory / segment_file_name(self.base_offset, ".log" + suffix)
+        self.index.path = self.index.path.rename(index)
+        if self.txn_index.path.exists():
+            self.txn_index.path = self.txn_index.path.rename(txn_index)
+        else:
+            txn_index.unlink(missing_ok=True)  # no aborted transaction: none may linger
+            self.txn_index.path = txn_index
+        self.path = self.path.rename(log_file)
 
     def sync_fds(self) -> list[int]:
         """Descriptors an fsync of this segment must cover."""
