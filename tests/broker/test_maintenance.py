@@ -23,7 +23,12 @@ def append(registry: TopicRegistry, topic: str, count: int, timestamp_ms: int) -
 
 def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
     config = BrokerConfig.load(
-        None, {"log.flush.interval.messages": "1000000", "log.flush.interval.ms": "5000"}
+        None,
+        {
+            "log.flush.interval.messages": "1000000",
+            "log.flush.interval.ms": "5000",
+            "log.retention.check.interval.ms": "60000",
+        },
     )
     registry = TopicRegistry(tmp_path, config)
     registry.create("old", 1, {"segment.bytes": "1000", "retention.ms": str(HOUR_MS)}, 0)
@@ -31,13 +36,7 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
     async def scenario() -> None:
         flusher = GroupCommitFlusher()
         flusher.start()
-        maintenance = Maintenance(
-            registry,
-            flusher,
-            retention_check_interval_ms=60_000,
-            producer_id_expiration_ms=86_400_000,
-            clock_ms=lambda: 0,
-        )
+        maintenance = Maintenance(registry, flusher, config, clock_ms=lambda: 0)
         partition = registry.partition("old", 0)
         append(registry, "old", 30, timestamp_ms=1_000)
         assert len(partition.log.segments()) > 2

@@ -12,6 +12,7 @@ from oncelog.broker import handlers
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
+from oncelog.broker.dynamic_config import DynamicConfigs
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.log_cleaner import LogCleaner
@@ -52,6 +53,7 @@ class Broker:
         self.data_dir = data_dir
         self.node_id: int = config.node_id
         self.cluster_id = CLUSTER_ID
+        self.dynamic_configs = DynamicConfigs(data_dir, config, config.node_id)
         self.topics = TopicRegistry(data_dir, config)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
@@ -68,12 +70,7 @@ class Broker:
             self.markers,
             self.groups.locate,
         )
-        self.cleaner = LogCleaner(
-            self.topics,
-            key_map_bytes=config.log_cleaner_dedupe_buffer_size,
-            backoff_ms=config.log_cleaner_backoff_ms,
-            clock_ms=self.now_ms,
-        )
+        self.cleaner = LogCleaner(self.topics, config, clock_ms=self.now_ms)
         self._server = KafkaServer(self, host, port, ConnectionLimits.from_config(config))
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
@@ -127,19 +124,14 @@ class Broker:
         # The marker is removed before anything is written, so a crash from here on is
         # seen as unclean at the next start.
         marker.unlink(missing_ok=True)
+        self.dynamic_configs.load()
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
         await self.groups.start()
         await self.transactions.start()
         await self._server.start()
-        maintenance = Maintenance(
-            self.topics,
-            self.flusher,
-            self.config.log_retention_check_interval_ms,
-            self.config.producer_id_expiration_ms,
-            self.now_ms,
-        )
+        maintenance = Maintenance(self.topics, self.flusher, self.config, self.now_ms)
         self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
         if self.config.log_cleaner_enable:
             self.cleaner.start()
@@ -157,6 +149,12 @@ class Broker:
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
         log.info("broker stopped cleanly")
+
+    def configs_changed(self) -> None:
+        """A topic's overrides or a dynamic broker key changed: partitions act on the new
+        values from now on, and the cleaner looks again (a log may have become compacted)."""
+        self.topics.refresh_settings()
+        self.cleaner.wake()
 
     # -- transactions --------------------------------------------------------------------
 

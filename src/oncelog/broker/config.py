@@ -690,6 +690,15 @@ _CHAINS: dict[str, tuple[ConfigDef, ...]] = {
 }
 assert all(_CHAINS.values()), "every topic key needs a broker default"
 
+
+def topic_def(key: str) -> ConfigDef | None:
+    return _TOPIC.get(key)
+
+
+def broker_def(key: str) -> ConfigDef | None:
+    return _BROKER.get(key)
+
+
 _INT_BITS = {T.SHORT: 16, T.INT: 32, T.LONG: 64}
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?(NaN|Infinity)")
@@ -793,11 +802,14 @@ class _Key(Generic[V]):
 
 
 class BrokerConfig:
-    """Static broker configuration: the properties file, then overrides, over defaults."""
+    """Broker configuration in Kafka's layers, highest first: dynamic per-broker, dynamic
+    cluster default (both set by AlterConfigs and IncrementalAlterConfigs, for the keys in
+    ``DYNAMIC_BROKER_KEYS``), static (the properties file, then overrides), defaults."""
 
     def __init__(self, values: Mapping[str, object] | None = None) -> None:
         self._values: dict[str, Any] = {}
         self._unknown: dict[str, str] = {}
+        self._dynamic: dict[bool, dict[str, Any]] = {True: {}, False: {}}  # per broker?
         for key, raw in (values or {}).items():
             d = _BROKER.get(key)
             if d is None:
@@ -818,6 +830,9 @@ class BrokerConfig:
 
     def get(self, key: str) -> Any:
         """Typed value of a known key (default if unset); raw string of an unknown one."""
+        for per_broker in (True, False):
+            if key in self._dynamic[per_broker]:
+                return self._dynamic[per_broker][key]
         if key in self._values:
             return self._values[key]
         if key in _BROKER:
@@ -827,14 +842,37 @@ class BrokerConfig:
         raise KeyError(key)
 
     def is_set(self, key: str) -> bool:
-        return key in self._values
+        return key in self._values or any(key in layer for layer in self._dynamic.values())
+
+    def layers(self, key: str) -> list[tuple[ConfigSource, Any]]:
+        """Every value set for ``key``, highest precedence first (DescribeConfigs synonyms)."""
+        found = [
+            (source, self._dynamic[per_broker][key])
+            for per_broker, source in _DYNAMIC_SOURCES
+            if key in self._dynamic[per_broker]
+        ]
+        if key in self._values:
+            found.append((ConfigSource.STATIC_BROKER_CONFIG, self._values[key]))
+        return found
 
     def source(self, key: str) -> ConfigSource:
+        for per_broker, source in _DYNAMIC_SOURCES:
+            if key in self._dynamic[per_broker]:
+                return source
         if key in self._values or key in self._unknown:
             return ConfigSource.STATIC_BROKER_CONFIG
         if key in _BROKER:
             return ConfigSource.DEFAULT_CONFIG
         raise KeyError(key)
+
+    def dynamic(self, *, per_broker: bool) -> dict[str, str]:
+        """The dynamic layer, as Kafka's names and canonical strings (what is persisted)."""
+        layer = self._dynamic[per_broker]
+        return {k: cast(str, format_value(_BROKER[k], v)) for k, v in layer.items()}
+
+    def set_dynamic(self, values: Mapping[str, str], *, per_broker: bool) -> None:
+        """Replace one dynamic layer with ``values`` (checked by :func:`validate_dynamic`)."""
+        self._dynamic[per_broker] = {k: parse_value(_BROKER[k], v) for k, v in values.items()}
 
     def topic_default(self, topic_key: str) -> Any:
         """The value a topic without an override gets: the first broker key in the chain
@@ -915,12 +953,56 @@ class BrokerConfig:
         return cast(int, self.topic_default("flush.ms"))
 
 
+_DYNAMIC_SOURCES = (
+    (True, ConfigSource.DYNAMIC_BROKER_CONFIG),
+    (False, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+)
+
+# Keys AlterConfigs may change on a running broker (Kafka's DynamicBrokerConfig: every
+# broker default of a topic key, the log cleaner's keys, producer.id.expiration.ms).
+DYNAMIC_BROKER_KEYS = frozenset(
+    [d.key for d in BROKER_DEFS if d.topic_key is not None]
+    + [
+        "log.cleaner.threads",
+        "log.cleaner.dedupe.buffer.size",
+        "log.cleaner.backoff.ms",
+        "producer.id.expiration.ms",
+    ]
+)
+
+
+def validate_dynamic(values: Mapping[str, str | None]) -> dict[str, str]:
+    """Check a dynamic broker layer (names, dynamic-ness, values); canonical strings.
+
+    Kafka answers a key that cannot change at run time with "Cannot update these configs
+    dynamically"; unlike Kafka, oncelog also refuses names it does not know (Kafka keeps
+    them for plugins, which oncelog has none of), so a typo is an error, not a silent no-op.
+    """
+    unknown = sorted(k for k in values if k not in _BROKER)
+    if unknown:
+        raise ConfigError(", ".join(unknown), values[unknown[0]], "unknown broker configuration")
+    static_only = sorted(k for k in values if k not in DYNAMIC_BROKER_KEYS)
+    if static_only:
+        raise ConfigError(
+            ", ".join(static_only),
+            values[static_only[0]],
+            f"Cannot update these configs dynamically: {static_only}",
+        )
+    canonical = {}
+    for key, raw in values.items():
+        if raw is None:
+            raise ConfigError(key, raw, "a broker configuration cannot be null")
+        canonical[key] = cast(str, format_value(_BROKER[key], parse_value(_BROKER[key], raw)))
+    return canonical
+
+
 def _synonyms(cfg: BrokerConfig, chain: tuple[ConfigDef, ...]) -> list[ConfigSynonym]:
-    """Set keys first, then defaults, each in precedence order, as Kafka lists them."""
+    """Set keys first (each at every level it is set, highest first), then defaults, each
+    in precedence order, as Kafka lists them."""
     out = [
-        ConfigSynonym(d.key, _shown(d, cfg.get(d.key)), ConfigSource.STATIC_BROKER_CONFIG)
+        ConfigSynonym(d.key, _shown(d, value), source)
         for d in chain
-        if cfg.is_set(d.key)
+        for source, value in cfg.layers(d.key)
     ]
     out += [
         ConfigSynonym(d.key, _shown(d, d.default), ConfigSource.DEFAULT_CONFIG)
@@ -934,19 +1016,29 @@ def _shown(d: ConfigDef, value: Any) -> str | None:
     return None if d.type is T.PASSWORD else format_value(d, value)
 
 
-def describe_broker(cfg: BrokerConfig) -> list[ConfigEntry]:
-    """DescribeConfigs of the broker resource. All read-only: oncelog has no dynamic configs.
-    A key's synonyms are itself and the lower-precedence keys it falls back to."""
+def describe_broker(cfg: BrokerConfig, *, cluster_default: bool = False) -> list[ConfigEntry]:
+    """DescribeConfigs of the broker resource: every key, read-only unless it is dynamic.
+    A key's synonyms are itself and the lower-precedence keys it falls back to.
+
+    ``cluster_default`` describes the resource named "" as Kafka does: only the keys set
+    in the dynamic cluster default layer."""
     entries = []
+    defaults = cfg.dynamic(per_broker=False)
     for d in BROKER_DEFS:
+        if cluster_default and d.key not in defaults:
+            continue
         chain = _CHAINS[d.topic_key] if d.topic_key else (d,)
         synonyms = _synonyms(cfg, chain[chain.index(d) :])
+        value = defaults[d.key] if cluster_default else _shown(d, cfg.get(d.key))
+        source = (
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if cluster_default else cfg.source(d.key)
+        )
         entries.append(
             ConfigEntry(
                 d.key,
-                _shown(d, cfg.get(d.key)),
-                cfg.source(d.key),
-                True,
+                value,
+                source,
+                d.key not in DYNAMIC_BROKER_KEYS,
                 d.type is T.PASSWORD,
                 d.type,
                 d.doc,

@@ -39,6 +39,7 @@ from oncelog.storage.compaction import (
 )
 
 if TYPE_CHECKING:
+    from oncelog.broker.config import BrokerConfig
     from oncelog.broker.partition import Partition
     from oncelog.broker.topics import TopicRegistry
 
@@ -74,16 +75,10 @@ class _Candidate:
 
 class LogCleaner:
     def __init__(
-        self,
-        topics: TopicRegistry,
-        *,
-        key_map_bytes: int,
-        backoff_ms: int,
-        clock_ms: Callable[[], int],
+        self, topics: TopicRegistry, config: BrokerConfig, *, clock_ms: Callable[[], int]
     ) -> None:
         self._topics = topics
-        self._key_map_bytes = key_map_bytes
-        self._backoff_s = backoff_ms / 1000
+        self._config = config  # read at each pass: the cleaner's keys are dynamic
         self._clock_ms = clock_ms
         self._stopping = False
         self._pass_stop = threading.Event()  # set to abort the pass under way
@@ -129,7 +124,9 @@ class LogCleaner:
                 continue
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._backoff_s)
+                await asyncio.wait_for(
+                    self._wake.wait(), self._config.log_cleaner_backoff_ms / 1000
+                )
             except TimeoutError:
                 pass
 
@@ -166,7 +163,7 @@ class LogCleaner:
         self, partition: Partition, found: CleanableRange, now_ms: int
     ) -> bool:
         """One pass over ``partition``; True if its cleaned segments were swapped in."""
-        job = cleaning_job(partition, found, now_ms, self._key_map_bytes)
+        job = cleaning_job(partition, found, now_ms, self._config.log_cleaner_dedupe_buffer_size)
         name = job.name
         log.info(
             "cleaning %s: offsets %d..%d dirty (%.0f%% of %d bytes)",

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from oncelog.broker.config import BrokerConfig
     from oncelog.broker.durability import GroupCommitFlusher
     from oncelog.broker.topics import TopicRegistry
 
@@ -29,14 +30,13 @@ class Maintenance:
         self,
         topics: TopicRegistry,
         flusher: GroupCommitFlusher,
-        retention_check_interval_ms: int,
-        producer_id_expiration_ms: int,
+        config: BrokerConfig,
         clock_ms: Callable[[], int],
     ) -> None:
         self._topics = topics
         self._flusher = flusher
-        self._retention_interval_ms = retention_check_interval_ms
-        self._producer_id_expiration_ms = producer_id_expiration_ms
+        self._config = config  # read at each use: producer.id.expiration.ms is dynamic
+        self._retention_interval_ms = config.log_retention_check_interval_ms
         self._clock_ms = clock_ms
         self._next_retention_ms = 0
         self._next_checkpoint_ms = 0
@@ -57,7 +57,9 @@ class Maintenance:
                     if deleted:
                         log.info("retention deleted %d segment(s) of %r", deleted, partition)
                         partition.after_retention()
-                    expired = partition.expire_producers(now_ms, self._producer_id_expiration_ms)
+                    expired = partition.expire_producers(
+                        now_ms, self._config.producer_id_expiration_ms
+                    )
                     if expired:
                         log.info("%r: producer ids %s expired", partition, expired)
             except OSError:

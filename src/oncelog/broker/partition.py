@@ -17,7 +17,7 @@ from oncelog.broker.config import TopicConfig
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
 from oncelog.protocol.compression import CODEC_IDS, NONE
-from oncelog.protocol.errors import KafkaError
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
     BatchHeader,
     build_control_batch,
@@ -109,7 +109,8 @@ class Partition:
         first_unstable = self.producers.first_unstable_offset()
         if first_unstable is None:
             return self.high_watermark
-        return min(first_unstable, self.high_watermark)
+        # DeleteRecords may have moved the log start past an open transaction's start.
+        return max(min(first_unstable, self.high_watermark), self.log_start_offset)
 
     @property
     def log_start_offset(self) -> int:
@@ -242,6 +243,31 @@ class Partition:
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         return self.producers.remove_expired(now_ms, expiration_ms)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start up to ``offset``; the new log start (the low
+        watermark). Kafka's checks: within [0, high watermark] (OFFSET_OUT_OF_RANGE), and
+        only where the cleanup policy deletes (POLICY_VIOLATION on compact-only topics).
+
+        The producer state stays (KIP-360): it is snapshotted at the log end first, so a
+        restart does not have to rebuild it from batches that are gone."""
+        if not 0 <= offset <= self.high_watermark:
+            raise KafkaError(
+                ErrorCode.offset_out_of_range,
+                f"Cannot delete records of {self.topic}-{self.index} before offset {offset}: "
+                f"the offsets are 0 to the high watermark {self.high_watermark}",
+            )
+        if not self.log.config.delete:
+            raise KafkaError(
+                ErrorCode.policy_violation,
+                f"Records of partition {self.topic}-{self.index} can not be deleted due to the "
+                "configured policy",
+            )
+        if offset > self.log.log_start_offset:
+            self._snapshot_producers(self.log.log_end_offset)
+            self.log.advance_log_start(offset)
+            self.after_retention()
+        return self.log.log_start_offset
 
     def after_retention(self) -> None:
         """Snapshots below the log start describe batches that are gone: delete them."""

@@ -150,6 +150,33 @@ class TopicRegistry:
         log.info("deleted topic %s", name)
         return topic
 
+    def add_partitions(self, name: str, count: int, now_ms: int) -> Topic:
+        """CreatePartitions: open partitions up to ``count`` (the caller checked it is an
+        increase) and record the new count."""
+        topic = self._topics[name]
+        before = len(topic.partitions)
+        self._open_partitions(topic, count, True, now_ms)
+        self._persist()
+        log.info("topic %s now has %d partitions (was %d)", name, count, before)
+        return topic
+
+    def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
+        """Replace a topic's overrides (already validated), persist them, and bring its
+        running partitions up to date."""
+        topic = self._topics[name]
+        topic.configs = dict(overrides)
+        self._persist()
+        self.refresh_settings(topic)
+
+    def refresh_settings(self, topic: Topic | None = None) -> None:
+        """Recompute what partitions act on (after a topic's overrides or a dynamic broker
+        default changed); every topic when ``topic`` is None."""
+        for each in [topic] if topic is not None else list(self._topics.values()):
+            log_config, settings = self._settings(each)
+            for partition in each.partitions:
+                partition.log.config = log_config
+                partition.settings = settings
+
     def close(self) -> None:
         for partition in self.partitions():
             partition.close()
@@ -160,7 +187,8 @@ class TopicRegistry:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
 
-    def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
+    def _settings(self, topic: Topic) -> tuple[LogConfig, PartitionSettings]:
+        """What a topic's partitions act on, from its overrides over the broker's keys."""
         topic_config = cfg.TopicConfig(self._config, topic.configs)
         log_config = LogConfig(**topic_config.to_log_config())
         settings = PartitionSettings(
@@ -170,7 +198,12 @@ class TopicRegistry:
             flush_ms=int(topic_config.get("flush.ms")),
             records=record_rules(topic_config),
         )
-        for index in range(count):
+        return log_config, settings
+
+    def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
+        """Open partitions up to ``count`` (a new topic's, or those CreatePartitions adds)."""
+        log_config, settings = self._settings(topic)
+        for index in range(len(topic.partitions), count):
             directory = self._data_dir / f"{topic.name}-{index}"
             partition_log = PartitionLog.open(directory, log_config, clean_shutdown=clean_shutdown)
             producers = load_producer_state(

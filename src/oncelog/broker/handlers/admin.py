@@ -167,7 +167,7 @@ def _describe(broker: Broker, resource: Any, synonyms: bool, documentation: bool
                 "error_code": ErrorCode.invalid_request,
                 "error_message": f"this is broker {broker.node_id}, not {resource.resource_name}",
             }
-        entries = cfg.describe_broker(broker.config)
+        entries = cfg.describe_broker(broker.config, cluster_default=resource.resource_name == "")
     else:
         return {
             **answer,

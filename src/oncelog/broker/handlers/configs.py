@@ -1,0 +1,171 @@
+"""AlterConfigs (33) and IncrementalAlterConfigs (44) for topics and this broker.
+
+A topic's overrides are persisted in the topic catalogue and applied to its running
+partitions at once. Broker keys that Kafka can change at run time (``DYNAMIC_BROKER_KEYS``)
+are kept per broker (resource name = this node's id) or as the cluster-wide default
+(resource name ""), persisted in ``dynamic-broker-configs.json`` and applied at once:
+topics without an override of their own follow a changed default.
+
+Errors are Kafka 4.x's: a resource named twice, duplicate keys, null values, unknown
+operations, a broker id that is not this node, a key that cannot change at run time:
+INVALID_REQUEST; an unknown topic: UNKNOWN_TOPIC_OR_PARTITION; a bad topic key or value:
+INVALID_CONFIG. AlterConfigs replaces all of a resource's settings; the incremental API
+changes only the keys it names.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from oncelog.broker import config as cfg
+from oncelog.broker.config_changes import (
+    RESOURCE_BROKER,
+    RESOURCE_TOPIC,
+    ConfigChange,
+    apply_ops,
+    check_broker_name,
+    duplicate_resources,
+    preflight,
+)
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.protocol.codec import RequestHeader
+
+log = logging.getLogger(__name__)
+
+# (current settings, changes) -> new settings
+Plan = Callable[[dict[str, str], Sequence[ConfigChange]], dict[str, str]]
+
+
+async def handle_incremental_alter_configs(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
+    resources = [
+        (
+            r.resource_type,
+            r.resource_name,
+            [ConfigChange(c.name, c.value, c.config_operation) for c in r.configs],
+        )
+        for r in request.resources
+    ]
+    return await _alter(broker, resources, request.validate_only, incremental=True)
+
+
+async def handle_alter_configs(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
+    resources = [
+        (r.resource_type, r.resource_name, [ConfigChange(c.name, c.value) for c in r.configs])
+        for r in request.resources
+    ]
+    return await _alter(broker, resources, request.validate_only, incremental=False)
+
+
+async def _alter(
+    broker: Broker,
+    resources: list[tuple[int, str, list[ConfigChange]]],
+    validate_only: bool,
+    *,
+    incremental: bool,
+) -> dict[str, Any]:
+    twice = duplicate_resources([(kind, name) for kind, name, _ in resources])
+    answers = []
+    for kind, name, changes in resources:
+        try:
+            if (kind, name) in twice:
+                raise KafkaError(
+                    ErrorCode.invalid_request, "Each resource must appear at most once."
+                )
+            preflight(changes)
+            if kind == RESOURCE_TOPIC:
+                await _alter_topic(broker, name, changes, validate_only, incremental)
+            elif kind == RESOURCE_BROKER:
+                await _alter_broker(broker, name, changes, validate_only, incremental)
+            else:
+                raise KafkaError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
+        except KafkaError as exc:
+            log.info("alter configs of resource %d %r refused: %s", kind, name, exc.message)
+            answers.append(_answer(kind, name, exc.code, exc.message))
+            continue
+        answers.append(_answer(kind, name, ErrorCode.none, None))
+    return {"throttle_time": 0, "responses": answers}
+
+
+def _answer(kind: int, name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "resource_type": kind,
+        "resource_name": name,
+    }
+
+
+async def _alter_topic(
+    broker: Broker,
+    name: str,
+    changes: Sequence[ConfigChange],
+    validate_only: bool,
+    incremental: bool,
+) -> None:
+    if name == "":
+        raise KafkaError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
+    topic = broker.topics.get(name)
+    if topic is None:
+        raise KafkaError(
+            ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+        )
+    current = cfg.TopicConfig(broker.config, topic.configs)
+    if incremental:
+        wanted = apply_ops(
+            topic.configs,
+            changes,
+            is_list=lambda key: _is_list(cfg.topic_def(key)),
+            effective=lambda key: cfg.format_value(cfg.topic_def(key), current.get(key)),  # type: ignore[arg-type]
+        )
+    else:
+        wanted = {c.name: c.value for c in changes if c.value is not None}
+    try:
+        overrides = cfg.TopicConfig.validate(wanted)
+    except cfg.ConfigError as exc:
+        raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+    if not validate_only:
+        broker.topics.alter_configs(name, overrides)
+        log.info("topic %s configuration now %s", name, overrides or "the broker defaults")
+        broker.configs_changed()
+
+
+async def _alter_broker(
+    broker: Broker,
+    name: str,
+    changes: Sequence[ConfigChange],
+    validate_only: bool,
+    incremental: bool,
+) -> None:
+    per_broker = check_broker_name(name, broker.node_id)
+    current = broker.config.dynamic(per_broker=per_broker)
+    if incremental:
+        wanted = apply_ops(
+            current,
+            changes,
+            is_list=lambda key: _is_list(cfg.broker_def(key)),
+            effective=lambda key: cfg.format_value(cfg.broker_def(key), broker.config.get(key)),  # type: ignore[arg-type]
+        )
+    else:
+        wanted = {c.name: c.value for c in changes if c.value is not None}
+    try:
+        layer = cfg.validate_dynamic(wanted)
+    except cfg.ConfigError as exc:
+        raise KafkaError(ErrorCode.invalid_request, str(exc)) from exc
+    if not validate_only:
+        await broker.dynamic_configs.replace(layer, per_broker=per_broker)
+        scope = f"broker {broker.node_id}" if per_broker else "the cluster default"
+        log.info("dynamic configuration of %s now %s", scope, layer or "empty")
+        broker.configs_changed()
+
+
+def _is_list(definition: cfg.ConfigDef | None) -> bool | None:
+    return None if definition is None else definition.type is cfg.ConfigType.LIST
