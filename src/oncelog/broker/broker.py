@@ -13,7 +13,7 @@ from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.dynamic_config import DynamicConfigs
-from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.group_coordinator import GroupCoordinator, OffsetExpiry
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.maintenance import Maintenance
@@ -193,7 +193,11 @@ def _group_coordinator(
         max_session_timeout_ms=config.group_max_session_timeout_ms,
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
     )
-    return GroupCoordinator(offsets, offsets, offsets, clock, group_config)
+    expiry = OffsetExpiry(
+        retention_ms=config.offsets_retention_minutes * 60_000,
+        check_interval_ms=config.offsets_retention_check_interval_ms,
+    )
+    return GroupCoordinator(offsets, offsets, offsets, clock, group_config, expiry=expiry)
 
 
 def _transaction_coordinator(

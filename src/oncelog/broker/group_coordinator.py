@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from oncelog.broker.coordinator_runtime import (
@@ -30,6 +31,14 @@ R = TypeVar("R")
 MAX_TICK_S = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class OffsetExpiry:
+    """``offsets.retention.minutes`` (in ms) and ``offsets.retention.check.interval.ms``."""
+
+    retention_ms: int = 7 * 24 * 3_600_000
+    check_interval_ms: int = 600_000
+
+
 class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
     """Groups and committed offsets of every `__consumer_offsets` partition this broker
     leads."""
@@ -43,6 +52,7 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         config: GroupConfig,
         *,
         single_node: bool = True,
+        expiry: OffsetExpiry | None = None,
     ) -> None:
         """``single_node``: see ``LedCoordinator``."""
         super().__init__(
@@ -63,6 +73,8 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         # Parked JoinGroup/SyncGroup requests: request id -> (partition, answer).
         self._parked: dict[object, tuple[int, asyncio.Future[Any]]] = {}
         self._ticker: asyncio.Task[None] | None = None
+        self._expirer: asyncio.Task[None] | None = None
+        self._expiry = expiry or OffsetExpiry()
         self._wake = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -70,12 +82,14 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
     async def start(self) -> None:
         """At broker start: the timers, and the partitions this broker leads."""
         self._ticker = asyncio.ensure_future(self._run_timers())
+        self._expirer = asyncio.ensure_future(self._run_offset_expiry())
         await self._start_leading()
 
     async def stop(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            await asyncio.gather(self._ticker, return_exceptions=True)
+        for task in (self._ticker, self._expirer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         self._runtime.unload_all()
 
     def _on_unloaded(self, partition: int, shard: GroupCoordinatorShard) -> None:
@@ -180,3 +194,26 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
                         await self._execute(partition, lambda s, t: s.tick(t))
                     except CoordinatorError as exc:
                         log.warning("group timers of partition %d: %s", partition, exc)
+
+    # -- offset expiry -----------------------------------------------------------------------
+
+    async def _run_offset_expiry(self) -> None:
+        while True:
+            await asyncio.sleep(self._expiry.check_interval_ms / 1000)
+            await self.expire_offsets()
+
+    async def expire_offsets(self) -> int:
+        """One round of offset expiry over every loaded partition (Kafka's
+        ``offsets.retention.check.interval.ms`` task); the number of offsets expired."""
+        retention = self._expiry.retention_ms
+        expired = 0
+        for partition in list(self._runtime.shards):
+            try:
+                count = await self._execute(partition, lambda s, t: s.expire_offsets(t, retention))
+            except CoordinatorError as exc:
+                log.warning("offset expiry of partition %d: %s", partition, exc)
+                continue
+            expired += count or 0
+        if expired:
+            log.info("expired %d committed offset(s) older than %d ms", expired, retention)
+        return expired

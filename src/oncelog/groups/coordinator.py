@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from oncelog.groups.classic import ClassicGroupManager, GroupConfig
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig, GroupState
 from oncelog.groups.messages import (
     DescribedGroup,
     HeartbeatRequest,
@@ -37,6 +37,7 @@ from oncelog.groups.messages import (
 from oncelog.groups.offsets import (
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     OffsetManager,
     TxnOffsetCommitRequest,
@@ -97,6 +98,26 @@ class GroupCoordinatorShard:
         if result.response is not ErrorCode.none:
             return result
         return Result(ErrorCode.none, self.offsets.tombstones(group_id) + result.records)
+
+    def delete_offsets(
+        self, group_id: str, topics: Mapping[str, Sequence[int]]
+    ) -> Result[OffsetDeleteResponse]:
+        """OffsetDelete: tombstones for the named partitions the group no longer uses."""
+        return self.offsets.delete_offsets(group_id, topics)
+
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> Result[int]:
+        """Offset expiry (``offsets.retention.minutes``): tombstones for the offsets that
+        aged out, and for each Empty group left without any offset, the group's tombstone
+        (Kafka's ``cleanupGroupMetadata``). The response counts the offsets expired."""
+        expired = self.offsets.expired(now_ms, retention_ms)
+        records = list(self.offsets.expiry_records(expired))
+        for group_id, partitions in expired.items():
+            group = self.groups.group(group_id)
+            left = set(self.offsets.committed(group_id)) - set(partitions)
+            pending = self.offsets.open_transactions(group_id)
+            if group is not None and group.is_in(GroupState.EMPTY) and not left and not pending:
+                records += self.groups.delete(group_id).records
+        return Result(sum(len(p) for p in expired.values()), tuple(records))
 
     # --- offsets ---
 

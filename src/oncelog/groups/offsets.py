@@ -40,6 +40,7 @@ from oncelog.groups.classic import (
     GroupConfig,
     GroupState,
 )
+from oncelog.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from oncelog.groups.messages import Result
 from oncelog.groups.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue
 from oncelog.protocol.errors import ErrorCode
@@ -50,6 +51,7 @@ __all__ = [
     "OffsetCommitPartition",
     "OffsetCommitRequest",
     "OffsetCommitResponse",
+    "OffsetDeleteResponse",
     "OffsetFetchPartition",
     "OffsetFetchResponse",
     "OffsetManager",
@@ -118,6 +120,14 @@ class PartitionError:
 class OffsetCommitResponse:
     """Per-partition answers (OffsetCommit and TxnOffsetCommit alike)."""
 
+    partitions: tuple[PartitionError, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResponse:
+    """OffsetDelete's answer: a group-level error, or one error per partition."""
+
+    error_code: ErrorCode
     partitions: tuple[PartitionError, ...]
 
 
@@ -286,11 +296,85 @@ class OffsetManager:
     # -- delete --
 
     def tombstones(self, group_id: str) -> tuple[CoordinatorRecord, ...]:
-        """Tombstones for every committed offset of the group (DeleteGroups)."""
-        return tuple(
-            CoordinatorRecord(OffsetCommitKey(group_id, t, p), None)
-            for t, p in sorted(self._offsets.get(group_id, {}))
+        """Tombstones for every offset of the group, committed or pending in a transaction
+        (DeleteGroups; Kafka's ``deleteAllOffsets``)."""
+        partitions = set(self._offsets.get(group_id, {}))
+        for pid in self._open_by_group.get(group_id, ()):
+            partitions |= set(self._pending[pid].get(group_id, {}))
+        return tuple(_tombstone(group_id, t, p) for t, p in sorted(partitions))
+
+    def delete_offsets(
+        self, group_id: str, topics: Mapping[str, Sequence[int]]
+    ) -> Result[OffsetDeleteResponse]:
+        """OffsetDelete (Kafka's ``OffsetMetadataManager.deleteOffsets``): a group that does
+        not exist answers GROUP_ID_NOT_FOUND; a non-empty group that is not a consumer
+        group NON_EMPTY_GROUP; partitions of topics its members subscribe to
+        GROUP_SUBSCRIBED_TO_TOPIC; every other partition gets a tombstone (if it has an
+        offset) and no error."""
+        if not group_id:
+            return Result(OffsetDeleteResponse(_E.invalid_group_id, ()))
+        group = self._groups.group(group_id)
+        if group is None or group.is_in(_S.DEAD):
+            return Result(OffsetDeleteResponse(_E.group_id_not_found, ()))
+        active = group.is_in(_S.STABLE, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE)
+        if active and group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return Result(OffsetDeleteResponse(_E.non_empty_group, ()))
+        subscribed = _subscribed_topics(group)
+        answers = []
+        records = []
+        for topic, partitions in topics.items():
+            for partition in partitions:
+                if topic in subscribed:
+                    answers.append(PartitionError(topic, partition, _E.group_subscribed_to_topic))
+                    continue
+                answers.append(PartitionError(topic, partition, _E.none))
+                if self._has_offset(group_id, topic, partition):
+                    records.append(_tombstone(group_id, topic, partition))
+        return Result(OffsetDeleteResponse(_E.none, tuple(answers)), tuple(records))
+
+    def _has_offset(self, group_id: str, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._offsets.get(group_id, {}) or self.has_pending(
+            group_id, topic, partition
         )
+
+    # -- expiry --
+
+    def expired(self, now_ms: int, retention_ms: int) -> dict[str, list[TopicPartition]]:
+        """The offsets ``offsets.retention.minutes`` lets go, per group (Kafka's
+        ``cleanupExpiredOffsets`` with ``ClassicGroup.offsetExpirationCondition``):
+
+        - a group with a protocol, Empty: every offset, counted from when the group
+          became Empty (from its commit, when that time is unknown);
+        - a consumer group, Stable: offsets of topics no member subscribes to, counted
+          from their commit;
+        - a group that never had members (offsets committed without group management):
+          every offset, counted from its commit;
+        - no other group, and never a partition with a transaction's offset pending.
+        An offset committed with an explicit expiry (OffsetCommit v1) expires then.
+        """
+        found: dict[str, list[TopicPartition]] = {}
+        for group_id, offsets in self._offsets.items():
+            group = self._groups.group(group_id)
+            since = _expiry_base(group)
+            if since is None:
+                continue
+            subscribed = _subscribed_topics(group) if group is not None else frozenset()
+            for tp, committed in sorted(offsets.items()):
+                if tp[0] in subscribed or self.has_pending(group_id, *tp):
+                    continue
+                if committed.expire_timestamp >= 0:
+                    gone = now_ms >= committed.expire_timestamp
+                else:
+                    base = since if since >= 0 else committed.commit_timestamp
+                    gone = now_ms - base >= retention_ms
+                if gone:
+                    found.setdefault(group_id, []).append(tp)
+        return found
+
+    def expiry_records(
+        self, expired: Mapping[str, Sequence[TopicPartition]]
+    ) -> tuple[CoordinatorRecord, ...]:
+        return tuple(_tombstone(g, t, p) for g, tps in expired.items() for t, p in tps)
 
     # -- replay: the only way offsets change --
 
@@ -348,6 +432,35 @@ class OffsetManager:
                     current[tp] = entry
             if not current:
                 del self._offsets[group_id]
+
+
+def _tombstone(group_id: str, topic: str, partition: int) -> CoordinatorRecord:
+    return CoordinatorRecord(OffsetCommitKey(group_id, topic, partition), None)
+
+
+def _subscribed_topics(group: ClassicGroup) -> frozenset[str]:
+    """What a consumer group's members subscribe to (nothing for other groups)."""
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE or group.is_in(_S.EMPTY, _S.DEAD):
+        return frozenset()
+    metadatas = []
+    for member in group.members.values():
+        try:
+            metadatas.append(member.metadata(group.protocol_name))
+        except ValueError:
+            continue
+    return subscribed_topics(metadatas)
+
+
+def _expiry_base(group: ClassicGroup | None) -> int | None:
+    """When a group's offsets start to age: the time it became Empty (-1: each offset's
+    commit time), or None when its offsets do not expire now."""
+    if group is None or group.protocol_type is None:
+        return -1  # offsets committed without group management
+    if group.is_in(_S.EMPTY):
+        return group.current_state_timestamp
+    if group.protocol_type == CONSUMER_PROTOCOL_TYPE and group.is_in(_S.STABLE):
+        return -1
+    return None
 
 
 def _validate_against_group(

@@ -19,6 +19,7 @@ from oncelog.broker.handlers import (
     configs,
     fetch,
     find_coordinator,
+    group_admin,
     groups,
     list_offsets,
     log_dirs,
@@ -73,4 +74,6 @@ def by_api_key() -> dict[int, Callable[[Broker, RequestHeader, Any], Awaitable[A
         ApiKey.DESCRIBE_ACLS: cluster.handle_describe_acls,
         ApiKey.CREATE_ACLS: cluster.handle_create_acls,
         ApiKey.DELETE_ACLS: cluster.handle_delete_acls,
+        ApiKey.DELETE_GROUPS: group_admin.handle_delete_groups,
+        ApiKey.OFFSET_DELETE: group_admin.handle_offset_delete,
     }

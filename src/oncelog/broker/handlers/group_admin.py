@@ -1,0 +1,54 @@
+"""DeleteGroups (42) and OffsetDelete (47): what ``kafka-consumer-groups --delete`` and
+``--delete-offsets`` send. Both write tombstones to ``__consumer_offsets``, which the log
+cleaner then compacts away, so deleted groups cost nothing at the next start."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from oncelog.broker.coordinator_runtime import CoordinatorError
+from oncelog.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+    from oncelog.protocol.codec import RequestHeader
+
+
+async def handle_delete_groups(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
+    results = []
+    for group_id in request.groups_names:
+        try:
+            if not group_id:
+                code = ErrorCode.invalid_group_id
+            else:
+                code = await broker.groups.run(
+                    group_id, lambda shard, now, g=group_id: shard.delete_group(g)
+                )
+        except CoordinatorError as failed:
+            code = failed.code
+        results.append({"group_id": group_id, "error_code": code})
+    return {"throttle_time": 0, "results": results}
+
+
+async def handle_offset_delete(
+    broker: Broker, header: RequestHeader, request: Any
+) -> dict[str, Any]:
+    wanted = {t.name: [p.partition_index for p in t.partitions] for t in request.topics}
+    try:
+        answer = await broker.groups.run(
+            request.group_id, lambda shard, now: shard.delete_offsets(request.group_id, wanted)
+        )
+    except CoordinatorError as failed:
+        return {"error_code": failed.code, "throttle_time": 0, "topics": []}
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for p in answer.partitions:
+        by_topic.setdefault(p.topic, []).append(
+            {"partition_index": p.partition, "error_code": p.error_code}
+        )
+    return {
+        "error_code": answer.error_code,
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
+    }
