@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from oncelog.broker.group_coordinator import GroupCoordinator, OffsetExpiry
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.maintenance import Maintenance
+from oncelog.broker.metrics import BrokerMetrics, MetricsServer
 from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
@@ -48,7 +50,10 @@ class Broker:
         port: int = 9092,
         advertised_host: str | None = None,
         advertised_port: int | None = None,
+        metrics_port: int | None = None,
     ) -> None:
+        """``metrics_port``: serve Prometheus metrics there (on ``host``; 0 picks a free
+        port); None serves none (they are still kept in ``metrics``)."""
         self.config = config
         self.data_dir = data_dir
         self.node_id: int = config.node_id
@@ -71,6 +76,11 @@ class Broker:
             self.groups.locate,
         )
         self.cleaner = LogCleaner(self.topics, config, clock_ms=self.now_ms)
+        self.metrics = BrokerMetrics(self)
+        self.flusher.on_fsync = self.metrics.fsync_time.observe
+        self._metrics_server = (
+            None if metrics_port is None else MetricsServer(self.metrics, host, metrics_port)
+        )
         self._server = KafkaServer(self, host, port, ConnectionLimits.from_config(config))
         self._host = host
         if advertised_host is None and advertised_port is None and config.advertised_listeners:
@@ -131,6 +141,8 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         await self._server.start()
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
         maintenance = Maintenance(self.topics, self.flusher, self.config, self.now_ms)
         self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
         if self.config.log_cleaner_enable:
@@ -139,6 +151,8 @@ class Broker:
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
         await self._server.stop()
+        if self._metrics_server is not None:
+            await self._metrics_server.stop()
         await self.transactions.stop()
         await self.groups.stop()
         if self._maintenance is not None:
@@ -176,7 +190,18 @@ class Broker:
     def dispatch(
         self, header: RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any]:
-        return self._handlers[header.api_key](self, header, request)
+        handling = self._handlers[header.api_key](self, header, request)
+        return self._measured(header.api_key, request, handling)
+
+    async def _measured(self, api_key: int, request: Any, handling: Awaitable[Any]) -> Any:
+        started = time.monotonic()
+        response = await handling
+        self.metrics.observe_request(api_key, request, response, time.monotonic() - started)
+        return response
+
+    @property
+    def metrics_port(self) -> int | None:
+        return None if self._metrics_server is None else self._metrics_server.port
 
 
 def _group_coordinator(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -230,6 +231,7 @@ class CoordinatorRuntime(Generic[S]):
         self._on_unloaded = on_unloaded
         self._contexts: dict[int, _Context[S]] = {}
         self.skipped_records = 0  # records the loader could not read, over every load
+        self.load_seconds: dict[int, float] = {}  # partition -> duration of its last load
 
     # -- leadership ------------------------------------------------------------------------
 
@@ -253,6 +255,7 @@ class CoordinatorRuntime(Generic[S]):
             self._close(current)
         context = _Context(partition, epoch, self._build(partition, epoch))
         self._contexts[partition] = context
+        started = time.monotonic()
         try:
             report = await self._loader.load(partition, context.shard)
         except Exception:
@@ -265,8 +268,14 @@ class CoordinatorRuntime(Generic[S]):
         if self._on_loaded is not None:
             self._on_loaded(partition, context.shard)
         context.state = _State.ACTIVE
+        self.load_seconds[partition] = time.monotonic() - started
         log.info(
-            "%s-%d: loaded %d records at epoch %d", self.name, partition, report.replayed, epoch
+            "%s-%d: loaded %d records at epoch %d in %.3f s",
+            self.name,
+            partition,
+            report.replayed,
+            epoch,
+            self.load_seconds[partition],
         )
 
     def unload(self, partition: int, epoch: int | None) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -44,6 +46,7 @@ class GroupCommitFlusher:
         self._executor: ThreadPoolExecutor | None = None
         self._stopping = False
         self.fsync_rounds = 0  # partition fsyncs done (a round covers all its waiters)
+        self.on_fsync: Callable[[float], None] | None = None  # seconds of each fsync
 
     def start(self) -> None:
         self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="fsync")
@@ -92,7 +95,10 @@ class GroupCommitFlusher:
             while state.waiters or state.requested:
                 state.requested = False
                 try:
+                    started = time.monotonic()
                     durable = await loop.run_in_executor(self._executor, partition.log.flush)
+                    if self.on_fsync is not None:
+                        self.on_fsync(time.monotonic() - started)
                 except OSError as exc:
                     log.error("fsync of %r failed: %s", partition, exc)
                     _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))

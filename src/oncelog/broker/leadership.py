@@ -88,6 +88,11 @@ class LedCoordinator(Generic[S]):
         return self._runtime.shards
 
     @property
+    def load_seconds(self) -> dict[int, float]:
+        """How long each partition's last load took (coordinator load-time metrics)."""
+        return self._runtime.load_seconds
+
+    @property
     def skipped_records(self) -> int:
         """Records of the topic that loads could not read."""
         return self._runtime.skipped_records

@@ -23,9 +23,14 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 async def serve(
-    config: BrokerConfig, data_dir: Path, host: str, port: int, ready_file: Path | None = None
+    config: BrokerConfig,
+    data_dir: Path,
+    host: str,
+    port: int,
+    ready_file: Path | None = None,
+    metrics_port: int | None = None,
 ) -> None:
-    broker = Broker(config, data_dir, host, port)
+    broker = Broker(config, data_dir, host, port, metrics_port=metrics_port)
     await broker.start()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -44,10 +49,15 @@ async def serve(
 
 
 def run_forever(
-    config: BrokerConfig, data_dir: Path, host: str, port: int, ready_file: Path | None = None
+    config: BrokerConfig,
+    data_dir: Path,
+    host: str,
+    port: int,
+    ready_file: Path | None = None,
+    metrics_port: int | None = None,
 ) -> None:
     loop = new_event_loop()
     try:
-        loop.run_until_complete(serve(config, data_dir, host, port, ready_file))
+        loop.run_until_complete(serve(config, data_dir, host, port, ready_file, metrics_port))
     finally:
         loop.close()

@@ -56,6 +56,12 @@ def main(verbose: int) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the listening port to this file once the broker serves.",
 )
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port).",
+)
 def broker(
     data_dir: Path,
     host: str,
@@ -63,6 +69,7 @@ def broker(
     config_file: Path | None,
     overrides: tuple[str, ...],
     ready_file: Path | None,
+    metrics_port: int | None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     from oncelog.broker.runner import run_forever
@@ -73,7 +80,7 @@ def broker(
         config = BrokerConfig.load(config_file, parse_key_values(overrides, "--set"))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    run_forever(config, data_dir, host, port, ready_file)
+    run_forever(config, data_dir, host, port, ready_file, metrics_port)
 
 
 for command in (topics, produce, consume, dump_log, demo, producers, transactions, groups):

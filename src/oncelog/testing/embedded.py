@@ -32,8 +32,10 @@ class EmbeddedBroker:
         data_dir: Path | str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        metrics_port: int | None = None,
     ) -> None:
         self._overrides = dict(config or {})
+        self._metrics_port = metrics_port
         self._owns_data_dir = data_dir is None
         self.data_dir = (
             Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="oncelog-"))
@@ -66,7 +68,9 @@ class EmbeddedBroker:
             assert self._loop is not None
             asyncio.set_event_loop(self._loop)
             try:
-                self.broker = Broker(config, self.data_dir, self._host, self._port)
+                self.broker = Broker(
+                    config, self.data_dir, self._host, self._port, metrics_port=self._metrics_port
+                )
                 self._loop.run_until_complete(self.broker.start())
             except BaseException as exc:  # reported to the caller of start()
                 failure.append(exc)

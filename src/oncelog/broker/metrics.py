@@ -1,0 +1,342 @@
+"""Prometheus metrics of one broker, under Kafka's metric names where Kafka has one.
+
+Kafka's JMX names become Prometheus names the way the Prometheus JMX exporter's usual
+Kafka rules spell them: ``kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec,topic=T``
+becomes ``kafka_server_brokertopicmetrics_bytesin_total{topic="T"}``; times are in
+seconds, as Prometheus wants. Names with an ``oncelog_`` prefix have no Kafka counterpart.
+The README lists them all.
+
+Counters and histograms are updated where things happen (requests in ``Broker.dispatch``,
+fsyncs in the flusher); everything that is a state (offsets, producers, transactions, the
+cleaner) is read when the endpoint is scraped, on the event loop, so a scrape sees one
+consistent moment and nothing is counted twice. The endpoint is a minimal HTTP server on
+the broker's own event loop (``--metrics-port``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_batch import iter_stored_batches
+
+if TYPE_CHECKING:
+    from oncelog.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+# Request latencies from 100 µs to 30 s; fsyncs from 50 µs to 10 s.
+_REQUEST_BUCKETS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                    1.0, 2.5, 5.0, 10.0, 30.0)  # fmt: skip
+_FSYNC_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                  0.1, 0.25, 0.5, 1.0, 10.0)  # fmt: skip
+
+
+class BrokerMetrics:
+    """The registry of one broker and the instruments its code updates."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.registry = CollectorRegistry()
+        self.bytes_in = Counter(
+            "kafka_server_brokertopicmetrics_bytesin",
+            "Bytes of record batches appended by Produce requests (BytesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.messages_in = Counter(
+            "kafka_server_brokertopicmetrics_messagesin",
+            "Records appended by Produce requests (MessagesInPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_bytesout",
+            "Bytes of record batches returned by Fetch requests (BytesOutPerSec).",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "kafka_network_requestmetrics_requests",
+            "Requests handled, by API (RequestsPerSec).",
+            ["request"],
+            registry=self.registry,
+        )
+        self.request_time = Histogram(
+            "kafka_network_requestmetrics_totaltime_seconds",
+            "Time the broker took to answer a request once decoded, by API (TotalTimeMs).",
+            ["request"],
+            buckets=_REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        self.fsync_time = Histogram(
+            "kafka_log_logflushstats_logflush_seconds",
+            "Duration of one fsync round of the group-commit flusher (LogFlushRateAndTimeMs).",
+            buckets=_FSYNC_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(broker))
+
+    # -- what the request path reports -------------------------------------------------------
+
+    def observe_request(self, api_key: int, request: Any, response: Any, seconds: float) -> None:
+        name = _api_name(api_key)
+        self.requests.labels(name).inc()
+        self.request_time.labels(name).observe(seconds)
+        if api_key == ApiKey.PRODUCE and isinstance(response, dict):
+            self._count_produce(request, response)
+        elif api_key == ApiKey.FETCH and isinstance(response, dict):
+            self._count_fetch(response)
+
+    def _count_produce(self, request: Any, response: dict[str, Any]) -> None:
+        answered = {
+            (topic["name"], p["index"]): p["error_code"]
+            for topic in response.get("responses", ())
+            for p in topic.get("partition_responses", ())
+        }
+        for topic in request.topic_data:
+            for data in topic.partition_data:
+                if answered.get((topic.name, data.index)) != ErrorCode.none:
+                    continue
+                records = bytes(data.records or b"")
+                self.bytes_in.labels(topic.name).inc(len(records))
+                self.messages_in.labels(topic.name).inc(
+                    sum(header.record_count for _, header in iter_stored_batches(records))
+                )
+
+    def _count_fetch(self, response: dict[str, Any]) -> None:
+        for topic in response.get("responses", ()):
+            size = sum(len(p.get("records") or b"") for p in topic.get("partitions", ()))
+            if size:
+                self.bytes_out.labels(self._topic_name(topic)).inc(size)
+
+    def _topic_name(self, answer: dict[str, Any]) -> str:
+        """Fetch v13+ names topics by id."""
+        if answer.get("topic"):
+            return str(answer["topic"])
+        topic = self._broker.topics.by_id(answer.get("topic_id"))  # type: ignore[arg-type]
+        return topic.name if topic is not None else str(answer.get("topic_id"))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return "".join(part.title() for part in ApiKey(api_key).name.split("_"))
+    except ValueError:
+        return str(api_key)
+
+
+class _StateCollector:
+    """Gauges read from the broker at scrape time."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        broker = self._broker
+        labels = ["topic", "partition"]
+        offsets = {
+            "logstartoffset": GaugeMetricFamily(
+                "kafka_log_log_logstartoffset",
+                "First offset of the log (LogStartOffset).",
+                labels=labels,
+            ),
+            "logendoffset": GaugeMetricFamily(
+                "kafka_log_log_logendoffset",
+                "Next offset of the log (LogEndOffset).",
+                labels=labels,
+            ),
+            "highwatermark": GaugeMetricFamily(
+                "kafka_cluster_partition_highwatermark",
+                "High watermark: what consumers may read up to.",
+                labels=labels,
+            ),
+            "laststableoffset": GaugeMetricFamily(
+                "kafka_cluster_partition_laststableoffset",
+                "Last stable offset: what read_committed consumers may read up to.",
+                labels=labels,
+            ),
+            "size": GaugeMetricFamily(
+                "kafka_log_log_size", "Bytes of the log (Size).", labels=labels
+            ),
+            "segments": GaugeMetricFamily(
+                "kafka_log_log_numlogsegments",
+                "Segments of the log (NumLogSegments).",
+                labels=labels,
+            ),
+            "producers": GaugeMetricFamily(
+                "oncelog_log_producer_state_entries",
+                "Producers whose state the partition keeps (ids, epochs, last sequences).",
+                labels=labels,
+            ),
+            "open": GaugeMetricFamily(
+                "oncelog_log_open_transactions",
+                "Transactions with records in the partition and no marker yet.",
+                labels=labels,
+            ),
+        }
+        for topic in broker.topics.all():
+            for partition in topic.partitions:
+                key = [topic.name, str(partition.index)]
+                offsets["logstartoffset"].add_metric(key, partition.log_start_offset)
+                offsets["logendoffset"].add_metric(key, partition.log.log_end_offset)
+                offsets["highwatermark"].add_metric(key, partition.high_watermark)
+                offsets["laststableoffset"].add_metric(key, partition.last_stable_offset)
+                offsets["size"].add_metric(key, partition.log.size_bytes())
+                offsets["segments"].add_metric(key, len(partition.log.segments()))
+                entries = partition.producers.entries
+                offsets["producers"].add_metric(key, len(entries))
+                open_txns = sum(
+                    1 for e in entries.values() if e.current_txn_first_offset is not None
+                )
+                offsets["open"].add_metric(key, open_txns)
+        yield from offsets.values()
+        yield from self._transactions()
+        yield from self._cleaner()
+        yield from self._coordinators()
+
+    def _transactions(self) -> Iterator[GaugeMetricFamily]:
+        """Open transactions and those open longer than transaction.max.timeout.ms
+        (Kafka's PartitionsWithLateTransactionsCount, KIP-664: hanging candidates)."""
+        broker = self._broker
+        now = broker.now_ms()
+        late_after = broker.config.transaction_max_timeout_ms
+        open_total = late = 0
+        for partition in broker.topics.partitions():
+            for entry in partition.producers.entries.values():
+                if entry.current_txn_first_offset is None:
+                    continue
+                open_total += 1
+                if now - entry.last_timestamp > late_after:
+                    late += 1
+        yield GaugeMetricFamily(
+            "oncelog_transactions_open",
+            "Open transactions over all partitions (one per producer and partition).",
+            value=open_total,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_partitionswithlatetransactionscount",
+            "Open transactions idle longer than transaction.max.timeout.ms (hanging).",
+            value=late,
+        )
+
+    def _cleaner(self) -> Iterator[GaugeMetricFamily]:
+        status = self._broker.cleaner.status
+        last = status.last_pass
+        yield GaugeMetricFamily(
+            "kafka_log_logcleanermanager_max_dirty_percent",
+            "Dirtiest compacted log's dirty share, in percent (max-dirty-percent).",
+            value=100 * status.max_dirty_ratio,
+        )
+        now = self._broker.now_ms()
+        since = (now - status.last_run_ms) if status.last_run_ms else 0
+        yield GaugeMetricFamily(
+            "kafka_log_logcleanermanager_time_since_last_run_ms",
+            "Milliseconds since the cleaner last looked for work (time-since-last-run-ms).",
+            value=since,
+        )
+        recopy = 100 * last.bytes_written / last.bytes_read if last and last.bytes_read else 0
+        yield GaugeMetricFamily(
+            "kafka_log_logcleaner_cleaner_recopy_percent",
+            "Share of the bytes read that the last pass wrote back (cleaner-recopy-percent).",
+            value=recopy,
+        )
+        yield GaugeMetricFamily(
+            "kafka_log_logcleaner_max_clean_time_secs",
+            "Duration of the last cleaning pass (max-clean-time-secs).",
+            value=last.elapsed_s if last else 0,
+        )
+        yield GaugeMetricFamily(
+            "kafka_log_logcleaner_max_buffer_utilization_percent",
+            "Key map use of the last pass (max-buffer-utilization-percent).",
+            value=100 * last.map_utilization if last else 0,
+        )
+        passes = GaugeMetricFamily(
+            "oncelog_log_cleaner_passes",
+            "Cleaning passes swapped in, and thrown away.",
+            labels=["outcome"],
+        )
+        passes.add_metric(["swapped"], status.passes - status.passes_discarded)
+        passes.add_metric(["discarded"], status.passes_discarded)
+        yield passes
+        progress = GaugeMetricFamily(
+            "oncelog_log_cleaner_pass_progress_bytes",
+            "The pass under way: bytes done and bytes to do (0 when idle).",
+            labels=["what"],
+        )
+        progress.add_metric(["done"], status.current_bytes_done)
+        progress.add_metric(["total"], status.current_bytes_total)
+        yield progress
+
+    def _coordinators(self) -> Iterator[GaugeMetricFamily]:
+        load = GaugeMetricFamily(
+            "kafka_coordinator_partition_load_time_seconds",
+            "How long replaying each coordinator partition took at its last load "
+            "(partition-load-time).",
+            labels=["coordinator", "partition"],
+        )
+        for name, coordinator in (
+            ("group", self._broker.groups),
+            ("transaction", self._broker.transactions),
+        ):
+            for partition, seconds in coordinator.load_seconds.items():
+                load.add_metric([name, str(partition)], seconds)
+        yield load
+
+
+class MetricsServer:
+    """``GET /metrics`` (any path, in fact) in Prometheus' text format, on the event loop."""
+
+    def __init__(self, metrics: BrokerMetrics, host: str, port: int) -> None:
+        self._metrics = metrics
+        self._host = host
+        self._port = port
+        self._server: asyncio.base_events.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        log.info("metrics at http://%s:%d/metrics", self._host, self.port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            started = time.monotonic()
+            body = self._metrics.render()
+            status = b"200 OK" if request.startswith(b"GET ") else b"405 Method Not Allowed"
+            writer.write(
+                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
+                + b"\r\nContent-Length: " + str(len(body)).encode()
+                + b"\r\nConnection: close\r\n\r\n" + body
+            )  # fmt: skip
+            await writer.drain()
+            log.debug("metrics scraped in %.3f s", time.monotonic() - started)
+        except (
+            TimeoutError,
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+        ):
+            pass
+        finally:
+            writer.close()
