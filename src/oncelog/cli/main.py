@@ -8,6 +8,14 @@ from pathlib import Path
 import click
 
 from oncelog.broker.config import BrokerConfig, ConfigError
+from oncelog.cli.admin_verbs import (
+    alter_topic,
+    configs,
+    delete_groups,
+    delete_offsets,
+    records,
+    reset_offsets,
+)
 from oncelog.cli.consume import consume
 from oncelog.cli.demo import demo
 from oncelog.cli.dump_log import dump_log
@@ -83,8 +91,22 @@ def broker(
     run_forever(config, data_dir, host, port, ready_file, metrics_port)
 
 
-for command in (topics, produce, consume, dump_log, demo, producers, transactions, groups):
+for command in (
+    topics,
+    produce,
+    consume,
+    dump_log,
+    demo,
+    producers,
+    transactions,
+    groups,
+    configs,
+    records,
+):
     main.add_command(command)
+topics.add_command(alter_topic)
+for verb in (delete_groups, delete_offsets, reset_offsets):
+    groups.add_command(verb)
 
 
 if __name__ == "__main__":
