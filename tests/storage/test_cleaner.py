@@ -32,7 +32,11 @@ from oncelog.storage.cleaner import CleaningAborted, clean
 from oncelog.storage.compaction import SegmentStats, cleanable_range, group_segments
 
 SETTINGS = PartitionSettings(
-    max_message_bytes=1 << 20, log_append_time=False, flush_messages=1, flush_ms=1 << 62
+    max_message_bytes=1 << 20,
+    log_append_time=False,
+    flush_messages=1,
+    flush_ms=1 << 62,
+    records=None,
 )
 CONFIG = LogConfig(
     segment_bytes=1 << 20, segment_ms=10, index_interval_bytes=64, compact=True, delete=False
@@ -217,6 +221,27 @@ def test_the_cleaned_log_survives_a_clean_restart(tmp_path: Path) -> None:
     # every offset still reads: a gap answers with the next batch
     for offset in range(reopened.log.log_start_offset, end):
         assert reopened.log.read(offset, 1 << 20)
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_every_codec_is_compacted_and_keeps_its_codec(tmp_path: Path, codec: int) -> None:
+    partition = open_partition(tmp_path / "t-0")
+    for round_no in range(3):
+        batch = build_batch(
+            [Record(b"k%d" % i, b"v%d-%d" % (round_no, i)) for i in range(20)],
+            timestamp_ms=round_no,
+            compression=codec,
+        )
+        [(header, view)] = split_batches(batch)
+        partition.append_client_batch(view, header, round_no)
+        roll(partition, 20 * (round_no + 1))
+    assert clean_now(partition, 1_000, BIG_MAP) is not None
+    data = partition.log.read(0, 1 << 20)
+    codecs = {h.compression for _, h in iter_stored_batches(data)}
+    assert codecs == {codec}
+    assert [(k, v) for _, k, v in contents(partition.log)] == [
+        (b"k%d" % i, b"v2-%d" % i) for i in range(20)
+    ]
 
 
 def test_a_compressed_batch_keeps_its_codec_when_rewritten() -> None:

@@ -43,7 +43,11 @@ from oncelog.storage.compaction import delete_horizon_ms
 RETENTION_MS = 1_000
 KEY_MAP_BYTES = 1 << 20
 SETTINGS = PartitionSettings(
-    max_message_bytes=1 << 20, log_append_time=False, flush_messages=1, flush_ms=1 << 62
+    max_message_bytes=1 << 20,
+    log_append_time=False,
+    flush_messages=1,
+    flush_ms=1 << 62,
+    records=None,
 )
 CONFIG = LogConfig(
     segment_bytes=1 << 20,

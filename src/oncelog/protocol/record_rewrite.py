@@ -16,13 +16,13 @@ names that are not UTF-8 survive.
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import crc32c
 
 # The batch layout and varint codec are record_batch's (private there): shared, not repeated.
+from oncelog.protocol import compression as codecs
 from oncelog.protocol.record_batch import (
     _ATTRIBUTES_OFFSET,
     _CRC_OFFSET,
@@ -30,12 +30,11 @@ from oncelog.protocol.record_batch import (
     _U32,
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
-    COMPRESSION_GZIP,
     COMPRESSION_NONE,
+    DECODE_MAX_UNCOMPRESSED_BYTES,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
-    CompressionUnavailable,
     _read_bytes,
     _read_varint,
     _write_varint,
@@ -60,8 +59,8 @@ class RawRecord:
 
 
 def read_raw_records(batch: bytes | bytearray | memoryview) -> list[RawRecord]:
-    """The records of one stored batch (ValueError if they do not parse;
-    CompressionUnavailable if its codec cannot be read here)."""
+    """The records of one stored batch (ValueError if they, or their codec's payload,
+    do not parse)."""
     mv = memoryview(batch)
     header = parse_header(mv)
     body = memoryview(_decompress(header.compression, mv[HEADER_SIZE : header.size]))
@@ -157,16 +156,12 @@ def _assemble(
 
 
 def _decompress(codec: int, data: memoryview) -> bytes | memoryview:
+    """The records of a stored batch (bounded as every decode of stored batches is;
+    CorruptPayload and PayloadTooLarge are ValueErrors)."""
     if codec == COMPRESSION_NONE:
         return data
-    if codec == COMPRESSION_GZIP:
-        return gzip.decompress(data)
-    raise CompressionUnavailable(f"codec {codec} cannot be read by this broker yet")
+    return codecs.decompress(codec, data, DECODE_MAX_UNCOMPRESSED_BYTES)
 
 
 def _compress(codec: int, data: bytes) -> bytes:
-    if codec == COMPRESSION_NONE:
-        return data
-    if codec == COMPRESSION_GZIP:
-        return gzip.compress(data)
-    raise CompressionUnavailable(f"codec {codec} cannot be written by this broker yet")
+    return codecs.compress(codec, data)

@@ -22,7 +22,6 @@ from typing import TypeVar
 
 from oncelog.protocol.record_batch import (
     BatchHeader,
-    CompressionUnavailable,
     control_marker,
     parse_header,
 )
@@ -317,9 +316,9 @@ def _copy_batch(
     stats.bytes_written += len(out)
 
 
-# A stored batch whose codec this broker cannot read yet, or whose records do not parse
-# although its CRC holds: kept whole, never guessed at.
-_UNREADABLE = (CompressionUnavailable, ValueError)
+# A stored batch whose records (or compressed payload) do not parse although its CRC
+# holds (written before produce validated records): kept whole, never guessed at.
+_UNREADABLE = (ValueError,)
 
 
 def _note_unreadable(
