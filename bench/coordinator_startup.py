@@ -159,7 +159,7 @@ def main() -> None:
     print(f"{'':>9} {'':>8} | {'uncompacted':>17} | {'compacted':>24}")
     for fraction in (10, 1):
         commits, transactions = args.commits // fraction, args.transactions // fraction
-        data_dir = Path(tempfile.mkdtemp(prefix="oncelog-startup-"))
+        data_dir = Path(tempfile.mkdtemp(prefix="startup-bench-"))
         try:
             write_history(
                 data_dir, broker_config, commits, transactions, args.groups, args.transactional_ids
