@@ -417,7 +417,7 @@ def throughput_table(cells: list[Cell], targets: list[str]) -> list[str]:
         )
         header = f"  {'workload':<22}" + "".join(f"{t:>24}" for t in targets)
         if len(targets) > 1:
-            header += "".join(f"{t + '/' + targets[-1]:>20}" for t in targets[:-1])
+            header += "".join(f"  {t + '/' + targets[-1]:>24}" for t in targets[:-1])
         out.append(header)
         for workload in WORKLOADS:
             row = f"  {workload.name:<22}"
@@ -434,9 +434,9 @@ def throughput_table(cells: list[Cell], targets: list[str]) -> list[str]:
             for t in targets[:-1]:
                 cell = by_key.get((t, workload.name, producers, partitions))
                 if cell and peer and peer.rps:
-                    row += f"{cell.rps / peer.rps:>20.2f}"
+                    row += f"  {cell.rps / peer.rps:>24.2f}"
                 else:
-                    row += f"{'n/a':>20}"
+                    row += f"  {'n/a':>24}"
             out.append(row)
         idem = {
             t: (
