@@ -15,6 +15,7 @@ transactional id of that partition down with it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+LOAD_PROGRESS_INTERVAL_S = 10.0  # a long load says how far it got this often
 READ_CHUNK_BYTES = 1 << 20
 
 
@@ -152,7 +154,13 @@ class InternalTopicLog:
         one bad record must not take every other group or transactional id down."""
         source = self._partition(partition)
         replayed = skipped = 0
+        end = source.log.log_end_offset
+        last_report = time.monotonic()
         for stored in read_records(source):
+            if time.monotonic() - last_report >= LOAD_PROGRESS_INTERVAL_S:
+                last_report = time.monotonic()
+                at = stored.base_offset if isinstance(stored, UnreadableBatch) else stored.offset
+                log.info("%r: loading, at offset %d of %d", source, at, end)
             if isinstance(stored, UnreadableBatch):
                 skipped += stored.last_offset - stored.base_offset + 1
                 log.warning(

@@ -12,6 +12,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ __all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
 log = logging.getLogger(__name__)
 
 RECOVERY_POINT_FILE = "recovery-point"
+RECOVERY_PROGRESS_INTERVAL_S = 10.0
 # Kafka keeps log start offsets in one log-start-offset-checkpoint per log directory; we
 # keep one per partition, beside the recovery point, written before DeleteRecords answers.
 LOG_START_FILE = "log-start-offset"
@@ -582,16 +584,33 @@ def _base_offset_at(segment: LogSegment, position: int) -> int:
 def _recover(
     directory: Path, segments: list[LogSegment], recovery_point: int
 ) -> tuple[list[LogSegment], RecoveryReport]:
-    """Recover the segments that may hold unflushed data; drop everything after a cut."""
+    """Recover the segments that may hold unflushed data; drop everything after a cut.
+
+    Logs what it is about to re-read and, for a long recovery, its progress every
+    ``RECOVERY_PROGRESS_INTERVAL_S``: a start after a crash can take a while."""
     first = max(bisect_right([s.base_offset for s in segments], recovery_point) - 1, 0)
     for segment in segments[:first]:
         segment.load()
+    to_read = sum(s.size for s in segments[first:])
+    log.info(
+        "%s: recovering %d segment(s) (%d bytes) from offset %d",
+        directory.name,
+        len(segments) - first,
+        to_read,
+        segments[first].base_offset,
+    )
+    started = last_report = time.monotonic()
+    done = 0
     batches = truncated = recovered = 0
     for i in range(first, len(segments)):
         result = recover_segment(segments[i])
         recovered += 1
         batches += result.batches
         truncated += result.bytes_truncated
+        done += segments[i].size + result.bytes_truncated
+        if time.monotonic() - last_report >= RECOVERY_PROGRESS_INTERVAL_S:
+            last_report = time.monotonic()
+            log.info("%s: recovered %d of %d bytes", directory.name, done, to_read)
         if result.bytes_truncated:
             later = segments[i + 1 :]
             for segment in later:
@@ -608,6 +627,12 @@ def _recover(
                 len(later),
             )
             return segments, report
+    log.info(
+        "%s: recovered %d batches in %.2f s",
+        directory.name,
+        batches,
+        time.monotonic() - started,
+    )
     return segments, RecoveryReport(recovered, batches, 0, 0)
 
 
