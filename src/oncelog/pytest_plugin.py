@@ -15,6 +15,7 @@ import pytest
 if TYPE_CHECKING:
     # Imported inside the fixtures: pytest loads this plugin in every test session of
     # every project that has oncelog installed, so it must import nothing heavy.
+    from oncelog.testing.cluster import LocalCluster
     from oncelog.testing.embedded import EmbeddedBroker
 
 
@@ -34,3 +35,13 @@ def oncelog_session_broker() -> Iterator[EmbeddedBroker]:
 
     with EmbeddedBroker() as broker:
         yield broker
+
+
+@pytest.fixture
+def oncelog_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A fresh cluster for one test: ZooKeeper and 3 broker processes (ids 1, 2, 3) on
+    127.0.0.1, stopped afterwards. Needs Java 17 and ZooKeeper (Debian's `zookeeper`)."""
+    from oncelog.testing.cluster import LocalCluster
+
+    with LocalCluster(tmp_path_factory.mktemp("oncelog-cluster"), brokers=3) as cluster:
+        yield cluster

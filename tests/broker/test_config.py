@@ -149,13 +149,13 @@ def test_load_file_and_overrides_beat_file(tmp_path: Path) -> None:
 
 def test_unknown_key_warns_and_is_kept(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="oncelog.config"):
-        c = BrokerConfig.load(None, {"zookeeper.connect": "x:2181", "num.partitions": "2"})
+        c = BrokerConfig.load(None, {"controller.quorum.voters": "1@x:9093", "num.partitions": "2"})
     assert c.num_partitions == 2
-    assert c.get("zookeeper.connect") == "x:2181"
-    assert c.source("zookeeper.connect") is STATIC
+    assert c.get("controller.quorum.voters") == "1@x:9093"
+    assert c.source("controller.quorum.voters") is STATIC
     assert [r.name for r in caplog.records] == ["oncelog.config"]
-    assert "zookeeper.connect" in caplog.text
-    assert "zookeeper.connect" not in {e.name for e in describe_broker(c)}
+    assert "controller.quorum.voters" in caplog.text
+    assert "controller.quorum.voters" not in {e.name for e in describe_broker(c)}
     with pytest.raises(KeyError):
         c.get("never.set")
 
@@ -369,3 +369,16 @@ def test_describe_broker() -> None:
     assert entries["auto.create.topics.enable"].value == "true"
     assert entries["listeners"].value == "PLAINTEXT://:9092"
     assert all(e.doc for e in entries.values())
+
+
+def test_broker_id_and_node_id() -> None:
+    assert BrokerConfig().broker_id == 0  # a single node keeps its default
+    assert BrokerConfig({"broker.id": "4"}).broker_id == 4
+    assert BrokerConfig({"node.id": "4", "broker.id": "4"}).broker_id == 4
+    with pytest.raises(ConfigError, match=r"node\.id is 3: set one, or both to the same id"):
+        BrokerConfig({"node.id": "3", "broker.id": "4"}).broker_id  # noqa: B018
+    cluster = {"zookeeper.connect": "127.0.0.1:2181"}
+    with pytest.raises(ConfigError, match=r"a cluster broker needs broker\.id"):
+        BrokerConfig(cluster).broker_id  # noqa: B018
+    assert BrokerConfig({**cluster, "node.id": "2"}).broker_id == 2
+    assert BrokerConfig(cluster).cluster_mode and not BrokerConfig().cluster_mode

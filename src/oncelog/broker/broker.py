@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import handlers
 from oncelog.broker.config import BrokerConfig, ConfigError
@@ -30,6 +30,9 @@ from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import BatchHeader
+
+if TYPE_CHECKING:
+    from oncelog.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +59,15 @@ class Broker:
         port); None serves none (they are still kept in ``metrics``)."""
         self.config = config
         self.data_dir = data_dir
-        self.node_id: int = config.node_id
+        self.node_id: int = config.broker_id
         self.cluster_id = CLUSTER_ID
-        self.dynamic_configs = DynamicConfigs(data_dir, config, config.node_id)
+        self.dynamic_configs = DynamicConfigs(data_dir, config, self.node_id)
+        # Cluster mode (zookeeper.connect set); None: a single node, none of it started.
+        self.cluster: ClusterNode | None = None
+        if config.cluster_mode:
+            from oncelog.cluster.node import ClusterNode  # kazoo only where it is used
+
+            self.cluster = ClusterNode(config, self.node_id)
         self.topics = TopicRegistry(data_dir, config)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
@@ -126,6 +135,9 @@ class Broker:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self.cluster is not None:
+            await self._start_in_cluster(self.cluster)
+            return
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
@@ -148,8 +160,24 @@ class Broker:
         if self.config.log_cleaner_enable:
             self.cleaner.start()
 
+    async def _start_in_cluster(self, cluster: ClusterNode) -> None:
+        """Serve, then join the cluster under the address clients and peers must use. If
+        joining fails (ZooKeeper unreachable, broker.id taken) everything stops again."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.flusher.start()
+        await self._server.start()
+        try:
+            await cluster.start(*self.advertised_address)
+        except BaseException:
+            await self._server.stop()
+            await self.flusher.stop()
+            raise
+        self.cluster_id = cluster.cluster_id
+
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self._server.stop()
         if self._metrics_server is not None:
             await self._metrics_server.stop()

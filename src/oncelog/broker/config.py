@@ -160,9 +160,88 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "node.id",
         T.INT,
         0,
-        "The id of this broker in Metadata answers. oncelog runs "
-        "one node, so it defaults to 0 (Kafka requires it to be set).",
+        "The id of this broker in Metadata answers. A single node defaults to 0 (Kafka "
+        "requires it to be set); in cluster mode broker.id or node.id must be set.",
         Range(0),
+    ),
+    ConfigDef(
+        "broker.id",
+        T.INT,
+        None,
+        "Kafka's ZooKeeper-mode name of node.id: this broker's id in the cluster. When both "
+        "are set they must agree.",
+        Range(0),
+    ),
+    ConfigDef(
+        "zookeeper.connect",
+        T.STRING,
+        None,
+        "HOST:PORT[,HOST:PORT...][/chroot] of the ZooKeeper ensemble. Set, the broker joins "
+        "that cluster (replication, controller election); unset, it runs as a single node.",
+    ),
+    ConfigDef(
+        "zookeeper.session.timeout.ms",
+        T.INT,
+        18_000,
+        "ZooKeeper session timeout: a broker silent for this long loses its registration, "
+        "its leaderships and its place in every ISR.",
+        Range(1),
+    ),
+    ConfigDef(
+        "zookeeper.connection.timeout.ms",
+        T.INT,
+        None,
+        "How long the broker waits to connect to ZooKeeper at start; unset: the session timeout.",
+        Range(1),
+    ),
+    ConfigDef(
+        "replica.lag.time.max.ms",
+        T.LONG,
+        30_000,
+        "A follower that has not caught up with the leader's log end for this long leaves the ISR.",
+        Range(1),
+    ),
+    ConfigDef(
+        "replica.fetch.wait.max.ms",
+        T.INT,
+        500,
+        "Longest time a follower's fetch waits at the leader for new data.",
+        Range(0),
+    ),
+    ConfigDef(
+        "replica.fetch.min.bytes",
+        T.INT,
+        1,
+        "Bytes a follower's fetch waits for at the leader before it is answered.",
+        Range(1),
+    ),
+    ConfigDef(
+        "replica.fetch.max.bytes",
+        T.INT,
+        1_048_576,
+        "Bytes a follower asks for per partition in one fetch (at least one batch is sent).",
+        Range(0),
+    ),
+    ConfigDef(
+        "replica.fetch.response.max.bytes",
+        T.INT,
+        10_485_760,
+        "Bytes a follower asks for in one whole fetch response.",
+        Range(0),
+    ),
+    ConfigDef(
+        "replica.fetch.backoff.ms",
+        T.INT,
+        1000,
+        "How long a follower waits before fetching again from a leader that failed it.",
+        Range(0),
+    ),
+    ConfigDef(
+        "replica.high.watermark.checkpoint.interval.ms",
+        T.LONG,
+        5000,
+        "How often each partition's high watermark is saved to replication-offset-checkpoint.",
+        Range(1),
     ),
     ConfigDef(
         "listeners",
@@ -193,7 +272,29 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "default.replication.factor",
         T.INT,
         1,
-        "Replication factor of automatically created topics.",
+        "Replication factor of automatically created topics and of CreateTopics with -1.",
+        Range(1),
+    ),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        T.SHORT,
+        3,
+        "Replication factor of __consumer_offsets (cluster mode).",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.state.log.replication.factor",
+        T.SHORT,
+        3,
+        "Replication factor of __transaction_state (cluster mode).",
+        Range(1),
+    ),
+    ConfigDef(
+        "transaction.state.log.min.isr",
+        T.INT,
+        2,
+        "min.insync.replicas of __transaction_state (cluster mode).",
+        Range(1),
     ),
     ConfigDef(
         "delete.topic.enable",
@@ -501,7 +602,8 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "min.insync.replicas",
         T.INT,
         1,
-        "Replicas that must hold an acks=-1 write. oncelog has one replica, so only 1 can be met.",
+        "In-sync replicas (the leader included) that must hold an acks=-1 write; with fewer "
+        "in the ISR such a produce gets NOT_ENOUGH_REPLICAS. A single node has one replica.",
         Range(1),
         topic_key="min.insync.replicas",
     ),
@@ -509,7 +611,8 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "unclean.leader.election.enable",
         T.BOOLEAN,
         False,
-        "Accepted for compatibility; oncelog has no followers to elect.",
+        "Cluster mode: elect a leader outside the ISR when no ISR member is alive (data "
+        "acknowledged with acks=all may be lost). A single node has no followers to elect.",
         topic_key="unclean.leader.election.enable",
     ),
     ConfigDef(
@@ -679,7 +782,12 @@ TOPIC_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef("segment.bytes", T.INT, None, "Segment size at which the log rolls.", Range(14)),
     ConfigDef("segment.index.bytes", T.INT, None, "Largest offset index file.", Range(4)),
     ConfigDef("segment.ms", T.LONG, None, "Segment age at which the log rolls.", Range(1)),
-    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, None, "Accepted for compatibility."),
+    ConfigDef(
+        "unclean.leader.election.enable",
+        T.BOOLEAN,
+        None,
+        "Elect a leader outside the ISR when no ISR member is alive (cluster mode).",
+    ),
 )
 
 _BROKER = {d.key: d for d in BROKER_DEFS}
@@ -886,6 +994,20 @@ class BrokerConfig:
         return value
 
     node_id = _Key[int]("node.id")
+    zookeeper_connect = _Key[str | None]("zookeeper.connect")
+    zookeeper_session_timeout_ms = _Key[int]("zookeeper.session.timeout.ms")
+    replica_lag_time_max_ms = _Key[int]("replica.lag.time.max.ms")
+    replica_fetch_wait_max_ms = _Key[int]("replica.fetch.wait.max.ms")
+    replica_fetch_min_bytes = _Key[int]("replica.fetch.min.bytes")
+    replica_fetch_max_bytes = _Key[int]("replica.fetch.max.bytes")
+    replica_fetch_response_max_bytes = _Key[int]("replica.fetch.response.max.bytes")
+    replica_fetch_backoff_ms = _Key[int]("replica.fetch.backoff.ms")
+    replica_high_watermark_checkpoint_interval_ms = _Key[int](
+        "replica.high.watermark.checkpoint.interval.ms"
+    )
+    offsets_topic_replication_factor = _Key[int]("offsets.topic.replication.factor")
+    transaction_state_log_replication_factor = _Key[int]("transaction.state.log.replication.factor")
+    transaction_state_log_min_isr = _Key[int]("transaction.state.log.min.isr")
     listeners = _Key[list[str]]("listeners")
     advertised_listeners = _Key[list[str] | None]("advertised.listeners")
     auto_create_topics_enable = _Key[bool]("auto.create.topics.enable")
@@ -933,6 +1055,31 @@ class BrokerConfig:
     )
     producer_id_expiration_ms = _Key[int]("producer.id.expiration.ms")
     producer_id_expiration_check_interval_ms = _Key[int]("producer.id.expiration.check.interval.ms")
+
+    @property
+    def cluster_mode(self) -> bool:
+        """Whether the broker joins a ZooKeeper-coordinated cluster (zookeeper.connect set)."""
+        return bool(self.get("zookeeper.connect"))
+
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int:
+        timeout = self.get("zookeeper.connection.timeout.ms")
+        return self.zookeeper_session_timeout_ms if timeout is None else int(timeout)
+
+    @property
+    def broker_id(self) -> int:
+        """broker.id (Kafka's ZooKeeper-mode key), else node.id; ConfigError if they differ,
+        or if a cluster broker has neither (two brokers must never both default to 0)."""
+        broker_id, node_id = self.get("broker.id"), self.get("node.id")
+        if broker_id is not None and self.is_set("node.id") and broker_id != node_id:
+            raise ConfigError(
+                "broker.id", broker_id, f"node.id is {node_id}: set one, or both to the same id"
+            )
+        if broker_id is not None:
+            return int(broker_id)
+        if self.cluster_mode and not self.is_set("node.id"):
+            raise ConfigError("broker.id", None, "a cluster broker needs broker.id (or node.id)")
+        return int(node_id)
 
     @property
     def log_dirs(self) -> list[str]:

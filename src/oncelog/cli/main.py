@@ -16,6 +16,7 @@ from oncelog.cli.admin_verbs import (
     records,
     reset_offsets,
 )
+from oncelog.cli.cluster import cluster
 from oncelog.cli.consume import consume
 from oncelog.cli.demo import demo
 from oncelog.cli.dump_log import dump_log
@@ -81,14 +82,19 @@ def broker(
 ) -> None:
     """Run a broker until SIGTERM or SIGINT."""
     from oncelog.broker.runner import run_forever
+    from oncelog.cluster.zookeeper import ZooKeeperError
 
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("oncelog").setLevel(logging.INFO)
     try:
         config = BrokerConfig.load(config_file, parse_key_values(overrides, "--set"))
+        config.broker_id  # noqa: B018 - checks broker.id against node.id and cluster mode
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
-    run_forever(config, data_dir, host, port, ready_file, metrics_port)
+    try:
+        run_forever(config, data_dir, host, port, ready_file, metrics_port)
+    except ZooKeeperError as exc:
+        raise click.ClickException(f"cannot join the cluster: {exc}") from exc
 
 
 for command in (
@@ -102,6 +108,7 @@ for command in (
     groups,
     configs,
     records,
+    cluster,
 ):
     main.add_command(command)
 topics.add_command(alter_topic)

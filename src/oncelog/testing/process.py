@@ -21,10 +21,11 @@ import signal
 import subprocess
 import sys
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+
+from oncelog.testing.children import ManagedChild, send_signal, wait_exit
 
 __all__ = ["BrokerProcess", "BrokerProcessError"]
 
@@ -39,7 +40,7 @@ class BrokerProcessError(RuntimeError):
     """The broker process did not start, did not stop in time, or stopped with an error."""
 
 
-class BrokerProcess:
+class BrokerProcess(ManagedChild):
     """One broker subprocess on a data directory that outlives it.
 
     ``config`` holds broker keys passed as ``--set key=value``. ``port=0`` lets the first
@@ -47,6 +48,9 @@ class BrokerProcess:
     listens with SO_REUSEADDR, so connections in TIME_WAIT do not block it) and falls back
     to a fresh one only if another process took it meanwhile.
     """
+
+    error = BrokerProcessError
+    what = "the broker process"
 
     def __init__(
         self,
@@ -60,6 +64,7 @@ class BrokerProcess:
         python: str = sys.executable,
         extra_args: tuple[str, ...] = (),
     ) -> None:
+        super().__init__()
         self.data_dir = Path(data_dir)
         self.config = dict(config or {})
         self.host = host
@@ -69,19 +74,11 @@ class BrokerProcess:
         self._extra_args = tuple(extra_args)
         self._requested_port = port
         self._port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._reaper: weakref.finalize | None = None
         self._starts = 0
         self._log_start = 0  # where the current run's output begins in the log file
         self.returncode: int | None = None  # of the last process stopped
 
     # -- what tests need ------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int:
-        if self._proc is None:
-            raise BrokerProcessError("the broker process is not running")
-        return self._proc.pid
 
     @property
     def port(self) -> int:
@@ -100,10 +97,6 @@ class BrokerProcess:
     @property
     def ready_path(self) -> Path:
         return self.data_dir / READY_FILE
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def read_log(self, *, current_run: bool = False) -> str:
         """The broker's output: all runs, or only the one started last."""
@@ -147,8 +140,9 @@ class BrokerProcess:
         proc = self._take_process()
         if proc is None:
             return self.returncode if self.returncode is not None else 0
-        _signal(proc, signal.SIGKILL)
-        self.returncode = _wait(proc, self.stop_timeout_s)
+        send_signal(proc, signal.SIGCONT)  # a paused process must be able to die
+        send_signal(proc, signal.SIGKILL)
+        self.returncode = wait_exit(proc, self.stop_timeout_s, BrokerProcessError)
         return self.returncode
 
     def terminate(self, *, check: bool = True) -> int:
@@ -158,12 +152,13 @@ class BrokerProcess:
         proc = self._take_process()
         if proc is None:
             return self.returncode if self.returncode is not None else 0
-        _signal(proc, signal.SIGTERM)
+        send_signal(proc, signal.SIGCONT)
+        send_signal(proc, signal.SIGTERM)
         try:
             self.returncode = proc.wait(self.stop_timeout_s)
         except subprocess.TimeoutExpired:
-            _signal(proc, signal.SIGKILL)
-            self.returncode = _wait(proc, self.stop_timeout_s)
+            send_signal(proc, signal.SIGKILL)
+            self.returncode = wait_exit(proc, self.stop_timeout_s, BrokerProcessError)
             raise BrokerProcessError(
                 f"broker {proc.pid} did not stop within {self.stop_timeout_s} s of SIGTERM; "
                 f"killed it\n{self._log_tail()}"
@@ -236,10 +231,10 @@ class BrokerProcess:
                 start_new_session=True,  # own session and process group
                 close_fds=True,
             )
-        self._proc = proc
         self.returncode = None
-        # Last resort: a test that forgets to stop us must not leave a broker behind.
-        self._reaper = weakref.finalize(self, _reap, proc, self.stop_timeout_s)
+        # The reaper is the last resort: a test that forgets to stop us must not leave a
+        # broker behind.
+        self._adopt(proc)
         try:
             self._port = self._wait_ready(proc)
         except BaseException:
@@ -266,13 +261,6 @@ class BrokerProcess:
                 )
             time.sleep(_POLL_S)
 
-    def _take_process(self) -> subprocess.Popen[bytes] | None:
-        proc, self._proc = self._proc, None
-        if self._reaper is not None:
-            self._reaper.detach()
-            self._reaper = None
-        return proc
-
     def _log_tail(self, lines: int = 40) -> str:
         tail = self.read_log(current_run=True).splitlines()[-lines:]
         return "broker log:\n" + "\n".join("  " + line for line in tail)
@@ -290,31 +278,3 @@ def _read_port(path: Path) -> int | None:
         return int(text.strip())
     except ValueError:
         return None
-
-
-def _signal(proc: subprocess.Popen[bytes], signum: int) -> None:
-    """Signal this pid only (never a group or a name); quiet if it already ended."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.kill(proc.pid, signum)
-    except ProcessLookupError:
-        pass
-
-
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float) -> int:
-    try:
-        return proc.wait(timeout_s)
-    except subprocess.TimeoutExpired as exc:  # SIGKILL not honoured: a stuck kernel wait
-        raise BrokerProcessError(
-            f"broker process {proc.pid} survived SIGKILL for {timeout_s} s"
-        ) from exc
-
-
-def _reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    if proc.poll() is None:
-        _signal(proc, signal.SIGKILL)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            pass

@@ -1,8 +1,13 @@
-"""Topic administration: CreateTopics, DeleteTopics, DescribeConfigs."""
+"""Topic administration: CreateTopics, DeleteTopics, DescribeConfigs.
+
+In cluster mode CreateTopics and DeleteTopics go through the cluster's TopicAdmin (the
+controller's job, as in Kafka's ZooKeeper mode) and topic configurations come from ZooKeeper.
+"""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
@@ -10,6 +15,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.cluster.node import ClusterNode
     from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -22,10 +28,52 @@ async def handle_create_topics(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
+    if broker.cluster is not None:
+        timeout_s = request.timeout.total_seconds()
+        created = [
+            await _create_in_cluster(broker, broker.cluster, t, validate_only, timeout_s)
+            for t in request.topics
+        ]
+        return {"throttle_time": 0, "topics": created}
     return {
         "throttle_time": 0,
         "topics": [_create(broker, t, validate_only) for t in request.topics],
     }
+
+
+async def _create_in_cluster(
+    broker: Broker, cluster: ClusterNode, wanted: Any, validate_only: bool, timeout_s: float
+) -> dict[str, Any]:
+    admin = cluster.topic_admin
+    try:
+        admin.require_controller()
+        assignment, overrides = await admin.create(
+            wanted.name,
+            wanted.num_partitions,
+            wanted.replication_factor,
+            {c.name: c.value for c in wanted.configs},
+            assignments={a.partition_index: list(a.broker_ids) for a in wanted.assignments},
+            validate_only=validate_only,
+        )
+    except KafkaError as exc:
+        return _create_failed(wanted.name, exc)
+    if not validate_only and not await admin.wait_for_leaders(wanted.name, timeout_s):
+        return _create_failed(
+            wanted.name,
+            KafkaError(
+                ErrorCode.request_timed_out,
+                f"topic {wanted.name!r} was created but its partitions had no leaders within "
+                f"the request timeout of {timeout_s:g} s",
+            ),
+        )
+    return _created(
+        broker,
+        wanted.name,
+        assignment.topic_id,
+        overrides,
+        len(assignment.replicas),
+        len(assignment.replicas[0]),
+    )
 
 
 def _create(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
@@ -36,21 +84,37 @@ def _create(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
             wanted.name, num_partitions, configs, broker.now_ms(), validate_only=validate_only
         )
     except KafkaError as exc:
-        return {
-            "name": wanted.name,
-            "topic_id": None,
-            "error_code": exc.code,
-            "error_message": exc.message,
-            "configs": None,
-        }
-    entries = cfg.TopicConfig(broker.config, topic.configs).entries()
+        return _create_failed(wanted.name, exc)
+    count = num_partitions if num_partitions != -1 else broker.config.num_partitions
+    return _created(broker, topic.name, topic.topic_id, topic.configs, count, 1)
+
+
+def _create_failed(name: str, exc: KafkaError) -> dict[str, Any]:
     return {
-        "name": topic.name,
-        "topic_id": topic.topic_id,
+        "name": name,
+        "topic_id": None,
+        "error_code": exc.code,
+        "error_message": exc.message,
+        "configs": None,
+    }
+
+
+def _created(
+    broker: Broker,
+    name: str,
+    topic_id: uuid.UUID,
+    overrides: dict[str, str],
+    num_partitions: int,
+    replication_factor: int,
+) -> dict[str, Any]:
+    entries = cfg.TopicConfig(broker.config, overrides).entries()
+    return {
+        "name": name,
+        "topic_id": topic_id,
         "error_code": ErrorCode.none,
         "error_message": None,
-        "num_partitions": num_partitions if num_partitions != -1 else broker.config.num_partitions,
-        "replication_factor": 1,
+        "num_partitions": num_partitions,
+        "replication_factor": replication_factor,
         "configs": [
             {
                 "name": e.name,
@@ -94,7 +158,39 @@ async def handle_delete_topics(
     wanted = getattr(request, "topics", None)
     if wanted is None:  # versions 0-5 list names only
         wanted = [_ByName(name) for name in request.topic_names]
+    if broker.cluster is not None:
+        cluster = broker.cluster
+        return {
+            "throttle_time": 0,
+            "responses": [await _delete_in_cluster(broker, cluster, t) for t in wanted],
+        }
     return {"throttle_time": 0, "responses": [_delete(broker, t) for t in wanted]}
+
+
+async def _delete_in_cluster(broker: Broker, cluster: ClusterNode, wanted: Any) -> dict[str, Any]:
+    name, topic_id = wanted.name, wanted.topic_id
+    if name is None and topic_id is not None:
+        name = cluster.cache.topic_name(topic_id)
+        if name is None:
+            return {
+                "name": None,
+                "topic_id": topic_id,
+                "error_code": ErrorCode.unknown_topic_id,
+                "error_message": f"no topic with id {topic_id}",
+            }
+    try:
+        if not broker.config.delete_topic_enable:
+            raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
+        cluster.topic_admin.require_controller()
+        topic_id = await cluster.topic_admin.delete(name)
+    except KafkaError as exc:
+        return {
+            "name": name,
+            "topic_id": topic_id,
+            "error_code": exc.code,
+            "error_message": exc.message,
+        }
+    return {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
 
 
 class _ByName:
@@ -145,6 +241,14 @@ async def handle_describe_configs(
     }
 
 
+def _topic_overrides(broker: Broker, name: str) -> dict[str, str] | None:
+    """A topic's configuration overrides (from ZooKeeper in cluster mode), None if unknown."""
+    if broker.cluster is not None:
+        return broker.cluster.cache.topic_configs.get(name)
+    topic = broker.topics.get(name)
+    return None if topic is None else topic.configs
+
+
 def _describe(broker: Broker, resource: Any, synonyms: bool, documentation: bool) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "resource_type": resource.resource_type,
@@ -152,14 +256,14 @@ def _describe(broker: Broker, resource: Any, synonyms: bool, documentation: bool
         "configs": [],
     }
     if resource.resource_type == RESOURCE_TOPIC:
-        topic = broker.topics.get(resource.resource_name)
-        if topic is None:
+        overrides = _topic_overrides(broker, resource.resource_name)
+        if overrides is None:
             return {
                 **answer,
                 "error_code": ErrorCode.unknown_topic_or_partition,
                 "error_message": f"topic {resource.resource_name!r} does not exist",
             }
-        entries = cfg.TopicConfig(broker.config, topic.configs).entries()
+        entries = cfg.TopicConfig(broker.config, overrides).entries()
     elif resource.resource_type == RESOURCE_BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             return {

@@ -1,5 +1,10 @@
 """Metadata: brokers, topics and partitions; auto-creates topics when allowed (never the
-internal ones: their coordinators create them)."""
+internal ones: their coordinators create them).
+
+A single node describes itself; a cluster broker answers from its copy of ZooKeeper (the
+metadata cache): every live broker, the controller, and each partition's leader, leader
+epoch, replicas, ISR and offline replicas.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.cluster.node import ClusterNode
     from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -25,6 +31,8 @@ FIRST_VERSION_WITH_TOPIC_IDS = 12
 
 
 async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+    if broker.cluster is not None:
+        return await _handle_in_cluster(broker, broker.cluster, header, request)
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
         topics = [_describe(broker, t) for t in broker.topics.all()]
@@ -109,5 +117,87 @@ def _missing(code: ErrorCode, name: str | None, topic_id: Any) -> dict[str, Any]
         "topic_id": topic_id,
         "is_internal": False,
         "partitions": [],
+        "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+
+
+# -- cluster mode ----------------------------------------------------------------------------
+
+NO_LEADER = -1
+
+
+async def _handle_in_cluster(
+    broker: Broker, cluster: ClusterNode, header: RequestHeader, request: Any
+) -> dict[str, Any]:
+    cache = cluster.cache
+    requested = request.topics
+    if requested is None or (header.api_version == 0 and not requested):
+        topics = [_describe_in_cluster(cluster, name) for name in sorted(cache.topics)]
+    else:
+        allow_create = getattr(request, "allow_auto_topic_creation", True)
+        topics = [await _lookup_in_cluster(broker, cluster, t, allow_create) for t in requested]
+    return {
+        "throttle_time": 0,
+        "brokers": [
+            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
+            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+        ],
+        "cluster_id": cluster.cluster_id,
+        "controller_id": -1 if cache.controller_id is None else cache.controller_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "error_code": ErrorCode.none,
+    }
+
+
+async def _lookup_in_cluster(
+    broker: Broker, cluster: ClusterNode, requested: Any, allow_create: bool
+) -> dict[str, Any]:
+    name = getattr(requested, "name", None)
+    topic_id = getattr(requested, "topic_id", None)
+    if name is None and topic_id is not None:
+        name = cluster.cache.topic_name(topic_id)
+        if name is None:
+            return _missing(ErrorCode.unknown_topic_id, None, topic_id)
+    if name in cluster.cache.topics:
+        return _describe_in_cluster(cluster, name)
+    if not (allow_create and broker.config.auto_create_topics_enable):
+        return _missing(ErrorCode.unknown_topic_or_partition, name, None)
+    try:
+        await cluster.topic_admin.create(name, -1, -1, {})
+    except KafkaError as exc:
+        if exc.code != ErrorCode.topic_already_exists:
+            log.info("metadata could not auto-create %r: %s", name, exc)
+            return _missing(exc.code, name, None)
+    # As Kafka: the topic exists but has no leaders yet; the client asks again.
+    return _missing(ErrorCode.leader_not_available, name, None)
+
+
+def _describe_in_cluster(cluster: ClusterNode, name: str) -> dict[str, Any]:
+    cache = cluster.cache
+    assignment = cache.topics[name]
+    live = cache.brokers
+    partitions = []
+    for index, replicas in sorted(assignment.replicas.items()):
+        state = cache.states.get((name, index))
+        leader = NO_LEADER if state is None else state.leader
+        error = ErrorCode.none if leader in live else ErrorCode.leader_not_available
+        partitions.append(
+            {
+                "error_code": error,
+                "partition_index": index,
+                "leader_id": leader if leader in live else NO_LEADER,
+                "leader_epoch": -1 if state is None else state.leader_epoch,
+                "replica_nodes": list(replicas),
+                "isr_nodes": [] if state is None else list(state.isr),
+                "offline_replicas": [r for r in replicas if r not in live],
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": name,
+        "topic_id": assignment.topic_id,
+        "is_internal": is_internal(name),
+        "partitions": partitions,
         "topic_authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }

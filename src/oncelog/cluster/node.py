@@ -1,0 +1,227 @@
+"""A broker's membership of a ZooKeeper-coordinated cluster.
+
+It owns the broker's ZooKeeper session and everything granted under it: the registration
+in /brokers/ids (the broker epoch), the lease (lease.py), the candidacy for controller (and
+the controller while elected), and the metadata watcher feeding the cache the request
+handlers and the replica manager read.
+
+Session loss (``lost``): the lease is revoked at once, so the broker stops leading. kazoo
+opens a new session; the broker registers again (a new broker epoch) and the controller,
+seeing it come back, elects it again where it should lead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from oncelog.broker.config import BrokerConfig
+from oncelog.cluster.controller import Controller
+from oncelog.cluster.lease import SessionLease
+from oncelog.cluster.metadata import Change, MetadataCache, MetadataWatcher
+from oncelog.cluster.topic_admin import TopicAdmin
+from oncelog.cluster.zookeeper import (
+    BrokerRegistration,
+    ControllerEpoch,
+    SessionExpired,
+    ZooKeeperError,
+    ZooKeeperSession,
+    broker_path,
+)
+
+log = logging.getLogger(__name__)
+
+# Past the session timeout, how long a restarted broker waits for ZooKeeper to expire the
+# registration its killed predecessor left.
+EXPIRY_GRACE_S = 10.0
+
+
+class ClusterNode:
+    def __init__(self, config: BrokerConfig, broker_id: int) -> None:
+        self.config = config
+        self.broker_id = broker_id
+        self.cache = MetadataCache()
+        self.cluster_id = ""
+        self.registration: BrokerRegistration | None = None
+        self.controller: Controller | None = None
+        self.lease = SessionLease(config.zookeeper_session_timeout_ms / 1000)
+        self.zk = ZooKeeperSession(
+            str(config.zookeeper_connect),
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+            on_state=self._session_state,
+        )
+        self._watcher = MetadataWatcher(self.zk, self.cache)
+        self.topic_admin = TopicAdmin(self)
+        self._address: tuple[str, int] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._reregistering: asyncio.Task[None] | None = None
+        self._lease_listeners: list[Callable[[], None]] = []
+        self._session_lost = asyncio.Event()
+        self._registered_session: int | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, host: str, port: int) -> None:
+        """Connect, register (this broker's address, as clients must reach it), watch.
+
+        Raises ZooKeeperError (unreachable) or BrokerIdInUse; the broker then refuses to
+        start with that message."""
+        self._address = (host, port)
+        await self.zk.start()
+        self.cluster_id = await self.zk.cluster_id()
+        await self._register()
+        self._watcher.start()
+        self._tasks = [
+            asyncio.create_task(self._run_for_controller(), name="controller-candidacy"),
+            asyncio.create_task(self._keep_lease(), name="zookeeper-lease"),
+        ]
+        log.info(
+            "broker %d joined cluster %s via ZooKeeper %s (broker epoch %d)",
+            self.broker_id,
+            self.cluster_id,
+            self.zk.connect,
+            self.registration.epoch if self.registration else -1,
+        )
+
+    async def stop(self) -> None:
+        """Leave: closing the session deletes our registration (and /controller if ours)
+        at once, so the controller moves our leaderships without waiting for a timeout."""
+        for task in [*self._tasks, self._reregistering]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(
+            *(t for t in [*self._tasks, self._reregistering] if t is not None),
+            return_exceptions=True,
+        )
+        self._watcher.stop()
+        self.lease.revoke()
+        await self.zk.close()
+
+    def on_lease_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` when the lease is revoked or granted (the replica manager
+        re-derives its roles)."""
+        self._lease_listeners.append(listener)
+
+    def holds_lease(self) -> bool:
+        return self.lease.holds(time.monotonic())
+
+    # -- registration and lease --------------------------------------------------------
+
+    async def _register(self) -> None:
+        assert self._address is not None
+        host, port = self._address
+        sent_at = time.monotonic()
+        self.registration = await self.zk.register_broker(
+            BrokerRegistration(self.broker_id, host, port),
+            expiry_wait_s=self.config.zookeeper_session_timeout_ms / 1000 + EXPIRY_GRACE_S,
+        )
+        session = self.zk.session_id
+        assert session is not None
+        self._registered_session = session
+        self.lease.grant(session, sent_at)
+        self._lease_changed()
+
+    async def _keep_lease(self) -> None:
+        """Renew the lease with a cheap read every quarter of the session timeout."""
+        period = self.lease.timeout_s / 4
+        while True:
+            await asyncio.sleep(period)
+            session, sent_at = self.zk.session_id, time.monotonic()
+            try:
+                if await self.zk.read(broker_path(self.broker_id)) is not None:
+                    self.lease.renew(session, sent_at)
+            except (ZooKeeperError, SessionExpired) as exc:
+                log.debug("lease renewal failed: %s", exc)
+
+    def _session_state(self, state: str) -> None:
+        if state == "lost":
+            log.warning("ZooKeeper session lost: no longer leading any partition")
+            self._session_lost.set()
+            self.lease.revoke()
+            self._lease_changed()
+        elif state == "connected" and self._registered_session not in (None, self.zk.session_id):
+            if self._reregistering is None or self._reregistering.done():
+                self._reregistering = asyncio.create_task(self._register_again())
+
+    async def _register_again(self) -> None:
+        while True:
+            try:
+                await self._register()
+            except SessionExpired:
+                await asyncio.sleep(0.2)
+                continue
+            except ZooKeeperError as exc:
+                log.error("could not register again in ZooKeeper: %s", exc)
+                await asyncio.sleep(1.0)
+                continue
+            log.info(
+                "registered again with broker epoch %d",
+                self.registration.epoch if self.registration else -1,
+            )
+            return
+
+    def _lease_changed(self) -> None:
+        for listener in list(self._lease_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("lease listener %r failed", listener)
+
+    # -- controller candidacy ----------------------------------------------------------
+
+    async def _run_for_controller(self) -> None:
+        """Whenever /controller is free, try to take it; while elected, control."""
+        vacancy = asyncio.Event()
+
+        def watch(change: Change) -> None:
+            if change.controller and self.cache.controller_id is None:
+                vacancy.set()
+
+        self.cache.subscribe(watch)
+        vacancy.set()
+        try:
+            while True:
+                await vacancy.wait()
+                vacancy.clear()
+                if not self.holds_lease():
+                    await asyncio.sleep(0.2)
+                    vacancy.set()
+                    continue
+                try:
+                    epoch = await self.zk.elect_controller(self.broker_id)
+                except (ZooKeeperError, SessionExpired) as exc:
+                    log.warning("controller election failed: %s", exc)
+                    await asyncio.sleep(0.5)
+                    vacancy.set()
+                    continue
+                if epoch is None:
+                    if self.cache.controller_id is None:
+                        # Someone holds /controller but our watch has not seen it yet.
+                        await asyncio.sleep(0.2)
+                        if self.cache.controller_id is None:
+                            vacancy.set()
+                    continue
+                await self._control(epoch)
+                if self.cache.controller_id is None:
+                    vacancy.set()
+        finally:
+            self.cache.unsubscribe(watch)
+
+    async def _control(self, epoch: ControllerEpoch) -> None:
+        """Act as controller until replaced, or until our session is lost (our /controller
+        znode went with it; a stale epoch could write nothing anyway)."""
+        unclean = bool(self.config.get("unclean.leader.election.enable"))
+        self.controller = Controller(self.zk, self.cache, epoch, unclean)
+        self._session_lost.clear()
+        running = asyncio.ensure_future(self.controller.run())
+        lost = asyncio.ensure_future(self._session_lost.wait())
+        try:
+            await asyncio.wait((running, lost), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (running, lost):
+                task.cancel()
+            await asyncio.gather(running, lost, return_exceptions=True)
+            self.controller = None

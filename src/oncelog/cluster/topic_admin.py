@@ -1,0 +1,151 @@
+"""Creating and deleting topics in a cluster: validate as the single node does, place the
+replicas (Kafka's round-robin), write the znodes; the controller gives the partitions their
+leaders and every broker's watches open (or delete) its replicas.
+
+As in Kafka's ZooKeeper mode, CreateTopics and DeleteTopics are the controller's
+(NOT_CONTROLLER elsewhere; clients send them to the controller named in Metadata), while a
+topic auto-created by Metadata is written by whichever broker the client asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from oncelog.broker import config as cfg
+from oncelog.broker.topic_names import find_collision, validate_topic_name
+from oncelog.cluster.placement import assign_replicas, check_assignment
+from oncelog.cluster.zookeeper import NO_LEADER, TopicAssignment, TopicExists
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.cluster.node import ClusterNode
+
+log = logging.getLogger(__name__)
+
+DEFAULT = -1  # CreateTopics' "use the broker default" for partitions and replication factor
+
+
+class TopicAdmin:
+    def __init__(self, node: ClusterNode) -> None:
+        self._node = node
+        self._config = node.config
+        self._random = random.Random()
+
+    async def create(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        *,
+        assignments: Mapping[int, Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> tuple[TopicAssignment, dict[str, str]]:
+        """The new topic's assignment and validated configs (KafkaError as CreateTopics
+        answers: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
+        INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, ...)."""
+        cache = self._node.cache
+        try:
+            validate_topic_name(name)
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
+        if name in cache.topics:
+            raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
+        collision = find_collision(name, cache.topics)
+        if collision is not None:
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception,
+                f"topic {name!r} collides with existing topic {collision!r}: "
+                "'.' and '_' are interchangeable in metric names",
+            )
+        try:
+            overrides = cfg.TopicConfig.validate(configs)
+        except cfg.ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+        live = sorted(cache.brokers)
+        if assignments:
+            if num_partitions != DEFAULT or replication_factor != DEFAULT:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "both a replica assignment and a partition count or replication factor "
+                    "were given",
+                )
+            replicas = check_assignment(dict(assignments), live)
+        else:
+            partitions = (
+                self._config.num_partitions if num_partitions == DEFAULT else num_partitions
+            )
+            factor = (
+                self._config.default_replication_factor
+                if replication_factor == DEFAULT
+                else replication_factor
+            )
+            replicas = assign_replicas(
+                live,
+                partitions,
+                factor,
+                start_index=self._random.randrange(max(len(live), 1)),
+                replica_shift=self._random.randrange(max(len(live), 1)),
+            )
+        assignment = TopicAssignment(name, uuid.uuid4(), replicas)
+        if validate_only:
+            return assignment, overrides
+        try:
+            await self._node.zk.create_topic(assignment, overrides)
+        except TopicExists as exc:
+            raise KafkaError(ErrorCode.topic_already_exists, str(exc)) from exc
+        log.info(
+            "created topic %s: %d partitions, replicas %s",
+            name,
+            len(replicas),
+            {p: list(r) for p, r in sorted(replicas.items())},
+        )
+        return assignment, overrides
+
+    async def wait_for_leaders(self, name: str, timeout_s: float) -> bool:
+        """Whether every partition of ``name`` has a leader in this broker's metadata
+        within ``timeout_s`` (CreateTopics answers once clients can use the topic, as
+        Kafka's DelayedCreatePartitions)."""
+        cache = self._node.cache
+
+        def led() -> bool:
+            replicas = cache.partitions_of(name)
+            return bool(replicas) and all(
+                (state := cache.states.get((name, p))) is not None and state.leader != NO_LEADER
+                for p in replicas
+            )
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not led():
+                    await cache.changed()
+        except TimeoutError:
+            return False
+        return True
+
+    async def delete(self, name: str) -> uuid.UUID:
+        """Delete a topic's znodes (the controller only); its topic id."""
+        controller = self._node.controller
+        if controller is None:
+            raise KafkaError(
+                ErrorCode.not_controller, f"broker {self._node.broker_id} is not the controller"
+            )
+        assignment = self._node.cache.topics.get(name)
+        if assignment is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        await controller.delete_topic(name)
+        log.info("deleted topic %s", name)
+        return assignment.topic_id
+
+    def require_controller(self) -> None:
+        if self._node.controller is None:
+            raise KafkaError(
+                ErrorCode.not_controller,
+                f"broker {self._node.broker_id} is not the controller "
+                f"(broker {self._node.cache.controller_id} is)",
+            )

@@ -1,0 +1,277 @@
+"""A local oncelog cluster: one ZooKeeper server and N broker processes on 127.0.0.1.
+
+    with LocalCluster(tmp_path, brokers=3) as cluster:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+        ...
+        leader = cluster.wait_for_leader("events", 0)
+        cluster.kill(leader)          # SIGKILL
+        cluster.restart(leader)       # same data directory, same port
+        cluster.pause(2); cluster.resume(2)          # SIGSTOP / SIGCONT
+        cluster.partition(3); cluster.heal(3)        # needs proxied=True
+        cluster.zookeeper.restart()
+
+Brokers are numbered 1..N (``broker.id``), each with its data directory ``broker-<id>``
+under ``base_dir``, ZooKeeper's in ``zookeeper``. Each is a :class:`BrokerProcess` (stdout
+and stderr in its ``broker.log``) and is stopped by its own pid.
+
+``proxied=True`` puts a :class:`FaultInjectionProxy` in front of each broker (advertised, so
+clients and the other brokers go through it) and another between each broker and
+ZooKeeper: :meth:`partition` then cuts a broker off from everything (all its connections
+die, new ones too), :meth:`heal` reconnects it. Off by default: the proxies cost CPU.
+
+The broker configuration defaults to short timeouts suited to tests
+(``zookeeper.session.timeout.ms`` 4000, ``replica.lag.time.max.ms`` 4000); ``config``
+overrides them and adds keys.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+
+from kazoo.client import KazooClient
+
+from oncelog.testing.process import BrokerProcess
+from oncelog.testing.proxy import FaultInjectionProxy
+from oncelog.testing.zookeeper import ZooKeeperServer
+
+__all__ = ["TEST_BROKER_CONFIG", "ClusterError", "LocalCluster"]
+
+log = logging.getLogger(__name__)
+
+TEST_BROKER_CONFIG = {
+    "zookeeper.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.backoff.ms": "200",
+}
+_POLL_S = 0.05
+
+
+class ClusterError(RuntimeError):
+    """The cluster did not reach the state waited for in time."""
+
+
+class LocalCluster:
+    def __init__(
+        self,
+        base_dir: Path | str,
+        brokers: int = 3,
+        config: Mapping[str, str] | None = None,
+        *,
+        proxied: bool = False,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if brokers < 1:
+            raise ValueError(f"a cluster needs at least one broker, not {brokers}")
+        self.base_dir = Path(base_dir)
+        self.broker_ids = tuple(range(1, brokers + 1))
+        self.config = {**TEST_BROKER_CONFIG, **(config or {})}
+        self.proxied = proxied
+        self.start_timeout_s = start_timeout_s
+        self.zookeeper = ZooKeeperServer(self.base_dir / "zookeeper")
+        self.brokers: dict[int, BrokerProcess] = {}
+        self._kafka_proxies: dict[int, FaultInjectionProxy] = {}
+        self._zk_proxies: dict[int, FaultInjectionProxy] = {}
+        self._zk_client: KazooClient | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> LocalCluster:
+        """ZooKeeper, then every broker; return once all are registered."""
+        try:
+            self.zookeeper.start()
+            for broker_id in self.broker_ids:
+                self.brokers[broker_id] = self._new_broker(broker_id)
+            for broker in self.brokers.values():
+                broker.start()
+                if self.proxied:
+                    self._kafka_proxies[self._id_of(broker)].set_upstream("127.0.0.1", broker.port)
+            self.wait_for_brokers(self.broker_ids)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every broker (cleanly, killing any that hangs), then ZooKeeper."""
+        failures: list[BaseException] = []
+        for broker in self.brokers.values():
+            try:
+                broker.terminate(check=False)
+            except Exception as exc:
+                failures.append(exc)
+        if self._zk_client is not None:
+            self._zk_client.stop()
+            self._zk_client.close()
+            self._zk_client = None
+        for proxy in [*self._kafka_proxies.values(), *self._zk_proxies.values()]:
+            proxy.stop()
+        self.zookeeper.stop()
+        if failures:
+            raise failures[0]
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- addresses ------------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Every broker's address (the proxies' when proxied), comma-separated."""
+        return ",".join(self.address(b) for b in self.broker_ids)
+
+    def address(self, broker_id: int) -> str:
+        if self.proxied:
+            return self._kafka_proxies[broker_id].bootstrap_servers
+        return self.brokers[broker_id].bootstrap_servers
+
+    # -- faults ---------------------------------------------------------------------------
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL: no flush, no clean shutdown; its ZooKeeper session lives until timeout."""
+        self.brokers[broker_id].kill()
+
+    def terminate(self, broker_id: int) -> None:
+        """Clean stop (SIGTERM): the broker leaves ZooKeeper at once."""
+        self.brokers[broker_id].terminate()
+
+    def restart(self, broker_id: int) -> None:
+        """Start a stopped or killed broker again (a running one is stopped cleanly first)."""
+        broker = self.brokers[broker_id]
+        broker.restart()
+        if self.proxied:
+            self._kafka_proxies[broker_id].set_upstream("127.0.0.1", broker.port)
+
+    def pause(self, broker_id: int) -> None:
+        self.brokers[broker_id].pause()
+
+    def resume(self, broker_id: int) -> None:
+        self.brokers[broker_id].resume()
+
+    def partition(self, broker_id: int) -> None:
+        """Cut the broker off from ZooKeeper, clients and the other brokers."""
+        for proxy in self._proxies_of(broker_id):
+            proxy.set_faults(drop_request_rate=1.0, drop_response_rate=1.0)
+            proxy.cut_all_connections()
+
+    def heal(self, broker_id: int) -> None:
+        for proxy in self._proxies_of(broker_id):
+            proxy.set_faults(drop_request_rate=0.0, drop_response_rate=0.0)
+
+    # -- what ZooKeeper says --------------------------------------------------------------
+
+    def registered_brokers(self) -> set[int]:
+        return {int(i) for i in self._zk().get_children("/brokers/ids")}
+
+    def controller(self) -> int | None:
+        try:
+            data, _ = self._zk().get("/controller")
+        except Exception:
+            return None
+        return int(json.loads(data)["brokerid"])
+
+    def partition_state(self, topic: str, partition: int) -> dict[str, object] | None:
+        """The state znode (leader, leader_epoch, isr, controller_epoch) or None."""
+        path = f"/brokers/topics/{topic}/partitions/{partition}/state"
+        try:
+            data, _ = self._zk().get(path)
+        except Exception:
+            return None
+        return dict(json.loads(data))
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        state = self.partition_state(topic, partition)
+        if state is None or int(state["leader"]) < 0:  # type: ignore[call-overload]
+            return None
+        return int(state["leader"])  # type: ignore[call-overload]
+
+    # -- waiting --------------------------------------------------------------------------
+
+    def wait_for_brokers(self, broker_ids: Iterable[int], timeout_s: float | None = None) -> None:
+        wanted = set(broker_ids)
+        self._wait(
+            lambda: wanted <= self.registered_brokers(), f"brokers {sorted(wanted)}", timeout_s
+        )
+
+    def wait_for_leader(
+        self,
+        topic: str,
+        partition: int,
+        *,
+        not_in: Iterable[int] = (),
+        timeout_s: float | None = None,
+    ) -> int:
+        """The partition's leader once it has one outside ``not_in``."""
+        excluded = set(not_in)
+        found: list[int] = []
+
+        def elected() -> bool:
+            leader = self.leader(topic, partition)
+            if leader is None or leader in excluded:
+                return False
+            found.append(leader)
+            return True
+
+        self._wait(
+            elected, f"a leader of {topic}-{partition} outside {sorted(excluded)}", timeout_s
+        )
+        return found[-1]
+
+    def wait_for_isr(
+        self, topic: str, partition: int, isr: Iterable[int], timeout_s: float | None = None
+    ) -> None:
+        wanted = sorted(isr)
+
+        def reached() -> bool:
+            state = self.partition_state(topic, partition)
+            return state is not None and sorted(state["isr"]) == wanted  # type: ignore[call-overload]
+
+        self._wait(reached, f"ISR {wanted} of {topic}-{partition}", timeout_s)
+
+    def _wait(self, condition: object, what: str, timeout_s: float | None) -> None:
+        deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
+        while not condition():  # type: ignore[operator]
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out waiting for {what}")
+            time.sleep(_POLL_S)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _new_broker(self, broker_id: int) -> BrokerProcess:
+        config = {**self.config, "broker.id": str(broker_id)}
+        zookeeper = self.zookeeper.connect_string
+        if self.proxied:
+            kafka_proxy = FaultInjectionProxy().start()
+            zk_proxy = FaultInjectionProxy(upstream=("127.0.0.1", self.zookeeper.port)).start()
+            self._kafka_proxies[broker_id] = kafka_proxy
+            self._zk_proxies[broker_id] = zk_proxy
+            config["advertised.listeners"] = kafka_proxy.advertised_listener
+            zookeeper = zk_proxy.bootstrap_servers
+        config["zookeeper.connect"] = zookeeper
+        return BrokerProcess(self.base_dir / f"broker-{broker_id}", config)
+
+    def _id_of(self, broker: BrokerProcess) -> int:
+        return next(i for i, b in self.brokers.items() if b is broker)
+
+    def _proxies_of(self, broker_id: int) -> list[FaultInjectionProxy]:
+        if not self.proxied:
+            raise ClusterError("partition() needs LocalCluster(proxied=True)")
+        return [self._kafka_proxies[broker_id], self._zk_proxies[broker_id]]
+
+    def _zk(self) -> KazooClient:
+        if self._zk_client is None:
+            self._zk_client = KazooClient(self.zookeeper.connect_string, timeout=10)
+            self._zk_client.start(timeout=10)
+        return self._zk_client
