@@ -32,6 +32,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import BatchHeader
 
 if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
     from oncelog.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
@@ -161,18 +162,34 @@ class Broker:
             self.cleaner.start()
 
     async def _start_in_cluster(self, cluster: ClusterNode) -> None:
-        """Serve, then join the cluster under the address clients and peers must use. If
-        joining fails (ZooKeeper unreachable, broker.id taken) everything stops again."""
+        """Serve, then join the cluster under the address clients and peers must use; the
+        replicas ZooKeeper assigns to this broker open as their states arrive. If joining
+        fails (ZooKeeper unreachable, broker.id taken) everything stops again."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.data_dir / CLEAN_SHUTDOWN_MARKER
+        clean = marker.exists()
+        marker.unlink(missing_ok=True)
         self.flusher.start()
         await self._server.start()
         try:
-            await cluster.start(*self.advertised_address)
+            await cluster.start(*self.advertised_address, self.data_dir, self.flusher, clean)
         except BaseException:
             await self._server.stop()
             await self.flusher.stop()
             raise
         self.cluster_id = cluster.cluster_id
+        assert cluster.replicas is not None
+        maintenance = Maintenance(cluster.replicas, self.flusher, self.config, self.now_ms)
+        self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
+
+    def partition_for_clients(self, topic: str, index: int, leader_epoch: int = -1) -> Partition:
+        """The partition a producer or consumer may use here: on a single node any, in a
+        cluster only one this broker leads (KafkaError NOT_LEADER_OR_FOLLOWER, or a leader
+        epoch error when the client's ``leader_epoch`` is not ours)."""
+        if self.cluster is None:
+            return self.topics.partition(topic, index)
+        assert self.cluster.replicas is not None
+        return self.cluster.replicas.leader_partition(topic, index, leader_epoch)
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
@@ -250,7 +267,17 @@ def _group_coordinator(
         retention_ms=config.offsets_retention_minutes * 60_000,
         check_interval_ms=config.offsets_retention_check_interval_ms,
     )
-    return GroupCoordinator(offsets, offsets, offsets, clock, group_config, expiry=expiry)
+    # In a cluster no partition is led until elected: nothing is created or loaded here
+    # (coordinators that follow leadership are issue 11's).
+    return GroupCoordinator(
+        offsets,
+        offsets,
+        offsets,
+        clock,
+        group_config,
+        expiry=expiry,
+        single_node=not config.cluster_mode,
+    )
 
 
 def _transaction_coordinator(
@@ -274,7 +301,15 @@ def _transaction_coordinator(
         id_expiration_ms=config.transactional_id_expiration_ms,
     )
     return TransactionCoordinator(
-        state, state, state, clock, settings, allocate_producer_id, markers, offsets_partition
+        state,
+        state,
+        state,
+        clock,
+        settings,
+        allocate_producer_id,
+        markers,
+        offsets_partition,
+        single_node=not config.cluster_mode,
     )
 
 

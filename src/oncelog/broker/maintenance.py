@@ -10,12 +10,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.durability import GroupCommitFlusher
-    from oncelog.broker.topics import TopicRegistry
+    from oncelog.broker.partition import Partition
+
+
+class PartitionSource(Protocol):
+    """Where the partitions to look after come from: the topic registry of a single node,
+    the replica manager of a cluster broker."""
+
+    def partitions(self) -> list[Partition]: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +36,7 @@ CHECKPOINT_INTERVAL_MS = 60_000
 class Maintenance:
     def __init__(
         self,
-        topics: TopicRegistry,
+        topics: PartitionSource,
         flusher: GroupCommitFlusher,
         config: BrokerConfig,
         clock_ms: Callable[[], int],

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from oncelog.broker.config import TopicConfig
+from oncelog.producers.loader import load_producer_state
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
 from oncelog.protocol.compression import CODEC_IDS, NONE
@@ -21,6 +22,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
     BatchHeader,
     build_control_batch,
+    control_marker,
     parse_header,
     split_batches,
 )
@@ -91,6 +93,11 @@ class Partition:
         self._unflushed_since_ms: int | None = None
         self._waiters: list[asyncio.Future[None]] = []
         log.on_roll = self._snapshot_producers
+        # Cluster mode: the leader epoch stamped on every batch this broker appends as
+        # leader, and the replicated high watermark. A single node leaves both alone (epoch
+        # 0; every appended batch is committed).
+        self.leader_epoch = 0
+        self.replicated_high_watermark: int | None = None
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -99,8 +106,11 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        """On a single node every appended batch is committed: the HW is the log end."""
-        return self.log.log_end_offset
+        """On a single node every appended batch is committed: the HW is the log end. In a
+        cluster it is what every in-sync replica holds (set by the replica manager)."""
+        if self.replicated_high_watermark is None:
+            return self.log.log_end_offset
+        return self.replicated_high_watermark
 
     @property
     def last_stable_offset(self) -> int:
@@ -182,10 +192,50 @@ class Partition:
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
     ) -> AppendResult:
         result = self.log.append(
-            batch, header, now_ms, log_append_time=self.settings.log_append_time
+            batch,
+            header,
+            now_ms,
+            log_append_time=self.settings.log_append_time,
+            leader_epoch=self.leader_epoch,
         )
         self._wake_waiters()
         return result
+
+    def append_replicated(
+        self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
+    ) -> None:
+        """A follower's append: the leader's batch byte for byte. The producer state learns
+        from it as at recovery (Kafka's replication origin: the leader validated it), so a
+        follower that becomes leader answers retries and knows open transactions."""
+        self.log.append_replicated(batch, header, now_ms)
+        marker = None
+        if header.is_control and header.has_producer_id:
+            found = control_marker(batch)
+            marker = None if found is None else TxnMarker(*found)
+        completed = self.producers.replay(header, marker=marker)
+        if completed is not None and completed.aborted:
+            stable = self.producers.first_unstable_offset()
+            self.log.append_aborted_txn(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    completed.last_offset + 1 if stable is None else stable,
+                )
+            )
+        self._wake_waiters()
+
+    def truncate_to(self, offset: int, now_ms: int, producer_id_expiration_ms: int) -> None:
+        """Cut the log at ``offset`` (a follower's diverged tail) and rebuild the producer
+        state from what remains (snapshots past the new end are deleted)."""
+        self.log.truncate_to(offset)
+        self.producers = load_producer_state(
+            self.log.directory, self.log, now_ms, producer_id_expiration_ms
+        )
+        if self.replicated_high_watermark is not None:
+            self.replicated_high_watermark = min(
+                self.replicated_high_watermark, self.log.log_end_offset
+            )
 
     @staticmethod
     def _outcome(result: AppendResult) -> ProduceOutcome:
@@ -309,6 +359,10 @@ class Partition:
             self._waiters.remove(waiter)
         except ValueError:
             pass
+
+    def wake_readers(self) -> None:
+        """Wake long-polling fetches: the high watermark moved (cluster mode)."""
+        self._wake_waiters()
 
     def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, []

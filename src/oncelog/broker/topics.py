@@ -189,28 +189,21 @@ class TopicRegistry:
 
     def _settings(self, topic: Topic) -> tuple[LogConfig, PartitionSettings]:
         """What a topic's partitions act on, from its overrides over the broker's keys."""
-        topic_config = cfg.TopicConfig(self._config, topic.configs)
-        log_config = LogConfig(**topic_config.to_log_config())
-        settings = PartitionSettings(
-            max_message_bytes=log_config.max_message_bytes,
-            log_append_time=topic_config.get("message.timestamp.type") == "LogAppendTime",
-            flush_messages=int(topic_config.get("flush.messages")),
-            flush_ms=int(topic_config.get("flush.ms")),
-            records=record_rules(topic_config),
-        )
-        return log_config, settings
+        return partition_settings(self._config, topic.configs)
 
     def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
         """Open partitions up to ``count`` (a new topic's, or those CreatePartitions adds)."""
-        log_config, settings = self._settings(topic)
         for index in range(len(topic.partitions), count):
-            directory = self._data_dir / f"{topic.name}-{index}"
-            partition_log = PartitionLog.open(directory, log_config, clean_shutdown=clean_shutdown)
-            producers = load_producer_state(
-                directory, partition_log, now_ms, self._config.producer_id_expiration_ms
-            )
             topic.partitions.append(
-                Partition(topic.name, index, partition_log, producers, settings)
+                open_partition(
+                    self._data_dir,
+                    self._config,
+                    topic.name,
+                    topic.configs,
+                    index,
+                    clean_shutdown=clean_shutdown,
+                    now_ms=now_ms,
+                )
             )
 
     def _persist(self) -> None:
@@ -224,3 +217,40 @@ class TopicRegistry:
             for t in self._topics.values()
         ]
         write_atomically(self._data_dir / CATALOGUE_FILE, json.dumps(entries, indent=1).encode())
+
+
+def open_partition(
+    data_dir: Path,
+    broker_config: cfg.BrokerConfig,
+    topic: str,
+    overrides: dict[str, str],
+    index: int,
+    *,
+    clean_shutdown: bool,
+    now_ms: int,
+) -> Partition:
+    """Open (or create) ``<data_dir>/<topic>-<index>`` with its producer state, under the
+    topic's configuration (also used by cluster mode for the replicas a broker hosts)."""
+    log_config, settings = partition_settings(broker_config, overrides)
+    directory = data_dir / f"{topic}-{index}"
+    partition_log = PartitionLog.open(directory, log_config, clean_shutdown=clean_shutdown)
+    producers = load_producer_state(
+        directory, partition_log, now_ms, broker_config.producer_id_expiration_ms
+    )
+    return Partition(topic, index, partition_log, producers, settings)
+
+
+def partition_settings(
+    broker_config: cfg.BrokerConfig, overrides: dict[str, str]
+) -> tuple[LogConfig, PartitionSettings]:
+    """What a topic's partitions act on, from its overrides over the broker's keys."""
+    topic_config = cfg.TopicConfig(broker_config, overrides)
+    log_config = LogConfig(**topic_config.to_log_config())
+    settings = PartitionSettings(
+        max_message_bytes=log_config.max_message_bytes,
+        log_append_time=topic_config.get("message.timestamp.type") == "LogAppendTime",
+        flush_messages=int(topic_config.get("flush.messages")),
+        flush_ms=int(topic_config.get("flush.ms")),
+        records=record_rules(topic_config),
+    )
+    return log_config, settings

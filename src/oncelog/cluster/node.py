@@ -16,11 +16,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.lease import SessionLease
 from oncelog.cluster.metadata import Change, MetadataCache, MetadataWatcher
+from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.topic_admin import TopicAdmin
 from oncelog.cluster.zookeeper import (
     BrokerRegistration,
@@ -31,7 +34,12 @@ from oncelog.cluster.zookeeper import (
     broker_path,
 )
 
+if TYPE_CHECKING:
+    from oncelog.broker.durability import GroupCommitFlusher
+
 log = logging.getLogger(__name__)
+
+PRODUCER_ID_BLOCK = 1000  # Kafka's block size
 
 # Past the session timeout, how long a restarted broker waits for ZooKeeper to expire the
 # registration its killed predecessor left.
@@ -60,12 +68,22 @@ class ClusterNode:
         self._reregistering: asyncio.Task[None] | None = None
         self._lease_listeners: list[Callable[[], None]] = []
         self._session_lost = asyncio.Event()
+        self.replicas: ReplicaManager | None = None
+        self._producer_ids: tuple[int, int] = (0, -1)  # the block being handed out
         self._registered_session: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    async def start(self, host: str, port: int) -> None:
-        """Connect, register (this broker's address, as clients must reach it), watch.
+    async def start(
+        self,
+        host: str,
+        port: int,
+        data_dir: Path,
+        flusher: GroupCommitFlusher,
+        clean_start: bool,
+    ) -> None:
+        """Connect, register (this broker's address, as clients must reach it), watch, and
+        host the replicas ZooKeeper assigns to this broker.
 
         Raises ZooKeeperError (unreachable) or BrokerIdInUse; the broker then refuses to
         start with that message."""
@@ -73,6 +91,8 @@ class ClusterNode:
         await self.zk.start()
         self.cluster_id = await self.zk.cluster_id()
         await self._register()
+        self.replicas = ReplicaManager(self, data_dir, flusher, clean_start)
+        self.replicas.start()
         self._watcher.start()
         self._tasks = [
             asyncio.create_task(self._run_for_controller(), name="controller-candidacy"),
@@ -99,6 +119,17 @@ class ClusterNode:
         self._watcher.stop()
         self.lease.revoke()
         await self.zk.close()
+        if self.replicas is not None:
+            await self.replicas.stop()
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id no other broker ever hands out (blocks of 1000 from ZooKeeper)."""
+        next_id, last = self._producer_ids
+        if next_id > last:
+            next_id, last = await self.zk.allocate_producer_ids(self.broker_id, PRODUCER_ID_BLOCK)
+            log.info("producer ids %d..%d reserved in ZooKeeper", next_id, last)
+        self._producer_ids = (next_id + 1, last)
+        return next_id
 
     def on_lease_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` when the lease is revoked or granted (the replica manager

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
@@ -63,6 +64,7 @@ CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 CLUSTER_ID = "/cluster/id"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # Created at start, as Kafka's ZkData.PersistentZkPaths, so watches have parents to sit on.
 PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/cluster")
 
@@ -609,6 +611,35 @@ class ZooKeeperSession:
         if isinstance(results[0], BadVersionError):
             raise ControllerMoved("/controller_epoch changed: another broker is the controller")
         _raise_first_failure(results)
+
+    async def allocate_producer_ids(self, broker_id: int, count: int) -> tuple[int, int]:
+        """Reserve the next ``count`` producer ids for this broker: (first, last). Kafka's
+        /latest_producer_id_block, advanced with compare-and-set, so no two brokers ever
+        get the same id, whatever crashes."""
+        while True:
+            current = await self.read(PRODUCER_ID_BLOCK)
+            first = 0
+            if current is not None and current.data:
+                first = int(json.loads(current.data)["block_end"]) + 1
+            last = first + count - 1
+            data = _json(
+                {
+                    "version": 1,
+                    "broker": broker_id,
+                    "block_start": str(first),
+                    "block_end": str(last),
+                }
+            )
+            try:
+                await self._retry(partial(self._write_block, data, current))
+            except (NodeExistsError, BadVersionError):
+                continue  # another broker took a block meanwhile: take the next one
+            return first, last
+
+    def _write_block(self, data: bytes, current: Znode | None) -> Any:
+        if current is None:
+            return self._client.create_async(PRODUCER_ID_BLOCK, data)
+        return self._client.set_async(PRODUCER_ID_BLOCK, data, current.version)
 
     # -- watches -----------------------------------------------------------------------
 

@@ -182,13 +182,7 @@ class PartitionLog:
         append_time = now_ms if log_append_time else None
         with self._lock:
             base = self.log_end_offset
-            active = self._segments[-1]
-            if active.size and (
-                active.size + header.size > self.config.segment_bytes
-                or self._aged(active, now_ms)
-                or base + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
-            ):
-                active = self._roll_locked()
+            active = self._segment_for_locked(header, base, now_ms)
             data = assign_offsets(batch, base, leader_epoch, append_time)
             written = replace(
                 header,
@@ -204,6 +198,34 @@ class PartitionLog:
             position,
             active.base_offset,
         )
+
+    def append_replicated(
+        self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int
+    ) -> None:
+        """Append a batch exactly as the leader stored it (offsets, leader epoch and CRC
+        included): a follower's copy must be byte-for-byte the leader's. Its base offset must
+        be the log end offset (the fetcher asked from there)."""
+        with self._lock:
+            if header.base_offset != self.log_end_offset:
+                raise KafkaError(
+                    ErrorCode.unknown_server_error,
+                    f"replicated batch at offset {header.base_offset} does not follow the log "
+                    f"end offset {self.log_end_offset}",
+                )
+            active = self._segment_for_locked(header, header.base_offset, now_ms)
+            active.append(batch if isinstance(batch, bytes) else bytes(batch), header, now_ms)
+
+    def _segment_for_locked(self, header: BatchHeader, base: int, now_ms: int) -> LogSegment:
+        """The segment a batch at ``base`` goes into, rolling a new one when the active one
+        is full, old, or cannot index offsets that far."""
+        active = self._segments[-1]
+        if active.size and (
+            active.size + header.size > self.config.segment_bytes
+            or self._aged(active, now_ms)
+            or base + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
+        ):
+            active = self._roll_locked()
+        return active
 
     def maybe_roll(self, now_ms: int) -> None:
         """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
@@ -405,12 +427,7 @@ class PartitionLog:
             return
         with self._lock:
             if offset <= self.log_start_offset:
-                for segment in self._segments:
-                    segment.delete()
-                self._segments, self._bases = [], []
-                self._roll_locked(offset)
-                self._log_start_offset = offset
-                (self.directory / LOG_START_FILE).unlink(missing_ok=True)
+                self._start_over_locked(offset)
                 doomed = []
             else:
                 i = bisect_right(self._bases, offset) - 1
@@ -517,6 +534,22 @@ class PartitionLog:
             for s, src in zip(here, group.replaced, strict=True)
         )
         return at if unchanged and at + len(here) < len(self._segments) else None
+
+    def start_over_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at ``offset`` (a follower whose log
+        ends before the leader's log start)."""
+        with self._lock:
+            self._start_over_locked(offset)
+            self._recovery_point = offset
+            self._dir_dirty = True
+
+    def _start_over_locked(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments, self._bases = [], []
+        self._roll_locked(offset)
+        self._log_start_offset = offset
+        (self.directory / LOG_START_FILE).unlink(missing_ok=True)
 
     # --- aborted transactions ---
 

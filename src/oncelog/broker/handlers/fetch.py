@@ -1,5 +1,9 @@
 """Fetch: return stored batches, long-polling until min_bytes arrive or max_wait passes.
 
+Consumers read up to the high watermark (the last stable offset under read_committed). In
+a cluster only the leader serves, and a follower's fetch (its replica id set) reads up to
+the log end and tells the leader how far the follower has got (replica_manager.py).
+
 Byte limits follow KIP-74: partitions are filled in request order, each up to its
 partition_max_bytes and the response up to max_bytes (capped by the broker's
 fetch.max.bytes, as Kafka does), except that the first batch
@@ -11,16 +15,17 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import iter_stored_batches
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.broker.partition import Partition
     from oncelog.protocol.codec import RequestHeader
 
 READ_COMMITTED = 1
 TOPIC_IDS_FROM_VERSION = 13
+CONSUMER = -1
 
 
 async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
@@ -59,25 +64,23 @@ def _read_all(
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # Kafka caps the response size a client asks for with the broker's fetch.max.bytes.
     budget = min(getattr(request, "max_bytes", 2**31 - 1), broker.config.fetch_max_bytes)
+    follower = _replica_id(request) if broker.cluster is not None else CONSUMER
     total = 0
     served: list[Partition] = []
     responses = []
     for fetch_topic in request.topics:
-        topic = (
-            broker.topics.by_id(fetch_topic.topic_id)
-            if by_id
-            else broker.topics.get(fetch_topic.topic)
-        )
-        missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
         answers = []
         for wanted in fetch_topic.partitions:
-            if topic is None or not 0 <= wanted.partition < len(topic.partitions):
-                answers.append(_error(wanted.partition, missing))
+            found = _lookup(broker, fetch_topic, wanted, by_id, follower)
+            if not isinstance(found, Partition):
+                answers.append(_error(wanted.partition, found))
                 continue
-            partition = topic.partitions[wanted.partition]
+            partition = found
             served.append(partition)
             limit = min(wanted.partition_max_bytes, max(budget - total, 0))
-            answer = _read_partition(partition, wanted, limit, committed, first=total == 0)
+            answer = _read_partition(
+                partition, wanted, limit, committed, first=total == 0, to_log_end=follower >= 0
+            )
             total += len(answer["records"])
             answers.append(answer)
         entry: dict[str, Any] = {"partitions": answers}
@@ -88,10 +91,58 @@ def _read_all(
     return responses, total, served
 
 
+def _lookup(
+    broker: Broker, fetch_topic: Any, wanted: Any, by_id: bool, follower: int
+) -> Partition | ErrorCode:
+    """The partition to read, or the error code to answer with."""
+    missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+    if broker.cluster is None:
+        topic = (
+            broker.topics.by_id(fetch_topic.topic_id)
+            if by_id
+            else broker.topics.get(fetch_topic.topic)
+        )
+        if topic is None or not 0 <= wanted.partition < len(topic.partitions):
+            return missing
+        return topic.partitions[wanted.partition]
+    cache = broker.cluster.cache
+    name = cache.topic_name(fetch_topic.topic_id) if by_id else fetch_topic.topic
+    if name is None or name not in cache.topics:
+        return missing
+    epoch = getattr(wanted, "current_leader_epoch", -1)
+    try:
+        if follower >= 0:
+            assert broker.cluster.replicas is not None
+            return broker.cluster.replicas.follower_fetch(
+                name, wanted.partition, follower, wanted.fetch_offset, epoch
+            )
+        return broker.partition_for_clients(name, wanted.partition, epoch)
+    except KafkaError as exc:
+        return exc.code
+
+
+def _replica_id(request: Any) -> int:
+    """The fetching follower's broker id (-1: a consumer); v15+ moved it into replica_state."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", CONSUMER))
+
+
 def _read_partition(
-    partition: Partition, wanted: Any, limit: int, committed: bool, first: bool
+    partition: Partition,
+    wanted: Any,
+    limit: int,
+    committed: bool,
+    first: bool,
+    to_log_end: bool = False,
 ) -> dict[str, Any]:
-    upper = partition.last_stable_offset if committed else partition.high_watermark
+    """Read from the fetch offset up to the high watermark (a consumer; the last stable
+    offset under read_committed) or up to the log end (a follower replicating)."""
+    if to_log_end:
+        upper = None
+    else:
+        upper = partition.last_stable_offset if committed else partition.high_watermark
     try:
         records = partition.log.read(
             wanted.fetch_offset, limit, max_offset=upper, min_one_batch=first

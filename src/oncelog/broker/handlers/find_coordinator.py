@@ -32,6 +32,13 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
 
 
 async def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+    if broker.cluster is not None:
+        # Coordinators that move with their partitions' leadership are issue 11's work.
+        return _failed(
+            key,
+            ErrorCode.coordinator_not_available,
+            "cluster mode has no transaction or group coordinator yet",
+        )
     host, port = broker.advertised_address
     found = {
         "key": key,

@@ -26,7 +26,10 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
         answers = []
         for wanted in topic.partitions:
             try:
-                partition = broker.topics.partition(topic.name, wanted.partition_index)
+                partition = broker.partition_for_clients(
+                    topic.name, wanted.partition_index, getattr(wanted, "current_leader_epoch", -1)
+                )
+                _check_high_watermark_caught_up(broker, partition)
                 timestamp, offset = _resolve(partition, wanted.timestamp, committed)
             except KafkaError as exc:
                 answers.append(
@@ -45,11 +48,26 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
                     "error_code": ErrorCode.none,
                     "timestamp": timestamp,
                     "offset": offset,
-                    "leader_epoch": 0,
+                    "leader_epoch": partition.leader_epoch,
                 }
             )
         topics.append({"name": topic.name, "partitions": answers})
     return {"throttle_time": 0, "topics": topics}
+
+
+def _check_high_watermark_caught_up(broker: Broker, partition: Partition) -> None:
+    """A new leader's high watermark may lag behind what the ISR had committed until its
+    followers fetch again: OFFSET_NOT_AVAILABLE (retriable) until it reaches the start of
+    the leader's epoch, as Kafka answers (KIP-207)."""
+    if broker.cluster is None or broker.cluster.replicas is None:
+        return
+    start = broker.cluster.replicas.leader_epoch_start(partition)
+    if start is not None and partition.high_watermark < start:
+        raise KafkaError(
+            ErrorCode.offset_not_available,
+            f"the high watermark {partition.high_watermark} has not reached the start {start} "
+            "of the leader's epoch yet",
+        )
 
 
 def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:

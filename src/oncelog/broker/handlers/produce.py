@@ -7,7 +7,10 @@ Internal topics are written by their coordinators only: a client's batch for one
 refused with INVALID_TOPIC_EXCEPTION, as Kafka does.
 
 acks=0 gets no response, acks=1 is answered after the append, acks=-1 after the append
-is durable when the partition fsyncs before acknowledging (see durability.py).
+is durable when the partition fsyncs before acknowledging (see durability.py) and, in a
+cluster, once every in-sync replica holds it (NOT_ENOUGH_REPLICAS before the append when
+the ISR is smaller than min.insync.replicas, NOT_ENOUGH_REPLICAS_AFTER_APPEND when it
+shrank below it meanwhile). Only the partition's leader accepts it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ VALID_ACKS = (-1, 0, 1)
 async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any] | None:
     now = broker.now_ms()
     acks = request.acks
-    durable_waits: list[asyncio.Future[None]] = []
+    replication = broker.cluster.replicas if broker.cluster is not None else None
+    waits: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
     topics = []
     for topic_data in request.topic_data:
         answers = []
@@ -44,25 +48,52 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
             answers.append(answer)
             if partition is None:
                 continue
+            if replication is not None:
+                replication.after_leader_append(partition)
             if acks == -1 and partition.fsync_before_ack:
-                durable_waits.append(broker.flusher.wait_durable(partition, end_offset))
+                waits.append((answer, broker.flusher.wait_durable(partition, end_offset)))
             elif partition.flush_due():
                 broker.flusher.request_flush(partition)
+            if acks == -1 and replication is not None:
+                waits.append((answer, replication.wait_replicated(partition, end_offset)))
         topics.append({"name": topic_data.name, "partition_responses": answers})
     if acks == 0:
         return None
-    if durable_waits:
-        outcomes = await asyncio.gather(*durable_waits, return_exceptions=True)
-        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+    if waits:
+        # A single node waits for its fsync however long it takes, as it always has; a
+        # cluster leader waits for the ISR at most the request's timeout, as Kafka does.
+        timeout_s = None if replication is None else request.timeout.total_seconds()
+        await _await_all(waits, timeout_s)
+    return {"responses": topics, "throttle_time": 0}
+
+
+async def _await_all(
+    waits: list[tuple[dict[str, Any], asyncio.Future[None]]], timeout_s: float | None
+) -> None:
+    """Wait for fsyncs (and, in a cluster, the ISR) up to ``timeout_s``; each partition
+    whose wait failed or did not end gets its own error."""
+    futures = [future for _, future in waits]
+    timeout = None if timeout_s is None else max(timeout_s, 0.0)
+    _, pending = await asyncio.wait(futures, timeout=timeout)
+    for answer, future in waits:
+        if answer["error_code"] != ErrorCode.none:
+            continue
+        if future in pending:
+            future.cancel()
+            answer.update(
+                _error(
+                    answer["index"],
+                    ErrorCode.request_timed_out,
+                    f"not replicated to the ISR within the request timeout of {timeout} s",
+                )
+            )
+            continue
+        failure = future.exception()
         if failure is not None:
             code = (
                 failure.code if isinstance(failure, KafkaError) else ErrorCode.kafka_storage_error
             )
-            for topic in topics:
-                for answer in topic["partition_responses"]:
-                    if answer["error_code"] == ErrorCode.none:
-                        answer.update(_error(answer["index"], code, str(failure)))
-    return {"responses": topics, "throttle_time": 0}
+            answer.update(_error(answer["index"], code, str(failure)))
 
 
 def _append(
@@ -85,12 +116,14 @@ def _append(
             raise KafkaError(
                 ErrorCode.invalid_topic_exception, f"Cannot append to internal topic {topic}"
             )
-        partition = broker.topics.partition(topic, index)
+        partition = broker.partition_for_clients(topic, index)
         if partition_data.records is None:
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
         header, batch = partition.split(partition_data.records, now_ms)
         if header.is_transactional:
             broker.check_transactional_write(transactional_id, header, topic, index)
+        if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
+            broker.cluster.replicas.check_min_insync(partition)
         outcome = partition.append_client_batch(batch, header, now_ms)
     except KafkaError as exc:
         log.debug("produce to %s-%d refused: %s", topic, index, exc)

@@ -20,12 +20,17 @@ async def handle_init_producer_id(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
     if request.transactional_id is None:
-        assert broker.producer_ids is not None
-        # No transactional id: always a new producer id at epoch 0, as Kafka does.
+        # No transactional id: always a new producer id at epoch 0, as Kafka does; in a
+        # cluster from a block reserved in ZooKeeper, so no other broker hands it out.
+        if broker.cluster is not None:
+            producer_id = await broker.cluster.allocate_producer_id()
+        else:
+            assert broker.producer_ids is not None
+            producer_id = broker.producer_ids.allocate()
         return {
             "throttle_time": 0,
             "error_code": ErrorCode.none,
-            "producer_id": broker.producer_ids.allocate(),
+            "producer_id": producer_id,
             "producer_epoch": 0,
         }
     answer = await broker.transactions.init_producer_id(

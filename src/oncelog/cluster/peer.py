@@ -1,0 +1,70 @@
+"""A connection from one broker to another, for the follower's Fetch and
+OffsetsForLeaderEpoch: one request at a time, asyncio streams, the project's codec.
+
+Versions are fixed rather than negotiated: both ends are oncelog brokers of one build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from oncelog.protocol import codec
+from oncelog.protocol.api_versions import ApiKey
+
+__all__ = ["FETCH_VERSION", "OFFSETS_FOR_LEADER_EPOCH_VERSION", "PeerConnection", "PeerError"]
+
+FETCH_VERSION = 12  # replica_id, current_leader_epoch and log_start_offset; topics by name
+OFFSETS_FOR_LEADER_EPOCH_VERSION = 4
+CONNECT_TIMEOUT_S = 5.0
+
+
+class PeerError(Exception):
+    """The other broker could not be reached, or the connection broke."""
+
+
+class PeerConnection:
+    def __init__(self, host: str, port: int, client_id: str) -> None:
+        self.address = (host, port)
+        self._client_id = client_id
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def request(
+        self, api_key: ApiKey, version: int, body: dict[str, Any], timeout_s: float
+    ) -> Any:
+        """Send one request and return the decoded response; PeerError on any failure
+        (the connection is then closed, the next request opens a new one)."""
+        api = codec.api_codec(api_key, version)
+        self._correlation_id += 1
+        frame = codec.encode_request(api, self._correlation_id, self._client_id, body)
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await self._connected()
+                writer.write(frame)
+                await writer.drain()
+                size = int.from_bytes(await reader.readexactly(4), "big")
+                payload = await reader.readexactly(size)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            self.close()
+            raise PeerError(
+                f"{api_key.name} to {self.address[0]}:{self.address[1]}: {exc!r}"
+            ) from exc
+        correlation_id, response = codec.decode_response(api, payload)
+        if correlation_id != self._correlation_id:
+            self.close()
+            raise PeerError(f"correlation id {correlation_id}, expected {self._correlation_id}")
+        return response
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def _connected(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._reader is None or self._writer is None:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(*self.address, limit=1 << 20), CONNECT_TIMEOUT_S
+            )
+        return self._reader, self._writer

@@ -1,0 +1,524 @@
+"""The replicas a cluster broker hosts, and what each does: lead or follow.
+
+Roles come from the partition states in the metadata cache (ZooKeeper watches), never from
+a request: after any change the affected replicas are reconciled with their state:
+
+- the state names this broker leader, and was written after this broker registered (a
+  leadership granted to a previous run of this broker is void until the controller writes
+  a new one): become leader at that leader epoch, or take the new ISR of the same epoch;
+- it names another broker: follow it (truncate by leader epoch, then fetch);
+- the topic is gone or this broker no longer hosts the partition: drop the replica.
+
+As leader it tracks followers (isr.py), moves the high watermark, releases acks=all
+producers, and changes the ISR itself with compare-and-set on the state znode. Losing the
+ZooKeeper session ends every leadership at once; while the lease (lease.py) has run out the
+leader serves no client.
+
+Issue 11's seam: ``on_leadership(listener)`` calls ``listener(topic, partition, leading,
+leader_epoch)`` after each role change, so a coordinator runtime can load or unload the
+partitions of ``__transaction_state`` and ``__consumer_offsets``; followers already feed
+their producer state from every replicated batch (Partition.append_replicated).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from oncelog.broker import config as cfg
+from oncelog.broker.topics import open_partition
+from oncelog.clock import wall_clock_ms
+from oncelog.cluster.fetcher import ReplicaFetcher
+from oncelog.cluster.isr import become_leader
+from oncelog.cluster.metadata import Change
+from oncelog.cluster.replica import (
+    FollowerRole,
+    LeaderRole,
+    Replica,
+    read_high_watermarks,
+    read_topic_id,
+    write_high_watermarks,
+    write_topic_id,
+)
+from oncelog.cluster.zookeeper import NO_LEADER, PartitionState, SessionExpired, ZooKeeperError
+from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.storage.leader_epoch import LeaderEpochCache
+
+if TYPE_CHECKING:
+    from oncelog.broker.durability import GroupCommitFlusher
+    from oncelog.broker.partition import Partition
+    from oncelog.cluster.node import ClusterNode
+
+log = logging.getLogger(__name__)
+
+LeadershipListener = Callable[[str, int, bool, int], None]
+
+
+class ReplicaManager:
+    def __init__(
+        self, node: ClusterNode, data_dir: Path, flusher: GroupCommitFlusher, clean_start: bool
+    ) -> None:
+        self.node = node
+        self.config = node.config
+        self.broker_id = node.broker_id
+        self.data_dir = data_dir
+        self.flusher = flusher
+        self.replicas: dict[tuple[str, int], Replica] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._clean_start = clean_start
+        self._checkpointed_hw = read_high_watermarks(data_dir)
+        self._listeners: list[LeadershipListener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._isr_updates: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.node.cache.subscribe(self._on_metadata)
+        self.node.on_lease_change(self._on_lease_change)
+        self._tasks = [
+            asyncio.create_task(self._shrink_isr_periodically(), name="isr-shrink"),
+            asyncio.create_task(self._checkpoint_periodically(), name="hw-checkpoint"),
+        ]
+        self.reconcile_all()
+
+    async def stop(self) -> None:
+        self.node.cache.unsubscribe(self._on_metadata)
+        for task in [*self._tasks, *self._isr_updates]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._isr_updates, return_exceptions=True)
+        for fetcher in self.fetchers.values():
+            await fetcher.stop()
+        self.fetchers.clear()
+        for replica in self.replicas.values():
+            if isinstance(replica.role, LeaderRole):
+                replica.role.abandon("broker shutting down")
+        self._write_checkpoint()
+        for replica in self.replicas.values():
+            replica.partition.close()
+
+    def partitions(self) -> list[Partition]:
+        """Every hosted partition (for the maintenance task: rolls, retention, flushes)."""
+        return [r.partition for r in self.replicas.values()]
+
+    def on_leadership(self, listener: LeadershipListener) -> None:
+        """Call ``listener(topic, partition, leading, leader_epoch)`` after role changes."""
+        self._listeners.append(listener)
+
+    # -- serving ---------------------------------------------------------------------------
+
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it now (and holds its lease), for producers
+        and consumers; KafkaError as Kafka answers otherwise."""
+        replica = self._replica_or_error(topic, index)
+        role = replica.role
+        if not isinstance(role, LeaderRole):
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} does not lead {topic}-{index}",
+            )
+        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        if not self.node.holds_lease():
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} cannot confirm its ZooKeeper session: not serving "
+                f"{topic}-{index} as leader",
+            )
+        return replica.partition
+
+    def check_min_insync(self, partition: Partition) -> None:
+        """acks=all before the append: NOT_ENOUGH_REPLICAS with too small an ISR."""
+        role = self._leader_role(partition)
+        if len(role.state.isr) < role.min_insync:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"the ISR {sorted(role.state.isr)} of {partition.topic}-{partition.index} is "
+                f"smaller than min.insync.replicas {role.min_insync}",
+            )
+
+    def wait_replicated(self, partition: Partition, end_offset: int) -> asyncio.Future[None]:
+        """A future resolved once every ISR member holds the offsets below ``end_offset``
+        (KafkaError NOT_ENOUGH_REPLICAS_AFTER_APPEND, or NOT_LEADER_OR_FOLLOWER when the
+        leadership ends first)."""
+        role = self._leader_role(partition)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        role.acks_waiting.append((end_offset, waiter))
+        role.release(partition.high_watermark)
+        return waiter
+
+    def follower_fetch(
+        self, topic: str, index: int, follower: int, fetch_offset: int, current_leader_epoch: int
+    ) -> Partition:
+        """A follower fetches from ``fetch_offset``: record its progress (the high watermark
+        may move, the ISR may grow) and return the partition to read from."""
+        replica = self._replica_or_error(topic, index)
+        role = replica.role
+        if not isinstance(role, LeaderRole):
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} does not lead {topic}-{index}",
+            )
+        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        if follower not in role.state.followers:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {follower} is not a replica of {topic}-{index}",
+            )
+        partition = replica.partition
+        leader_end = partition.log.log_end_offset
+        role.state = role.state.record_fetch(follower, fetch_offset, wall_clock_ms(), leader_end)
+        self._advance_high_watermark(replica, role)
+        if role.state.may_join(follower):
+            self._submit_isr(replica, role, role.state.isr | {follower})
+        return partition
+
+    def end_offset_for_epoch(
+        self, topic: str, index: int, current_leader_epoch: int, epoch: int
+    ) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch on the leader: (epoch, end offset) for ``epoch``."""
+        replica = self._replica_or_error(topic, index)
+        role = replica.role
+        if not isinstance(role, LeaderRole):
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} does not lead {topic}-{index}",
+            )
+        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        return replica.epochs.end_offset_for(epoch, replica.partition.log.log_end_offset)
+
+    def leader_epoch_start(self, partition: Partition) -> int | None:
+        """Where the current leader epoch began (ListOffsets waits for the high watermark to
+        reach it: OFFSET_NOT_AVAILABLE before, as Kafka)."""
+        role = self._leader_role(partition)
+        return role.state.epoch_start_offset
+
+    # -- roles -----------------------------------------------------------------------------
+
+    def reconcile_all(self) -> None:
+        keys = set(self.replicas) | set(self.node.cache.states)
+        for topic, assignment in self.node.cache.topics.items():
+            keys |= {(topic, p) for p in assignment.replicas}
+        for key in sorted(keys):
+            self._reconcile(key)
+
+    def _on_metadata(self, change: Change) -> None:
+        for key in sorted(change.partitions):
+            self._reconcile(key)
+        if change.brokers:
+            for fetcher in self.fetchers.values():
+                fetcher.address_changed()
+
+    def _on_lease_change(self) -> None:
+        if self.node.lease.session_id is None:  # the session is lost: no leadership holds
+            for replica in self.replicas.values():
+                if isinstance(replica.role, LeaderRole):
+                    replica.role.abandon("the ZooKeeper session was lost")
+                    self._set_role(replica, None)
+        self.reconcile_all()
+
+    def _reconcile(self, key: tuple[str, int]) -> None:
+        topic, index = key
+        cache = self.node.cache
+        assignment = cache.topics.get(topic)
+        replicas = None if assignment is None else assignment.replicas.get(index)
+        if assignment is None or replicas is None or self.broker_id not in replicas:
+            if key in self.replicas:
+                self._drop(key, delete=topic not in cache.topics)
+            return
+        state = cache.states.get(key)
+        if state is None:
+            return  # the controller has not elected anyone yet
+        replica = self._ensure_replica(topic, index, assignment.topic_id)
+        if state.leader == self.broker_id:
+            if self._may_lead(state):
+                self._lead(replica, state, replicas)
+            elif replica.role is not None:
+                self._set_role(replica, None)  # a previous run's leadership: wait for a new one
+        else:
+            self._follow(replica, state)
+
+    def _may_lead(self, state: PartitionState) -> bool:
+        registration = self.node.registration
+        return (
+            registration is not None
+            and self.node.lease.session_id is not None
+            and state.modified_zxid > registration.epoch
+        )
+
+    def _lead(self, replica: Replica, state: PartitionState, replicas: tuple[int, ...]) -> None:
+        role = replica.role
+        partition = replica.partition
+        if isinstance(role, LeaderRole) and role.leader_epoch == state.leader_epoch:
+            role.zk_version = state.version
+            role.controller_epoch = state.controller_epoch
+            if frozenset(state.isr) != role.state.isr and not role.state.update_in_flight:
+                role.state = role.state.with_isr(frozenset(state.isr))
+                self._advance_high_watermark(replica, role)
+            return
+        if isinstance(role, LeaderRole) and role.leader_epoch > state.leader_epoch:
+            return  # an older state delivered late
+        end = partition.log.log_end_offset
+        replica.epochs.assign(state.leader_epoch, end)
+        partition.leader_epoch = state.leader_epoch
+        hw = partition.high_watermark if partition.replicated_high_watermark is not None else 0
+        leader_state = become_leader(
+            self.broker_id,
+            state.leader_epoch,
+            replicas,
+            frozenset(state.isr),
+            end,
+            hw,
+            wall_clock_ms(),
+        )
+        new_role = LeaderRole(
+            leader_state, state.version, state.controller_epoch, self._min_insync(partition.topic)
+        )
+        self._set_role(replica, new_role)
+        self._advance_high_watermark(replica, new_role, force=True)
+        log.info(
+            "leading %s-%d at leader epoch %d from offset %d (ISR %s, high watermark %d)",
+            partition.topic,
+            partition.index,
+            state.leader_epoch,
+            end,
+            sorted(state.isr),
+            partition.high_watermark,
+        )
+
+    def _follow(self, replica: Replica, state: PartitionState) -> None:
+        role = replica.role
+        if isinstance(role, FollowerRole) and (role.leader, role.leader_epoch) == (
+            state.leader,
+            state.leader_epoch,
+        ):
+            return
+        if role is not None and role.leader_epoch > state.leader_epoch:
+            return  # an older state delivered late
+        self._set_role(replica, FollowerRole(state.leader, state.leader_epoch))
+        if state.leader != NO_LEADER:
+            self._fetcher(state.leader).add(replica, state.leader_epoch)
+            log.info(
+                "following broker %d for %s-%d at leader epoch %d",
+                state.leader,
+                replica.partition.topic,
+                replica.partition.index,
+                state.leader_epoch,
+            )
+
+    def _set_role(self, replica: Replica, role: LeaderRole | FollowerRole | None) -> None:
+        old = replica.role
+        if isinstance(old, LeaderRole) and old is not role:
+            old.abandon(f"broker {self.broker_id} no longer leads {replica.key}")
+        for fetcher in self.fetchers.values():
+            fetcher.remove(replica.key)
+        replica.role = role
+        leading = isinstance(role, LeaderRole)
+        if leading != isinstance(old, LeaderRole) or (
+            leading and old is not None and old.leader_epoch != replica.leader_epoch
+        ):
+            for listener in list(self._listeners):
+                try:
+                    listener(*replica.key, leading, replica.leader_epoch)
+                except Exception:
+                    log.exception("leadership listener %r failed", listener)
+
+    # -- leader bookkeeping ---------------------------------------------------------------
+
+    def _advance_high_watermark(
+        self, replica: Replica, role: LeaderRole, force: bool = False
+    ) -> None:
+        partition = replica.partition
+        before = role.state.high_watermark
+        role.state = role.state.with_high_watermark(partition.log.log_end_offset)
+        partition.replicated_high_watermark = role.state.high_watermark
+        if force or role.state.high_watermark != before:
+            role.release(role.state.high_watermark)
+            partition.wake_readers()
+
+    def after_leader_append(self, partition: Partition) -> None:
+        """A produce appended: with no follower in the ISR the high watermark moves now."""
+        replica = self.replicas.get((partition.topic, partition.index))
+        if replica is not None and isinstance(replica.role, LeaderRole):
+            self._advance_high_watermark(replica, replica.role)
+
+    def _submit_isr(self, replica: Replica, role: LeaderRole, isr: frozenset[int]) -> None:
+        """Write a new ISR with compare-and-set; expansion counts at once for the high
+        watermark (stricter, so safe even if the write fails)."""
+        added, removed = isr - role.state.isr, role.state.isr - isr
+        role.state = replace(role.state, adding=frozenset(added), removing=frozenset(removed))
+        ordered = tuple(r for r in role.state.replicas if r in isr)
+        proposal = PartitionState(
+            self.broker_id, role.leader_epoch, ordered, role.controller_epoch, role.zk_version
+        )
+        task = asyncio.create_task(self._write_isr(replica, role, proposal))
+        self._isr_updates.add(task)
+        task.add_done_callback(self._isr_updates.discard)
+
+    async def _write_isr(
+        self, replica: Replica, role: LeaderRole, proposal: PartitionState
+    ) -> None:
+        topic, index = replica.key
+        try:
+            written = await self.node.zk.update_isr(topic, index, proposal)
+        except (ZooKeeperError, SessionExpired) as exc:
+            log.warning("could not write the ISR of %s-%d: %s", topic, index, exc)
+            written = None
+        if replica.role is not role:
+            return
+        if written is None:
+            role.state = role.state.with_isr(role.state.isr)  # nothing in flight any more
+            return
+        log.info("%s-%d ISR %s -> %s", topic, index, sorted(role.state.isr), sorted(written.isr))
+        role.zk_version = written.version
+        role.state = role.state.with_isr(frozenset(written.isr))
+        self._advance_high_watermark(replica, role)
+
+    async def _shrink_isr_periodically(self) -> None:
+        lag_ms = self.config.replica_lag_time_max_ms
+        while True:
+            await asyncio.sleep(lag_ms / 2000)
+            now = wall_clock_ms()
+            for replica in list(self.replicas.values()):
+                role = replica.role
+                if not isinstance(role, LeaderRole) or not self.node.holds_lease():
+                    continue
+                late = role.state.out_of_sync(now, replica.partition.log.log_end_offset, lag_ms)
+                if late:
+                    log.info(
+                        "%s-%d: followers %s fell behind for more than %d ms",
+                        *replica.key,
+                        sorted(late),
+                        lag_ms,
+                    )
+                    self._submit_isr(replica, role, role.state.isr - late)
+
+    # -- follower bookkeeping --------------------------------------------------------------
+
+    def follower_high_watermark(self, replica: Replica, leader_high_watermark: int) -> None:
+        partition = replica.partition
+        new = min(leader_high_watermark, partition.log.log_end_offset)
+        old = partition.replicated_high_watermark
+        partition.replicated_high_watermark = new if old is None else max(old, new)
+
+    def truncate(self, replica: Replica, offset: int) -> None:
+        """Cut a follower's diverged tail: log, producer state, leader epochs."""
+        replica.partition.truncate_to(
+            offset, wall_clock_ms(), self.config.producer_id_expiration_ms
+        )
+        replica.epochs.truncate_from_end(replica.partition.log.log_end_offset)
+
+    def restart_log_at(self, replica: Replica, offset: int) -> None:
+        """The leader's log starts past ours: drop ours and start empty at its start."""
+        partition = replica.partition
+        partition.log.start_over_at(offset)
+        partition.after_retention()  # producer snapshots of the old log go
+        partition.truncate_to(offset, wall_clock_ms(), self.config.producer_id_expiration_ms)
+        replica.epochs.clear()
+        partition.replicated_high_watermark = offset
+
+    # -- replicas on disk ------------------------------------------------------------------
+
+    def _ensure_replica(self, topic: str, index: int, topic_id: object) -> Replica:
+        key = (topic, index)
+        replica = self.replicas.get(key)
+        if replica is not None:
+            return replica
+        directory = self.data_dir / f"{topic}-{index}"
+        stored = read_topic_id(directory)
+        if stored is not None and stored != topic_id:
+            log.warning(
+                "%s holds a deleted topic's replica (id %s): removing it", directory, stored
+            )
+            shutil.rmtree(directory, ignore_errors=True)
+        write_topic_id(directory, topic_id)  # type: ignore[arg-type]
+        partition = open_partition(
+            self.data_dir,
+            self.config,
+            topic,
+            self.node.cache.topic_configs.get(topic, {}),
+            index,
+            clean_shutdown=self._clean_start,
+            now_ms=wall_clock_ms(),
+        )
+        end = partition.log.log_end_offset
+        partition.replicated_high_watermark = min(self._checkpointed_hw.get(key, 0), end)
+        epochs = LeaderEpochCache.load(partition.log.directory, partition.log.log_start_offset, end)
+        replica = Replica(partition, epochs, topic_id)  # type: ignore[arg-type]
+        self.replicas[key] = replica
+        return replica
+
+    def _drop(self, key: tuple[str, int], *, delete: bool) -> None:
+        replica = self.replicas.pop(key)
+        self._set_role(replica, None)
+        if delete:
+            log.info("deleting the replica of %s-%d (topic deleted)", *key)
+            replica.partition.log.delete()
+        else:
+            replica.partition.close()
+
+    def _fetcher(self, leader: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader)
+        if fetcher is None:
+            fetcher = self.fetchers[leader] = ReplicaFetcher(self, leader)
+            fetcher.start()
+        return fetcher
+
+    async def _checkpoint_periodically(self) -> None:
+        interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await asyncio.to_thread(self._write_checkpoint)
+
+    def _write_checkpoint(self) -> None:
+        marks = {k: r.partition.high_watermark for k, r in list(self.replicas.items())}
+        try:
+            write_high_watermarks(self.data_dir, marks)
+        except OSError:
+            log.exception("could not write the high watermark checkpoint")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _replica_or_error(self, topic: str, index: int) -> Replica:
+        replica = self.replicas.get((topic, index))
+        if replica is not None:
+            return replica
+        replicas = self.node.cache.partitions_of(topic)
+        if index in replicas:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} does not host {topic}-{index}",
+            )
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
+
+    def _leader_role(self, partition: Partition) -> LeaderRole:
+        replica = self.replicas.get((partition.topic, partition.index))
+        if replica is None or not isinstance(replica.role, LeaderRole):
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} no longer leads {partition.topic}-{partition.index}",
+            )
+        return replica.role
+
+    def _min_insync(self, topic: str) -> int:
+        overrides = self.node.cache.topic_configs.get(topic, {})
+        return int(cfg.TopicConfig(self.config, overrides).get("min.insync.replicas"))
+
+
+def _check_epoch(requested: int, current: int, topic: str, index: int) -> None:
+    """Kafka's fencing of requests that carry a leader epoch (-1: none)."""
+    if requested < 0 or requested == current:
+        return
+    if requested < current:
+        raise KafkaError(
+            ErrorCode.fenced_leader_epoch,
+            f"leader epoch {requested} of {topic}-{index} is older than the current {current}",
+        )
+    raise KafkaError(
+        ErrorCode.unknown_leader_epoch,
+        f"leader epoch {requested} of {topic}-{index} is newer than this broker knows ({current})",
+    )
