@@ -64,6 +64,9 @@ def test_round_trip(broker: EmbeddedBroker, cli, produce_batches) -> None:
         "log_end_offset": 7,
         "segments": 1,
         "size_bytes": segment.stat().st_size,
+        "replicas": [0],
+        "isr": [0],
+        "under_replicated": False,
     }
     assert first["size_bytes"] > 0
     assert second["high_watermark"] == 0 and second["size_bytes"] == 0 and second["segments"] == 1

@@ -12,15 +12,14 @@ from typing import Any
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.cluster import LocalCluster
 
-TOPIC = "events"
-
 
 class NumberedProducer:
-    """Sends 0, 1, 2, ... (the value is the number as text) until stopped, and records,
-    for each acknowledged number, the offset the broker gave it."""
+    """Sends 0, 1, 2, ... (the value is the number as text) to partition 0 of ``topic``
+    until stopped, and records, for each acknowledged number, the offset it was given."""
 
-    def __init__(self, client: str, servers: str, acks: str, idempotent: bool) -> None:
+    def __init__(self, client: str, servers: str, topic: str, acks: str, idempotent: bool) -> None:
         self.client = client
+        self.topic = topic
         self.servers = servers
         self.acks = acks
         self.idempotent = idempotent
@@ -80,7 +79,9 @@ class NumberedProducer:
 
         while not self._stop.is_set():
             for _ in range(50):
-                producer.produce(TOPIC, str(self.sent).encode(), on_delivery=delivered)
+                producer.produce(
+                    self.topic, str(self.sent).encode(), partition=0, on_delivery=delivered
+                )
                 self.sent += 1
             producer.poll(0.01)
         producer.flush(120)
@@ -100,7 +101,7 @@ class NumberedProducer:
         while not self._stop.is_set():
             for _ in range(50):
                 number = self.sent
-                future = producer.send(TOPIC, str(number).encode())
+                future = producer.send(self.topic, str(number).encode(), partition=0)
                 future.add_callback(lambda md, n=number: self._ack(n, md.offset))
                 future.add_errback(lambda exc: self.errors.append(repr(exc)))
                 self.sent += 1
@@ -135,7 +136,7 @@ class NumberedProducer:
             while not self._stop.is_set():
                 for _ in range(50):
                     number = self.sent
-                    future = await producer.send(TOPIC, str(number).encode())
+                    future = await producer.send(self.topic, str(number).encode(), partition=0)
                     pending.add(future)
                     future.add_done_callback(lambda f, n=number: done(n, f))
                     self.sent += 1
@@ -146,9 +147,10 @@ class NumberedProducer:
             await producer.stop()
 
 
-def replica_bytes(data_dir: Path, partition: int, end_offset: int) -> bytes:
-    """The stored batches of one replica below ``end_offset`` (the broker stopped)."""
-    log = PartitionLog.open(data_dir / f"{TOPIC}-{partition}", LogConfig(), clean_shutdown=True)
+def replica_bytes(data_dir: Path, topic: str, end_offset: int) -> bytes:
+    """The stored batches of one replica of partition 0 below ``end_offset`` (the broker
+    stopped)."""
+    log = PartitionLog.open(data_dir / f"{topic}-0", LogConfig(), clean_shutdown=True)
     try:
         assert log.log_end_offset >= end_offset, (data_dir, log.log_end_offset, end_offset)
         return log.read(0, 1 << 30, max_offset=end_offset)
@@ -156,22 +158,23 @@ def replica_bytes(data_dir: Path, partition: int, end_offset: int) -> bytes:
         log.close()
 
 
-def wait_all_caught_up(cluster: LocalCluster, partition: int, timeout_s: float = 90) -> None:
-    """Every broker back in the ISR of the partition."""
-    cluster.wait_for_isr(TOPIC, partition, cluster.broker_ids, timeout_s)
+def wait_all_caught_up(cluster: LocalCluster, topic: str, timeout_s: float = 90) -> None:
+    """Every broker back in the ISR of partition 0."""
+    cluster.wait_for_isr(topic, 0, cluster.broker_ids, timeout_s)
 
 
-def read_numbered(servers: str, partition: int = 0, timeout_s: float = 60) -> list[int]:
-    """Every number in the partition, in offset order, read as a consumer reads (from the
+def read_numbered(servers: str, topic: str, timeout_s: float = 60) -> list[int]:
+    """Every number in partition 0, in offset order, read as a consumer reads (from the
     leader, up to the high watermark); offsets must be contiguous from 0."""
+    partition = 0
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
         {"bootstrap.servers": servers, "group.id": "failover-check", "enable.auto.commit": False}
     )
     try:
-        end = consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout_s)[1]
-        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout_s)[1]
+        consumer.assign([TopicPartition(topic, partition, 0)])
         numbers: list[int] = []
         deadline = time.monotonic() + timeout_s
         while len(numbers) < end:

@@ -3,9 +3,12 @@ placement, described with leader/replicas/ISR, bad replication factors refused, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from oncelog.testing.cluster import LocalCluster
 
@@ -38,8 +41,12 @@ def test_create_describe_delete(cluster: LocalCluster, admin: AdminClient) -> No
         assert p.leader == p.replicas[0]  # the preferred replica leads a new partition
         state = cluster.partition_state("placed", p.id)
         assert state is not None and state["leader_epoch"] == 0
+    replica_dirs = [b.data_dir / "placed-0" for b in cluster.brokers.values()]
+    assert all(d.is_dir() for d in replica_dirs)
     admin.delete_topics(["placed"], operation_timeout=30)["placed"].result(timeout=60)
     cluster._wait(lambda: cluster.partition_state("placed", 0) is None, "deletion", 30)
+    # Every broker deletes its replica when the topic's znodes go.
+    cluster._wait(lambda: not any(d.exists() for d in replica_dirs), "replicas deleted", 30)
 
 
 def test_replication_factor_above_live_brokers(admin: AdminClient) -> None:
@@ -55,3 +62,64 @@ def test_explicit_assignment(admin: AdminClient) -> None:
     partitions = admin.list_topics("assigned", timeout=30).topics["assigned"].partitions
     assert [partitions[0].replicas, partitions[1].replicas] == [[2, 3], [3, 1]]
     assert [partitions[0].leader, partitions[1].leader] == [2, 3]
+
+
+def test_topic_configs_come_from_zookeeper(admin: AdminClient) -> None:
+    create(admin, NewTopic("configured", 1, 2, config={"min.insync.replicas": "2"}))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "configured")
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert configs["min.insync.replicas"].value == "2"
+    assert configs["retention.ms"].is_default
+
+
+def test_cli_create_and_describe_replicas_isr_under_replication(cluster: LocalCluster) -> None:
+    def oncelog(*args: str, via: int) -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "oncelog",
+                "topics",
+                args[0],
+                "--bootstrap-server",
+                cluster.address(via),
+                *args[1:],
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    # Created through a broker that is not the controller: the CLI finds the controller.
+    not_controller = next(b for b in cluster.broker_ids if b != cluster.controller())
+    oncelog(
+        "create",
+        "--topic",
+        "described",
+        "--partitions",
+        "2",
+        "--replication-factor",
+        "3",
+        via=not_controller,
+    )
+    leaders = {cluster.wait_for_leader("described", p) for p in (0, 1)}
+    victim = next(b for b in cluster.broker_ids if b not in leaders)
+    healthy = oncelog("describe", "--topic", "described", via=victim)
+    assert "Replicas" in healthy and "ISR" in healthy
+    assert "Under-replicated partitions: 0" in healthy
+    cluster.kill(victim)
+    try:
+        survivors = [b for b in cluster.broker_ids if b != victim]
+        cluster.wait_for_isr("described", 0, survivors)
+        cluster.wait_for_isr("described", 1, survivors)
+        report = oncelog("describe", "--topic", "described", via=min(leaders))
+        assert "Under-replicated partitions: 2 (0, 1)" in report
+    finally:
+        cluster.restart(victim)
+    cluster.wait_for_isr("described", 0, cluster.broker_ids)
+    cluster.wait_for_isr("described", 1, cluster.broker_ids)
+    assert "Under-replicated partitions: 0" in oncelog(
+        "describe", "--topic", "described", via=victim
+    )

@@ -26,6 +26,8 @@ CONFIG = {
     "replica.lag.time.max.ms": "10000",
 }
 
+pytestmark = pytest.mark.slow  # real processes, session timeouts to wait out
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:

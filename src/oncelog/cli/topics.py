@@ -119,12 +119,15 @@ def list_topics(bootstrap: str, as_json: bool) -> None:
 @json_option
 @reports_errors
 def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -> None:
-    """Offsets, segments and bytes of each partition.
+    """Offsets, segments and bytes of each partition; replicas and ISR in a cluster.
 
-    Per partition: log start offset, high watermark, last stable offset, log end offset,
-    segments and bytes. Offsets come from ListOffsets (earliest; latest read_uncommitted;
-    latest read_committed), bytes from DescribeLogDirs. On a single node the log end
-    offset equals the high watermark. The segment count needs --data-dir.
+    Per partition: leader, log start offset, high watermark, last stable offset, log end
+    offset, segments and bytes. Offsets come from ListOffsets (earliest; latest
+    read_uncommitted; latest read_committed) asked of each partition's leader, bytes and the
+    log end from DescribeLogDirs. On a single node the log end offset equals the high
+    watermark. In a cluster the table adds replicas, ISR and whether the partition is
+    under-replicated (fewer in-sync replicas than replicas), and counts those. The segment
+    count needs --data-dir.
     """
     with _admin(bootstrap) as admin:
         description = admin.describe(topic)
@@ -139,23 +142,40 @@ def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -
     summary = description.summary
     click.echo(f"Topic {summary.name}  id {summary.topic_id}  partitions {summary.partitions}")
     click.echo(f"Log dir {description.log_dir or '-'}")
-    print_table(
-        NUMBER_COLUMNS,
+    columns = list(NUMBER_COLUMNS)
+    rows: list[list[object]] = [
         [
-            (
-                p.partition,
-                p.leader,
-                p.log_start_offset,
-                p.high_watermark,
-                p.last_stable_offset,
-                p.log_end_offset,
-                segments.get(p.partition),
-                p.size_bytes,
-            )
-            for p in description.partitions
-        ],
-        right=NUMBER_COLUMNS,
-    )
+            p.partition,
+            p.leader if p.leader >= 0 else "none",
+            *(
+                None if value < 0 else value
+                for value in (
+                    p.log_start_offset,
+                    p.high_watermark,
+                    p.last_stable_offset,
+                    p.log_end_offset,
+                )
+            ),
+            segments.get(p.partition),
+            p.size_bytes,
+        ]
+        for p in description.partitions
+    ]
+    if description.replicated:
+        columns += ["Replicas", "ISR", "Under-replicated"]
+        for row, p in zip(rows, description.partitions, strict=True):
+            row += [_ids(p.replicas), _ids(p.isr), "yes" if p.under_replicated else ""]
+    print_table(columns, rows, right=NUMBER_COLUMNS)
+    if description.replicated:
+        under = [p.partition for p in description.partitions if p.under_replicated]
+        click.echo(
+            f"Under-replicated partitions: {len(under)}"
+            + (f" ({', '.join(map(str, under))})" if under else "")
+        )
+
+
+def _ids(brokers: tuple[int, ...]) -> str:
+    return ",".join(map(str, brokers))
 
 
 def _describe_json(description: TopicDescription, segments: dict[int, int]) -> dict[str, object]:
@@ -175,6 +195,9 @@ def _describe_json(description: TopicDescription, segments: dict[int, int]) -> d
                 "log_end_offset": p.log_end_offset,
                 "segments": segments.get(p.partition),
                 "size_bytes": p.size_bytes,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "under_replicated": p.under_replicated,
             }
             for p in description.partitions
         ],

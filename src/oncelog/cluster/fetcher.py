@@ -174,9 +174,10 @@ class ReplicaFetcher:
         for topic_answer in response.topics:
             for answer in topic_answer.partitions:
                 key = (topic_answer.topic, answer.partition)
-                target = self._targets.get(key)
-                if target is None or target not in asking:
+                found = self._targets.get(key)
+                if found is None or found not in asking:
                     continue
+                target = found
                 if answer.error_code != ErrorCode.none:
                     log.info(
                         "broker %d refused OffsetsForLeaderEpoch for %s-%d: %s",
@@ -253,10 +254,9 @@ class ReplicaFetcher:
         for topic_answer in response.responses:
             for answer in topic_answer.partitions:
                 key = (topic_answer.topic, answer.partition_index)
-                target = self._targets.get(key)
-                if target is None or target not in targets:
-                    continue
-                self._apply_fetched(key, target, answer)
+                found = self._targets.get(key)
+                if found is not None and found in targets:
+                    self._apply_fetched(key, found, answer)
 
     def _apply_fetched(self, key: tuple[str, int], target: _Target, answer: Any) -> None:
         replica = target.replica

@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from oncelog.cluster.zookeeper import (
     BROKER_IDS,
@@ -156,14 +157,14 @@ class MetadataWatcher:
             doomed = {key for key in self._cache.states if key[0] == gone}
             for key in doomed:
                 del self._cache.states[key]
+            if assignment is not None:  # states may have gone first, through their watches
+                doomed |= {(gone, p) for p in assignment.replicas}
             self._cache._notify(
                 Change(partitions=frozenset(doomed), topics_removed=frozenset({gone}))
             )
         for name in sorted(names - set(self._topic_handles)):
             self._topic_handles[name] = [
-                self._zk.watch_data(
-                    topic_path(name), lambda znode, n=name: self._assignment_changed(n, znode)
-                )
+                self._zk.watch_data(topic_path(name), partial(self._assignment_changed, name))
             ]
 
     def _assignment_changed(self, topic: str, znode: Znode | None) -> None:
@@ -190,7 +191,7 @@ class MetadataWatcher:
             handles.append(
                 self._zk.watch_data(
                     partition_state_path(topic, partition),
-                    lambda znode, p=partition: self._state_changed(topic, p, znode),
+                    partial(self._state_changed, topic, partition),
                 )
             )
         self._cache._notify(
@@ -214,8 +215,8 @@ class MetadataWatcher:
         self._cache.states[key] = state
         self._cache._notify(Change(partitions=frozenset({key})))
 
-    def _spawn(self, work: object) -> None:
-        task = asyncio.ensure_future(work)  # type: ignore[arg-type]
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -229,7 +230,7 @@ class _Coalesced:
     """Run an async read after each request, never two at once; requests arriving during a
     run cause one more run (so the last change is always read)."""
 
-    def __init__(self, read: Callable[[], object]) -> None:
+    def __init__(self, read: Callable[[], Awaitable[None]]) -> None:
         self._read = read
         self._pending = False
         self._task: asyncio.Task[None] | None = None
@@ -247,7 +248,7 @@ class _Coalesced:
         while self._pending:
             self._pending = False
             try:
-                await self._read()  # type: ignore[misc]
+                await self._read()
             except Exception:
                 log.exception("reading cluster metadata failed; retrying")
                 self._pending = True

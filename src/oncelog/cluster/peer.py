@@ -64,7 +64,9 @@ class PeerConnection:
 
     async def _connected(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._reader is None or self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
+            reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(*self.address, limit=1 << 20), CONNECT_TIMEOUT_S
             )
+            self._reader, self._writer = reader, writer
+            return reader, writer
         return self._reader, self._writer

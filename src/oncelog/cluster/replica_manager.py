@@ -207,7 +207,9 @@ class ReplicaManager:
             self._reconcile(key)
 
     def _on_metadata(self, change: Change) -> None:
-        for key in sorted(change.partitions):
+        keys = set(change.partitions)
+        keys |= {key for key in self.replicas if key[0] in change.topics_removed}
+        for key in sorted(keys):
             self._reconcile(key)
         if change.brokers:
             for fetcher in self.fetchers.values():

@@ -4,7 +4,8 @@ Sizes are not in any other Kafka API, so admin tools (``oncelog topics describe`
 Kafka's ``kafka-log-dirs.sh``) read them from here. Following Kafka's
 ``ReplicaManager.describeLogDirs``: a null topic list means every partition, and
 requested partitions this broker does not host are left out rather than reported as
-errors. A single node has no replica lag and no future logs.
+errors. A single node has no replica lag and no future logs; a cluster broker reports the
+replicas it hosts, each with its log end's lag behind the high watermark.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
             {
                 "partition_index": partition.index,
                 "partition_size": partition.log.size_bytes(),
-                "offset_lag": 0,
+                # Kafka's offset lag of a current log: its end past the high watermark (0 on
+                # a single node, where everything appended is committed).
+                "offset_lag": partition.log.log_end_offset - partition.high_watermark,
                 "is_future_key": False,
             }
         )
@@ -49,6 +52,12 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
 
 
 def _wanted(broker: Broker, topics: Any) -> list[Partition]:
+    if broker.cluster is not None and broker.cluster.replicas is not None:
+        hosted = broker.cluster.replicas.partitions()  # a cluster broker's replicas
+        if topics is None:
+            return hosted
+        wanted = {(t.topic, p) for t in topics for p in t.partitions}
+        return [p for p in hosted if (p.topic, p.index) in wanted]
     if topics is None:
         return broker.topics.partitions()
     found = []

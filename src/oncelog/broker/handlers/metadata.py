@@ -161,7 +161,7 @@ async def _lookup_in_cluster(
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
     if name in cluster.cache.topics:
         return _describe_in_cluster(cluster, name)
-    if not (allow_create and broker.config.auto_create_topics_enable):
+    if name is None or not (allow_create and broker.config.auto_create_topics_enable):
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
     try:
         await cluster.topic_admin.create(name, -1, -1, {})
