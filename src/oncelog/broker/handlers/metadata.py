@@ -36,12 +36,8 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
         topics = [_describe(broker, t) for t in broker.topics.all()]
-    elif header.api_version < FIRST_VERSION_WITH_TOPIC_IDS and any(
-        t.name is None or _topic_id(t) is not None for t in requested
-    ):
-        # Kafka throws InvalidRequestException here; its error response names every
-        # requested topic with INVALID_REQUEST, a null name as "" (these versions have none).
-        topics = [_missing(ErrorCode.invalid_request, t.name or "", None) for t in requested]
+    elif _misuses_topic_ids(header, requested):
+        topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         topics = [_lookup(broker, t, allow_create) for t in requested]
@@ -55,6 +51,19 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
         "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
         "error_code": ErrorCode.none,
     }
+
+
+def _misuses_topic_ids(header: RequestHeader, requested: Any) -> bool:
+    """A v10/v11 request naming a topic id or a null name."""
+    return header.api_version < FIRST_VERSION_WITH_TOPIC_IDS and any(
+        t.name is None or _topic_id(t) is not None for t in requested
+    )
+
+
+def _all_invalid(requested: Any) -> list[dict[str, Any]]:
+    """Kafka throws InvalidRequestException there; its error response names every requested
+    topic with INVALID_REQUEST, a null name as "" (these versions have none)."""
+    return [_missing(ErrorCode.invalid_request, t.name or "", None) for t in requested]
 
 
 def _topic_id(requested: Any) -> uuid.UUID | None:
@@ -133,6 +142,8 @@ async def _handle_in_cluster(
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
         topics = [_describe_in_cluster(cluster, name) for name in sorted(cache.topics)]
+    elif _misuses_topic_ids(header, requested):
+        topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         topics = [await _lookup_in_cluster(broker, cluster, t, allow_create) for t in requested]
@@ -153,15 +164,17 @@ async def _handle_in_cluster(
 async def _lookup_in_cluster(
     broker: Broker, cluster: ClusterNode, requested: Any, allow_create: bool
 ) -> dict[str, Any]:
-    name = getattr(requested, "name", None)
-    topic_id = getattr(requested, "topic_id", None)
-    if name is None and topic_id is not None:
+    name = requested.name
+    topic_id = _topic_id(requested)
+    if topic_id is not None:  # v12+: the id wins, as in Kafka
         name = cluster.cache.topic_name(topic_id)
         if name is None:
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
+    if name is None:  # v12+: neither a name nor an id
+        return _missing(ErrorCode.invalid_request, None, None)
     if name in cluster.cache.topics:
         return _describe_in_cluster(cluster, name)
-    if name is None or not (allow_create and broker.config.auto_create_topics_enable):
+    if not (allow_create and broker.config.auto_create_topics_enable):
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
     try:
         await cluster.topic_admin.create(name, -1, -1, {})
