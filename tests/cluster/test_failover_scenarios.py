@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from raw import fetch, produce
 
 from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.cluster import LocalCluster
@@ -69,6 +70,28 @@ def produce_on_leader(
             time.sleep(0.1)
 
 
+def wait_for_leaders_isr(
+    cluster: LocalCluster, leader: int, topic: str, isr: list[int], timeout_s: float = 15
+) -> None:
+    """Until the leader's own Metadata answer (its copy of ZooKeeper) shows ``isr``."""
+    deadline = time.monotonic() + timeout_s
+    with connect(cluster, leader) as conn:
+        while True:
+            answer = conn.request(
+                ApiKey.METADATA,
+                {
+                    "topics": [{"name": topic, "topic_id": None}],
+                    "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+            if sorted(answer.topics[0].partitions[0].isr_nodes) == sorted(isr):
+                return
+            assert time.monotonic() < deadline, f"broker {leader} never saw ISR {isr}"
+            time.sleep(0.05)
+
+
 def acked_producer(cluster: LocalCluster, topic: str, count: int) -> list[int]:
     """Produce ``count`` numbered records with acks=all; the offsets acknowledged."""
     producer = Producer(
@@ -114,8 +137,11 @@ def test_not_enough_replicas(cluster: LocalCluster) -> None:
     leader = cluster.wait_for_leader("strict", 0)
     follower = next(b for b in cluster.broker_ids if b != leader)
     cluster.kill(follower)
-    # The controller drops the dead follower from the ISR once its session expires.
-    cluster.wait_for_isr("strict", 0, [b for b in cluster.broker_ids if b != follower])
+    # The controller drops the dead follower from the ISR once its session expires, and the
+    # leader learns it from its watch.
+    survivors = [b for b in cluster.broker_ids if b != follower]
+    cluster.wait_for_isr("strict", 0, survivors)
+    wait_for_leaders_isr(cluster, leader, "strict", survivors)
     with connect(cluster, leader) as conn:
         assert produce(conn, "strict", [b"a"], acks=-1)[0] == ErrorCode.not_enough_replicas
         assert produce(conn, "strict", [b"b"], acks=1)[0] == ErrorCode.none

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from oncelog.broker.config import TopicConfig
-from oncelog.producers.loader import load_producer_state
+from oncelog.producers.loader import index_aborted, load_producer_state
 from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
 from oncelog.protocol.compression import CODEC_IDS, NONE
@@ -214,15 +214,7 @@ class Partition:
             marker = None if found is None else TxnMarker(*found)
         completed = self.producers.replay(header, marker=marker)
         if completed is not None and completed.aborted:
-            stable = self.producers.first_unstable_offset()
-            self.log.append_aborted_txn(
-                AbortedTxn(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    completed.last_offset + 1 if stable is None else stable,
-                )
-            )
+            index_aborted(self.log, self.producers, completed)
         self._wake_waiters()
 
     def truncate_to(self, offset: int, now_ms: int, producer_id_expiration_ms: int) -> None:

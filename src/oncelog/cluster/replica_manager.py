@@ -115,14 +115,7 @@ class ReplicaManager:
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
         """The partition if this broker leads it now (and holds its lease), for producers
         and consumers; KafkaError as Kafka answers otherwise."""
-        replica = self._replica_or_error(topic, index)
-        role = replica.role
-        if not isinstance(role, LeaderRole):
-            raise KafkaError(
-                ErrorCode.not_leader_or_follower,
-                f"broker {self.broker_id} does not lead {topic}-{index}",
-            )
-        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        replica, _ = self._leading(topic, index, current_leader_epoch)
         if not self.node.holds_lease():
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
@@ -156,14 +149,7 @@ class ReplicaManager:
     ) -> Partition:
         """A follower fetches from ``fetch_offset``: record its progress (the high watermark
         may move, the ISR may grow) and return the partition to read from."""
-        replica = self._replica_or_error(topic, index)
-        role = replica.role
-        if not isinstance(role, LeaderRole):
-            raise KafkaError(
-                ErrorCode.not_leader_or_follower,
-                f"broker {self.broker_id} does not lead {topic}-{index}",
-            )
-        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        replica, role = self._leading(topic, index, current_leader_epoch)
         if follower not in role.state.followers:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
@@ -181,14 +167,7 @@ class ReplicaManager:
         self, topic: str, index: int, current_leader_epoch: int, epoch: int
     ) -> tuple[int, int]:
         """OffsetsForLeaderEpoch on the leader: (epoch, end offset) for ``epoch``."""
-        replica = self._replica_or_error(topic, index)
-        role = replica.role
-        if not isinstance(role, LeaderRole):
-            raise KafkaError(
-                ErrorCode.not_leader_or_follower,
-                f"broker {self.broker_id} does not lead {topic}-{index}",
-            )
-        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        replica, _ = self._leading(topic, index, current_leader_epoch)
         return replica.epochs.end_offset_for(epoch, replica.partition.log.log_end_offset)
 
     def leader_epoch_start(self, partition: Partition) -> int | None:
@@ -280,6 +259,10 @@ class ReplicaManager:
         new_role = LeaderRole(
             leader_state, state.version, state.controller_epoch, self._min_insync(partition.topic)
         )
+        if isinstance(role, LeaderRole):
+            # Still the leader, at a new epoch (the controller changed the ISR): the batches
+            # waiting for acks=all stay in this log, so their producers keep waiting.
+            new_role.acks_waiting, role.acks_waiting = role.acks_waiting, []
         self._set_role(replica, new_role)
         self._advance_high_watermark(replica, new_role, force=True)
         log.info(
@@ -496,6 +479,21 @@ class ReplicaManager:
                 f"broker {self.broker_id} does not host {topic}-{index}",
             )
         raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{index} does not exist")
+
+    def _leading(
+        self, topic: str, index: int, current_leader_epoch: int
+    ) -> tuple[Replica, LeaderRole]:
+        """The replica and its leader role, if this broker leads it at the epoch the request
+        names (-1: any); KafkaError otherwise."""
+        replica = self._replica_or_error(topic, index)
+        role = replica.role
+        if not isinstance(role, LeaderRole):
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} does not lead {topic}-{index}",
+            )
+        _check_epoch(current_leader_epoch, role.leader_epoch, topic, index)
+        return replica, role
 
     def _leader_role(self, partition: Partition) -> LeaderRole:
         replica = self.replicas.get((partition.topic, partition.index))

@@ -16,7 +16,7 @@ from oncelog.producers.snapshot import (
     read_snapshot,
     snapshot_path,
 )
-from oncelog.producers.state import ProducerStateManager, TxnMarker
+from oncelog.producers.state import CompletedTxn, ProducerStateManager, TxnMarker
 from oncelog.protocol.record_batch import control_marker
 from oncelog.storage import PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
@@ -57,15 +57,7 @@ def load_producer_state(
         replayed += 1
         if completed is not None and completed.aborted and completed.last_offset > indexed_until:
             # The marker survived a crash that its index entry did not: write it again.
-            stable = manager.first_unstable_offset()
-            partition_log.append_aborted_txn(
-                AbortedTxn(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    completed.last_offset + 1 if stable is None else stable,
-                )
-            )
+            index_aborted(partition_log, manager, completed)
     if replayed:
         log.info(
             "%s: rebuilt producer state from offset %d (%d batches replayed)",
@@ -75,6 +67,22 @@ def load_producer_state(
         )
     manager.remove_expired(now_ms, expiration_ms)
     return manager
+
+
+def index_aborted(
+    partition_log: PartitionLog, manager: ProducerStateManager, completed: CompletedTxn
+) -> None:
+    """Record a transaction its marker aborted in the aborted-transaction index, with the
+    stable offset right after the marker (what read_committed fetches need)."""
+    stable = manager.first_unstable_offset()
+    partition_log.append_aborted_txn(
+        AbortedTxn(
+            completed.producer_id,
+            completed.first_offset,
+            completed.last_offset,
+            completed.last_offset + 1 if stable is None else stable,
+        )
+    )
 
 
 def _read_marker(partition_log: PartitionLog, offset: int, size: int) -> TxnMarker | None:

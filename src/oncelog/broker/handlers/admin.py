@@ -158,19 +158,19 @@ async def handle_delete_topics(
     wanted = getattr(request, "topics", None)
     if wanted is None:  # versions 0-5 list names only
         wanted = [_ByName(name) for name in request.topic_names]
-    if broker.cluster is not None:
-        cluster = broker.cluster
-        return {
-            "throttle_time": 0,
-            "responses": [await _delete_in_cluster(broker, cluster, t) for t in wanted],
-        }
-    return {"throttle_time": 0, "responses": [_delete(broker, t) for t in wanted]}
+    return {"throttle_time": 0, "responses": [await _delete(broker, t) for t in wanted]}
 
 
-async def _delete_in_cluster(broker: Broker, cluster: ClusterNode, wanted: Any) -> dict[str, Any]:
+class _ByName:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.topic_id = None
+
+
+async def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
     name, topic_id = wanted.name, wanted.topic_id
     if name is None and topic_id is not None:
-        name = cluster.cache.topic_name(topic_id)
+        name = _name_of(broker, topic_id)
         if name is None:
             return {
                 "name": None,
@@ -181,40 +181,7 @@ async def _delete_in_cluster(broker: Broker, cluster: ClusterNode, wanted: Any) 
     try:
         if not broker.config.delete_topic_enable:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
-        cluster.topic_admin.require_controller()
-        topic_id = await cluster.topic_admin.delete(name)
-    except KafkaError as exc:
-        return {
-            "name": name,
-            "topic_id": topic_id,
-            "error_code": exc.code,
-            "error_message": exc.message,
-        }
-    return {"name": name, "topic_id": topic_id, "error_code": ErrorCode.none, "error_message": None}
-
-
-class _ByName:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.topic_id = None
-
-
-def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
-    name, topic_id = wanted.name, wanted.topic_id
-    if name is None and topic_id is not None:
-        topic = broker.topics.by_id(topic_id)
-        if topic is None:
-            return {
-                "name": None,
-                "topic_id": topic_id,
-                "error_code": ErrorCode.unknown_topic_id,
-                "error_message": f"no topic with id {topic_id}",
-            }
-        name = topic.name
-    try:
-        if not broker.config.delete_topic_enable:
-            raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
-        topic = broker.topics.delete(name)
+        topic_id = await _delete_topic(broker, name)
     except KafkaError as exc:
         return {
             "name": name,
@@ -224,10 +191,26 @@ def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
         }
     return {
         "name": name,
-        "topic_id": topic.topic_id,
+        "topic_id": topic_id,
         "error_code": ErrorCode.none,
         "error_message": None,
     }
+
+
+def _name_of(broker: Broker, topic_id: uuid.UUID) -> str | None:
+    if broker.cluster is not None:
+        return broker.cluster.cache.topic_name(topic_id)
+    topic = broker.topics.by_id(topic_id)
+    return None if topic is None else topic.name
+
+
+async def _delete_topic(broker: Broker, name: str) -> uuid.UUID:
+    """Delete a topic: from the catalogue of a single node, or (the controller only) from
+    ZooKeeper in a cluster; its id."""
+    if broker.cluster is None:
+        return broker.topics.delete(name).topic_id
+    broker.cluster.topic_admin.require_controller()
+    return await broker.cluster.topic_admin.delete(name)
 
 
 async def handle_describe_configs(
