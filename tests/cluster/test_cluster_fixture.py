@@ -1,0 +1,27 @@
+"""The `oncelog_cluster` pytest fixture, as a user's test suite would use it."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.testing.cluster import LocalCluster
+
+
+def test_round_trip_on_a_replicated_topic(oncelog_cluster: LocalCluster) -> None:
+    servers = oncelog_cluster.bootstrap_servers
+    assert oncelog_cluster.registered_brokers() == {1, 2, 3}
+    admin = AdminClient({"bootstrap.servers": servers})
+    admin.create_topics([NewTopic("events", 1, 3)])["events"].result(60)
+    producer = Producer({"bootstrap.servers": servers, "acks": "all"})
+    producer.produce("events", b"hello")
+    assert producer.flush(30) == 0
+    # No offset commits: group coordinators on a cluster are issue 11's.
+    consumer = Consumer(
+        {"bootstrap.servers": servers, "group.id": "fixture", "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition("events", 0, 0)])
+    message = consumer.poll(30)
+    assert message is not None and message.error() is None and message.value() == b"hello"
+    consumer.close()
+    oncelog_cluster.wait_for_isr("events", 0, [1, 2, 3])
