@@ -123,3 +123,12 @@ def test_cli_create_and_describe_replicas_isr_under_replication(cluster: LocalCl
     assert "Under-replicated partitions: 0" in oncelog(
         "describe", "--topic", "described", via=victim
     )
+
+
+def test_internal_topics_are_not_for_clients(cluster: LocalCluster, admin: AdminClient) -> None:
+    with pytest.raises(KafkaException) as refused:
+        create(admin, NewTopic("__consumer_offsets", 1, 1))
+    assert refused.value.args[0].name() == "INVALID_REQUEST"
+    metadata = admin.list_topics("__transaction_state", timeout=30)
+    assert metadata.topics["__transaction_state"].error.name() == "UNKNOWN_TOPIC_OR_PART"
+    assert cluster.partition_state("__transaction_state", 0) is None

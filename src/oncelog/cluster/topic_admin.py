@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
-from oncelog.broker.topic_names import find_collision, validate_topic_name
+from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
 from oncelog.cluster.placement import assign_replicas, check_assignment
 from oncelog.cluster.zookeeper import NO_LEADER, TopicAssignment, TopicExists
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -45,15 +45,24 @@ class TopicAdmin:
         *,
         assignments: Mapping[int, Sequence[int]] | None = None,
         validate_only: bool = False,
+        internal: bool = False,
     ) -> tuple[TopicAssignment, dict[str, str]]:
         """The new topic's assignment and validated configs (KafkaError as CreateTopics
         answers: INVALID_TOPIC_EXCEPTION, TOPIC_ALREADY_EXISTS, INVALID_PARTITIONS,
-        INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, ...)."""
+        INVALID_REPLICATION_FACTOR, INVALID_REPLICA_ASSIGNMENT, INVALID_CONFIG, ...).
+        Internal topics are their coordinators' to create (``internal=True``), as on a
+        single node."""
         cache = self._node.cache
         try:
             validate_topic_name(name)
         except ValueError as exc:
             raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
+        if is_internal(name) and not internal:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Creation of internal topic {name} is prohibited: the broker creates it "
+                "when its coordinator is first looked up",
+            )
         if name in cache.topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         collision = find_collision(name, cache.topics)
@@ -138,6 +147,12 @@ class TopicAdmin:
         assignment = self._node.cache.topics.get(name)
         if assignment is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
+        if is_internal(name):
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Topic {name} is an internal topic: deleting it would lose the state of "
+                "its coordinator",
+            )
         await controller.delete_topic(name)
         log.info("deleted topic %s", name)
         return assignment.topic_id

@@ -174,7 +174,7 @@ async def _lookup_in_cluster(
         return _missing(ErrorCode.invalid_request, None, None)
     if name in cluster.cache.topics:
         return _describe_in_cluster(cluster, name)
-    if not (allow_create and broker.config.auto_create_topics_enable):
+    if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
     try:
         await cluster.topic_admin.create(name, -1, -1, {})
