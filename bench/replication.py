@@ -26,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -87,11 +88,11 @@ def produce(servers: str, phase: Phase, count: int, timeout_s: float) -> None:
     latencies: list[float] = []
     failures: list[str] = []
 
-    def delivered(error: object, message: object) -> None:
+    def delivered(error: Any, message: Any) -> None:
         if error is not None:
             failures.append(str(error))
             return
-        index = int(message.key())  # type: ignore[attr-defined]
+        index = int(message.key())
         latencies.append((time.perf_counter() - sent_at[index]) * 1000)
 
     start = time.perf_counter()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -408,7 +409,7 @@ class ReplicaManager:
 
     # -- replicas on disk ------------------------------------------------------------------
 
-    def _ensure_replica(self, topic: str, index: int, topic_id: object) -> Replica:
+    def _ensure_replica(self, topic: str, index: int, topic_id: uuid.UUID) -> Replica:
         key = (topic, index)
         replica = self.replicas.get(key)
         if replica is not None:
@@ -420,7 +421,7 @@ class ReplicaManager:
                 "%s holds a deleted topic's replica (id %s): removing it", directory, stored
             )
             shutil.rmtree(directory, ignore_errors=True)
-        write_topic_id(directory, topic_id)  # type: ignore[arg-type]
+        write_topic_id(directory, topic_id)
         partition = open_partition(
             self.data_dir,
             self.config,
@@ -433,7 +434,7 @@ class ReplicaManager:
         end = partition.log.log_end_offset
         partition.replicated_high_watermark = min(self._checkpointed_hw.get(key, 0), end)
         epochs = LeaderEpochCache.load(partition.log.directory, partition.log.log_start_offset, end)
-        replica = Replica(partition, epochs, topic_id)  # type: ignore[arg-type]
+        replica = Replica(partition, epochs, topic_id)
         self.replicas[key] = replica
         return replica
 

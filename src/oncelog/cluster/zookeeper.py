@@ -353,7 +353,7 @@ class ZooKeeperSession:
             finally:
                 self._client.chroot = chroot
         for path in PERSISTENT_PATHS:
-            await self._retry(lambda p=path: self._client.ensure_path_async(p))  # type: ignore[misc]
+            await self._retry(partial(self._client.ensure_path_async, path))
 
     async def close(self) -> None:
         """End the session: ZooKeeper deletes our ephemeral znodes at once."""

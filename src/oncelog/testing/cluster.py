@@ -29,9 +29,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -182,7 +183,7 @@ class LocalCluster:
             return None
         return int(json.loads(data)["brokerid"])
 
-    def partition_state(self, topic: str, partition: int) -> dict[str, object] | None:
+    def partition_state(self, topic: str, partition: int) -> dict[str, Any] | None:
         """The state znode (leader, leader_epoch, isr, controller_epoch) or None."""
         path = f"/brokers/topics/{topic}/partitions/{partition}/state"
         try:
@@ -193,9 +194,9 @@ class LocalCluster:
 
     def leader(self, topic: str, partition: int) -> int | None:
         state = self.partition_state(topic, partition)
-        if state is None or int(state["leader"]) < 0:  # type: ignore[call-overload]
+        if state is None or int(state["leader"]) < 0:
             return None
-        return int(state["leader"])  # type: ignore[call-overload]
+        return int(state["leader"])
 
     # -- waiting --------------------------------------------------------------------------
 
@@ -236,13 +237,13 @@ class LocalCluster:
 
         def reached() -> bool:
             state = self.partition_state(topic, partition)
-            return state is not None and sorted(state["isr"]) == wanted  # type: ignore[call-overload]
+            return state is not None and sorted(state["isr"]) == wanted
 
         self._wait(reached, f"ISR {wanted} of {topic}-{partition}", timeout_s)
 
-    def _wait(self, condition: object, what: str, timeout_s: float | None) -> None:
+    def _wait(self, condition: Callable[[], bool], what: str, timeout_s: float | None) -> None:
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
-        while not condition():  # type: ignore[operator]
+        while not condition():
             if time.monotonic() > deadline:
                 raise ClusterError(f"timed out waiting for {what}")
             time.sleep(_POLL_S)
