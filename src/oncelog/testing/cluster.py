@@ -82,7 +82,8 @@ class LocalCluster:
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
-        """ZooKeeper, then every broker; return once all are registered."""
+        """ZooKeeper, then every broker; return once all are registered and one of them is
+        the controller."""
         try:
             self.zookeeper.start()
             for broker_id in self.broker_ids:
@@ -92,6 +93,8 @@ class LocalCluster:
                 if self.proxied:
                     self._kafka_proxies[self._id_of(broker)].set_upstream("127.0.0.1", broker.port)
             self.wait_for_brokers(self.broker_ids)
+            # Admin clients send CreateTopics to the controller: have one before returning.
+            self._wait(lambda: self.controller() is not None, "a controller", None)
         except BaseException:
             self.stop()
             raise
