@@ -198,8 +198,9 @@ def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker |
             try:
                 contents = _batch_contents(batch, header)
             except Exception as exc:  # any decoding failure: the batch is unreadable
-                contents = [UnreadableBatch(header.base_offset, header.last_offset, _describe(exc))]
-            yield from contents
+                yield UnreadableBatch(header.base_offset, header.last_offset, _describe(exc))
+            else:
+                yield from contents
             offset = header.next_offset
 
 

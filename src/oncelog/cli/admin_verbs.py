@@ -144,12 +144,12 @@ def alter_configs(
         )
     (answer,) = response.responses
     check(answer.error_code, answer.error_message, f"{entity_type} {entity_name!r}")
-    summary = {"changed": [c["name"] for c in changes], "validate_only": validate_only}
+    changed = [str(c["name"]) for c in changes]
     if as_json:
-        print_json(summary)
+        print_json({"changed": changed, "validate_only": validate_only})
     else:
         verb = "Valid" if validate_only else "Changed"
-        click.echo(f"{verb}: {', '.join(summary['changed'])} of {entity_type} {entity_name!r}.")
+        click.echo(f"{verb}: {', '.join(changed)} of {entity_type} {entity_name!r}.")
 
 
 # -- topics alter ----------------------------------------------------------------------------

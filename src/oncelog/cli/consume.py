@@ -110,8 +110,9 @@ def consume(
             message = consumer.poll(POLL_S)
             if message is None:
                 continue
-            if message.error() is not None:
-                raise CliError(f"consuming {topic} failed: {message.error().str()}")
+            error = message.error()
+            if error is not None:
+                raise CliError(f"consuming {topic} failed: {error.str()}")
             idle_since = time.monotonic()
             count += 1
             if as_json:
@@ -160,7 +161,14 @@ def _as_dict(message: Message, binary: bool) -> dict[str, Any]:
         "key": render_bytes(message.key(), binary=binary),
         "value": render_bytes(message.value(), binary=binary),
         "headers": [
-            {"key": k, "value": render_bytes(v, binary=binary)}
-            for k, v in (message.headers() or [])
+            {"key": k, "value": render_bytes(v, binary=binary)} for k, v in _headers(message)
         ],
     }
+
+
+def _headers(message: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed message's headers. A consumer returns a list of (name, bytes) pairs; the
+    client's type also allows a dict and str values (what a producer may pass)."""
+    raw = message.headers() or []
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs]

@@ -63,6 +63,8 @@ import enum
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
+from operator import itemgetter
 from typing import TypeVar
 
 from oncelog.groups.messages import (
@@ -92,6 +94,7 @@ from oncelog.groups.records import (
 from oncelog.protocol.errors import ErrorCode
 
 R = TypeVar("R")
+P = TypeVar("P", JoinGroupResponse, SyncGroupResponse)
 
 __all__ = [
     "VALID_PREVIOUS_STATES",
@@ -385,23 +388,23 @@ class _Out:
     def complete(self, request_id: object, response: JoinGroupResponse | SyncGroupResponse) -> None:
         self.completions.append(Completion(request_id, response))
 
-    def result(self, response: R | None, own_request: object = None) -> Result[R]:
-        """The result; the caller's own parked request, if completed here, becomes the
-        direct response."""
-        completions = self.completions
-        if response is None and own_request is not None:
-            for i, c in enumerate(completions):
-                if c.request_id == own_request:
-                    response = c.response  # type: ignore[assignment]
-                    completions = completions[:i] + completions[i + 1 :]
-                    break
+    def result(self, response: R | None) -> Result[R]:
         return Result(
             response,
             tuple(self.records),
-            tuple(completions),
+            tuple(self.completions),
             tuple(self.abandoned),
             replay_records=False,
         )
+
+    def parked_result(self, own_request: object, kind: type[P]) -> Result[P]:
+        """The result of an operation that parked the caller's own request: if that request
+        was completed here too, its answer becomes the direct response."""
+        for i, c in enumerate(self.completions):
+            if c.request_id == own_request and isinstance(c.response, kind):
+                del self.completions[i]
+                return self.result(c.response)
+        return self.result(None)
 
 
 def _join_error(code: ErrorCode, member_id: str = UNKNOWN_MEMBER_ID) -> JoinGroupResponse:
@@ -469,7 +472,9 @@ class ClassicGroupManager:
         if is_new_group and not out.records:
             # Kafka writes an empty group record so the new group exists in the log.
             out.records.append(_empty_group_record(group))
-        return out.result(response, request_id)
+        if response is not None:
+            return out.result(response)
+        return out.parked_result(request_id, JoinGroupResponse)
 
     def _accept_joining_member(self, group: ClassicGroup, member_id: str) -> bool:
         max_size = self.config.max_size
@@ -815,7 +820,7 @@ class ClassicGroupManager:
                 m.assignment = assignment[m.member_id]
             self._propagate_assignment(group, _E.none, out, now_ms)
             group.transition_to(_S.STABLE, now_ms)
-        return out.result(None, request_id)
+        return out.parked_result(request_id, SyncGroupResponse)
 
     def _remove_pending_sync(self, group: ClassicGroup, member_id: str) -> None:
         group.pending_sync.discard(member_id)
@@ -901,7 +906,7 @@ class ClassicGroupManager:
         """Fire every timer due at ``now_ms``, earliest first."""
         out = _Out()
         while True:
-            due = min(self._due_timers(now_ms), default=None, key=lambda t: t[0])
+            due = min(self._due_timers(now_ms), default=None, key=itemgetter(0))
             if due is None:
                 break
             _, fire = due
@@ -909,23 +914,19 @@ class ClassicGroupManager:
         return out.result(None)
 
     def _due_timers(self, now_ms: int) -> Iterator[tuple[int, Callable[[_Out], None]]]:
-        for group in self._groups.values():
-            g = group
+        for g in self._groups.values():
             if g.join_deadline_ms is not None and g.join_deadline_ms <= now_ms:
-                yield g.join_deadline_ms, lambda out, g=g: self._on_join_timer(g, out, now_ms)
+                yield g.join_deadline_ms, partial(self._on_join_timer, g, now_ms=now_ms)
             if g.sync_deadline_ms is not None and g.sync_deadline_ms <= now_ms:
-                yield g.sync_deadline_ms, lambda out, g=g: self._on_sync_timer(g, out, now_ms)
+                yield g.sync_deadline_ms, partial(self._on_sync_timer, g, now_ms=now_ms)
             for member_id, deadline in g.pending_members.items():
                 if deadline <= now_ms:
-                    yield (
-                        deadline,
-                        lambda out, g=g, m=member_id: self._on_pending_expired(g, m, out, now_ms),
-                    )
+                    yield deadline, partial(self._on_pending_expired, g, member_id, now_ms=now_ms)
             for m in g.members.values():
                 if m.heartbeat_deadline_ms is not None and m.heartbeat_deadline_ms <= now_ms:
                     yield (
                         m.heartbeat_deadline_ms,
-                        lambda out, g=g, m=m: self._on_session_expired(g, m, out, now_ms),
+                        partial(self._on_session_expired, g, m, now_ms=now_ms),
                     )
 
     def _on_join_timer(self, group: ClassicGroup, out: _Out, now_ms: int) -> None:

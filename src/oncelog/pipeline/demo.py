@@ -83,7 +83,7 @@ def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) ->
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client}, logger=client_log)
     futures = admin.create_topics([NewTopic(t, PARTITIONS, -1) for t in topics], request_timeout=60)
     for _topic, future in futures.items():
         try:
@@ -98,7 +98,7 @@ def _source_end(bootstrap: str, topic: str, client: dict[str, str]) -> int:
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log, **client})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client}, logger=client_log)
     futures = admin.list_offsets(
         {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
         isolation_level=IsolationLevel.READ_COMMITTED,
@@ -140,12 +140,13 @@ def run_pipeline_demo(
         console.print(f"  [cyan]•[/] {text}")
 
     try:
-        bootstrap = bootstrap_servers if external else broker.start()  # type: ignore[union-attr]
+        bootstrap = broker.start() if broker is not None else bootstrap_servers
+        assert bootstrap is not None  # no broker of our own: bootstrap_servers was given
         where = (
-            f"cluster {bootstrap}"
-            if external
-            else f"broker subprocess pid {broker.process.pid} at {bootstrap}"
-        )  # type: ignore[union-attr]
+            f"broker subprocess pid {broker.process.pid} at {bootstrap}"
+            if broker is not None
+            else f"cluster {bootstrap}"
+        )
         console.print(
             f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
             f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}"
@@ -167,7 +168,7 @@ def run_pipeline_demo(
                 orders,
                 seed=seed,
                 transactional_id=f"oncelog-order-generator{suffix}",
-                client_config={"logger": client_log, **client},  # type: ignore[dict-item]
+                client_config={"logger": client_log, **client},
                 on_progress=lambda n: progress.update(gen, completed=n),
             )
             total = _source_end(bootstrap, source, client)

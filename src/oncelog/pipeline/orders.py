@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 CUSTOMERS_COUNT = 200
@@ -103,7 +103,7 @@ def produce_orders(
     seed: int = 1,
     per_transaction: int = 1000,
     transactional_id: str = "oncelog-order-generator",
-    client_config: dict[str, str] | None = None,
+    client_config: Mapping[str, Any] | None = None,
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Write `count` orders (keyed by order id) in transactions of `per_transaction`;

@@ -44,13 +44,16 @@ def read_topic(
     isolation: str = "read_committed",
     on_record: Callable[[Any], None] | None = None,
     client_config: dict[str, str] | None = None,
-) -> list[bytes]:
+) -> list[bytes | None]:
     """Every value of `topic`, from offset 0 to the end a consumer of `isolation` can see
     (the last stable offset under read_committed) as listed when the read starts."""
     from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    base = {"bootstrap.servers": bootstrap, **(client_config or {})}
+    base: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        **(client_config or {}),
+    }
     admin = AdminClient(base)
     parts = sorted(admin.list_topics(topic, timeout=30).topics[topic].partitions)
     level = (
@@ -74,7 +77,7 @@ def read_topic(
             "auto.offset.reset": "earliest",
         }
     )
-    values: list[bytes] = []
+    values: list[bytes | None] = []  # None: a record without a value (counted as unreadable)
     pending = {p for p in parts if ends[p] > 0}
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
     deadline = time.monotonic() + DEADLINE_S
@@ -87,20 +90,20 @@ def read_topic(
                 )
             for message in consumer.consume(num_messages=5000, timeout=0.5):
                 error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if message.offset() >= ends[message.partition()]:
-                            pending.discard(message.partition())
-                        continue
+                if error is not None and error.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"{topic}: {error.str()}")
-                if message.offset() >= ends[message.partition()]:
-                    pending.discard(message.partition())
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None  # records and EOF have both
+                if offset >= ends[partition]:  # at or past the end listed at the start
+                    pending.discard(partition)
+                    continue
+                if error is not None:  # end of partition for now: more is still to come
                     continue
                 values.append(message.value())
                 if on_record is not None:
                     on_record(message)
-                if message.offset() >= ends[message.partition()] - 1:
-                    pending.discard(message.partition())
+                if offset >= ends[partition] - 1:
+                    pending.discard(partition)
     finally:
         consumer.close()
     return values
@@ -123,6 +126,9 @@ def verify(
     expected = {o["order_id"]: expected_enrichment(o, table) for o in generate(orders, seed)}
     for value in read_topic(bootstrap, target_topic, client_config=client_config):
         result.orders_out += 1
+        if value is None:  # a record without a value is no order
+            result.unexpected += 1
+            continue
         try:
             record = json.loads(value)
             order_id = int(record["order_id"])

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -28,7 +28,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.static.protocol import Entity
+from kio.static.primitive import i32
+from kio.static.protocol import RequestPayload, ResponsePayload
 
 from oncelog.protocol.schema_walk import strip_unknown_tags, walk
 
@@ -51,8 +52,8 @@ class RequestHeader:
 class ApiCodec:
     """Readers and writers of one (api key, version) pair, for both sides of the wire."""
 
-    request_type: type[Entity]
-    response_type: type[Entity]
+    request_type: type[RequestPayload]
+    response_type: type[ResponsePayload]
     read_request: Callable[[bytes, int], tuple[Any, int]]
     write_response: Callable[[io.BytesIO, Any], None]
     write_request: Callable[[io.BytesIO, Any], None]
@@ -140,13 +141,18 @@ def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:
 
 
 def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
-    """Frame a response: size prefix, response header, body."""
+    """Frame a response: size prefix, response header, body.
+
+    `correlation_id` is the request's, as :func:`peek_api` read it from four signed bytes:
+    always within i32's range, so it is not checked again here (kio's i32() would).
+    """
+    wire_id = cast(i32, correlation_id)
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
     if codec.flexible_response_header:
-        _write_response_header_v1(buffer, ResponseHeaderV1(correlation_id=correlation_id))
+        _write_response_header_v1(buffer, ResponseHeaderV1(correlation_id=wire_id))
     else:
-        _write_response_header_v0(buffer, ResponseHeaderV0(correlation_id=correlation_id))
+        _write_response_header_v0(buffer, ResponseHeaderV0(correlation_id=wire_id))
     codec.write_response(buffer, build(codec.response_type, body))
     data = buffer.getbuffer()
     data[0:4] = (len(data) - 4).to_bytes(4, "big")
@@ -220,16 +226,18 @@ def encode_unsupported_api_versions(
 
 def encode_request(codec: ApiCodec, correlation_id: int, client_id: str | None, body: Any) -> bytes:
     """Frame a request (client side): size prefix, request header, body."""
-    header_type = RequestHeaderV2 if codec.flexible_request else RequestHeaderV1
-    header = header_type(
-        request_api_key=codec.request_type.__api_key__,
-        request_api_version=codec.request_type.__version__,
-        correlation_id=correlation_id,
-        client_id=client_id,
-    )
+    header = {
+        "request_api_key": codec.request_type.__api_key__,
+        "request_api_version": codec.request_type.__version__,
+        "correlation_id": i32(correlation_id),
+        "client_id": client_id,
+    }
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
-    (_write_header_v2 if codec.flexible_request else _write_header_v1)(buffer, header)
+    if codec.flexible_request:
+        _write_header_v2(buffer, build(RequestHeaderV2, header))
+    else:
+        _write_header_v1(buffer, build(RequestHeaderV1, header))
     codec.write_request(buffer, build(codec.request_type, body))
     data = buffer.getbuffer()
     data[0:4] = (len(data) - 4).to_bytes(4, "big")
@@ -238,6 +246,7 @@ def encode_request(codec: ApiCodec, correlation_id: int, client_id: str | None, 
 
 def decode_response(codec: ApiCodec, frame: bytes) -> tuple[int, Any]:
     """Correlation id and body of a response frame (without its size prefix)."""
+    header: ResponseHeaderV0 | ResponseHeaderV1
     if codec.flexible_response_header:
         header, size = _read_response_header_v1(frame, 0)
     else:

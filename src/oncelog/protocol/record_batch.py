@@ -21,6 +21,7 @@ without recomputing it.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -183,7 +184,7 @@ class BatchHeader:
         return self.producer_id >= 0
 
 
-def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+def parse_header(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; the caller has checked that 61 bytes are there."""
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
 
@@ -193,7 +194,7 @@ def crc_is_valid(batch: bytes | bytearray | memoryview) -> bool:
     mv = memoryview(batch)
     if len(mv) < HEADER_SIZE:
         return False
-    (stored,) = _U32.unpack_from(mv, _CRC_OFFSET)
+    stored: int = _U32.unpack_from(mv, _CRC_OFFSET)[0]
     return stored == crc32c.crc32c(mv[_ATTRIBUTES_OFFSET:])
 
 
@@ -331,7 +332,7 @@ def _check_producer_fields(header: BatchHeader) -> None:
 
 
 def iter_stored_batches(
-    buf: bytes | bytearray | memoryview, pos: int = 0
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0
 ) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` of each whole batch; stop at a torn or nonsense tail.
 

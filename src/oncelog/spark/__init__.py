@@ -8,6 +8,10 @@ exactly-once sink. Needs the `spark` extra: `pip install 'oncelog[spark]'`.
 docs/spark.md documents the options, the guarantee and its limits.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
 from oncelog.spark.source import SCHEMA, OncelogDataSource
 from oncelog.spark.writer import SinkGuaranteeError
@@ -23,6 +27,10 @@ __all__ = [
 ]
 
 
-def register(spark) -> None:  # type: ignore[no-untyped-def]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
     """Register the `oncelog` format on a SparkSession."""
     spark.dataSource.register(OncelogDataSource)

@@ -105,15 +105,18 @@ def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
     return config
 
 
-def consumer_config(config: Mapping[str, str]) -> dict[str, str]:
+ClientConfig = dict[str, str | int | float | bool]  # what confluent-kafka's clients take
+
+
+def consumer_config(config: Mapping[str, str]) -> ClientConfig:
     return {k: v for k, v in config.items() if k not in _PRODUCER_ONLY}
 
 
-def producer_config(config: Mapping[str, str]) -> dict[str, str]:
+def producer_config(config: Mapping[str, str]) -> ClientConfig:
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY}
 
 
-def admin_config(config: Mapping[str, str]) -> dict[str, str]:
+def admin_config(config: Mapping[str, str]) -> ClientConfig:
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY and k not in _PRODUCER_ONLY}
 
 

@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from oncelog.spark import offsets as off
 from oncelog.spark.client import Cluster
-from oncelog.spark.options import EARLIEST, LATEST, ReadOptions, consumer_config
+from oncelog.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, consumer_config
 
 try:  # PySpark 4.2+
     from pyspark.sql.streaming.datasource import (
@@ -111,7 +111,7 @@ def read_range(options: ReadOptions, rng: off.OffsetRange) -> Iterator[pa.Record
 
 def _consume(
     consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError
-) -> Iterator[pa.RecordBatch]:  # type: ignore[no-untyped-def]
+) -> Iterator[pa.RecordBatch]:
     columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
     deadline = time.monotonic() + options.poll_timeout_ms / 1000
     done = False
@@ -171,7 +171,7 @@ def _resolve(
     cluster: Cluster,
     options: ReadOptions,
     tps: Sequence[off.TopicPartitionKey],
-    spec: off.OffsetSpec | str,
+    spec: OffsetSpec,
     name: str,
 ) -> off.Offsets:
     """Concrete offsets for `spec` ("earliest", "latest" or per-partition JSON)."""

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+)
 from pyspark.sql.types import StructType
 
 from oncelog.spark.options import parse_read_options, parse_write_options
@@ -33,12 +39,12 @@ class OncelogDataSource(DataSource):
 
         return OncelogStreamReader(parse_read_options(self.options, streaming=True))
 
-    def writer(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from oncelog.spark.writer import OncelogBatchWriter
 
         return OncelogBatchWriter(parse_write_options(self.options), schema)
 
-    def streamWriter(self, schema: StructType, overwrite: bool):  # type: ignore[no-untyped-def]
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from oncelog.spark.writer import OncelogStreamWriter
 
         return OncelogStreamWriter(parse_write_options(self.options), schema)

@@ -390,12 +390,12 @@ class OncelogBatchWriter(_Base, DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return write_task(self.options, self.options.write_id, iterator, self.progress_partitions)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info(
             "oncelog sink %s: %s", self.options.sink_id, _summary(messages, self.options.write_id)
         )
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         log.warning(
             "oncelog sink %s: write %d aborted; tasks that committed keep their output and "
             "are skipped when the same write is run again",
@@ -416,7 +416,7 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
             )
         return write_task(self.options, int(raw), iterator, self.progress_partitions)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # No I/O: every task already committed its own transaction, so running this twice for
         # the same batchId (Spark does, after a restart) changes nothing.
         missing = [i for i, m in enumerate(messages) if m is None]
@@ -424,7 +424,7 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
             raise SinkGuaranteeError(f"batch {batchId}: no commit message from tasks {missing}")
         log.info("oncelog sink %s: %s", self.options.sink_id, _summary(messages, batchId))
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning(
             "oncelog sink %s: batch %d aborted; it is written again, minus the tasks that "
             "committed, when the query restarts",

@@ -338,8 +338,8 @@ def plan_batch(
     needs_horizon = horizon is None and any(batch[i].value is None for i in kept)
     if len(kept) == len(batch) and not needs_horizon:
         return KeepAsIs(), None
-    new_horizon = rules.now_ms + rules.delete_retention_ms if needs_horizon else None
-    return Rewrite(kept, new_horizon), None
+    horizon_ms = rules.now_ms + rules.delete_retention_ms if needs_horizon else None
+    return Rewrite(kept, horizon_ms), None
 
 
 def _keeps_record(

@@ -150,7 +150,7 @@ class LogSegment:
 
     # --- I/O ---
 
-    def append(self, data: bytes | bytearray, header: BatchHeader, now_ms: int) -> int:
+    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
         """Write one offset-assigned batch; returns its position."""
         position = self.size
         view = memoryview(data)

@@ -4,6 +4,7 @@ cleaner then compacts away, so deleted groups cost nothing at the next start."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.coordinator_runtime import CoordinatorError
@@ -11,6 +12,7 @@ from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.groups import GroupCoordinatorShard, Result
     from oncelog.protocol.codec import RequestHeader
 
 
@@ -23,9 +25,7 @@ async def handle_delete_groups(
             if not group_id:
                 code = ErrorCode.invalid_group_id
             else:
-                code = await broker.groups.run(
-                    group_id, lambda shard, now, g=group_id: shard.delete_group(g)
-                )
+                code = await broker.groups.run(group_id, _deleting(group_id))
         except CoordinatorError as failed:
             code = failed.code
         results.append({"group_id": group_id, "error_code": code})
@@ -52,3 +52,7 @@ async def handle_offset_delete(
         "throttle_time": 0,
         "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()],
     }
+
+
+def _deleting(group_id: str) -> Callable[[GroupCoordinatorShard, int], Result[ErrorCode]]:
+    return lambda shard, _now: shard.delete_group(group_id)

@@ -205,13 +205,10 @@ def _uniform_errors(topics: Any, code: ErrorCode) -> list[dict[str, Any]]:
 async def handle_offset_commit(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
-    generation = getattr(request, "generation_id_or_member_epoch", None)
-    if generation is None:
-        generation = getattr(request, "generation_id", -1)
     commit = OffsetCommitRequest(
         group_id=request.group_id,
         partitions=_commit_partitions(request.topics),
-        generation_id=generation,
+        generation_id=request.generation_id_or_member_epoch,  # every version kio reads (2+)
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
         api_version=header.api_version,

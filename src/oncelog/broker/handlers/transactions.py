@@ -71,7 +71,7 @@ async def handle_add_partitions(
                 for t, r in zip(request.transactions, results, strict=True)
             ],
         }
-    results = await _add_partitions(
+    topic_results = await _add_partitions(
         broker,
         header,
         request.v3_and_below_transactional_id,
@@ -80,7 +80,7 @@ async def handle_add_partitions(
         request.v3_and_below_topics,
         False,
     )
-    return {"throttle_time": 0, "results_by_topic_v3_and_below": results}
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": topic_results}
 
 
 async def _add_partitions(
