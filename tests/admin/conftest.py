@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from admin_helpers import BROKER_CONFIG
 
 from oncelog.testing import EmbeddedBroker
+
+from .admin_helpers import BROKER_CONFIG
 
 
 @pytest.fixture(scope="module")

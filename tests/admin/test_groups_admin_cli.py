@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 
-from admin_helpers import TIMEOUT_S, create_topic, plain_produce, run_cli, run_json
 from confluent_kafka import Consumer, Producer
 
 from oncelog.cli.groups import decode_assignment
 from oncelog.testing import EmbeddedBroker
+
+from .admin_helpers import TIMEOUT_S, create_topic, plain_produce, run_cli, run_json
 
 N, M, OPEN, AFTER = 10, 4, 3, 2
 

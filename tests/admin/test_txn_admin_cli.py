@@ -7,7 +7,13 @@ import shutil
 import time
 from pathlib import Path
 
-from admin_helpers import (
+from confluent_kafka import Producer
+
+from oncelog.cli.groups import READ_COMMITTED, READ_UNCOMMITTED, latest_offsets
+from oncelog.client.connection import KafkaConnection
+from oncelog.testing import EmbeddedBroker
+
+from .admin_helpers import (
     BROKER_CONFIG,
     TIMEOUT_S,
     RawTxnProducer,
@@ -17,11 +23,6 @@ from admin_helpers import (
     run_cli,
     run_json,
 )
-from confluent_kafka import Producer
-
-from oncelog.cli.groups import READ_COMMITTED, READ_UNCOMMITTED, latest_offsets
-from oncelog.client.connection import KafkaConnection
-from oncelog.testing import EmbeddedBroker
 
 
 def offsets(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:

@@ -6,13 +6,14 @@ import time
 import uuid
 from typing import Any
 
-from admin_helpers import TIMEOUT_S, RawTxnProducer, create_topic, plain_produce
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
+
+from .admin_helpers import TIMEOUT_S, RawTxnProducer, create_topic, plain_produce
 
 
 def write_markers(

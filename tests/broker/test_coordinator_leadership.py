@@ -10,14 +10,14 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from memory_log import MemoryLog
-
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
 from oncelog.coordinator_partitions import partition_for
 from oncelog.groups import GroupConfig, OffsetCommitPartition, TxnOffsetCommitRequest
 from oncelog.protocol.errors import ErrorCode as E
 from oncelog.transactions.state import TxnState
+
+from .memory_log import MemoryLog
 
 SETTINGS = TxnSettings(
     max_timeout_ms=900_000,

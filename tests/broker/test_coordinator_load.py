@@ -21,7 +21,6 @@ from pathlib import Path
 import crc32c
 import pytest
 from confluent_kafka import Producer
-from group_clients import TIMEOUT_S, commit_offset, committed, consume_as_group, produce_values
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
@@ -35,6 +34,8 @@ from oncelog.protocol.record_batch import (
     parse_header,
 )
 from oncelog.testing import EmbeddedBroker
+
+from .group_clients import TIMEOUT_S, commit_offset, committed, consume_as_group, produce_values
 
 CONFIG = {
     "offsets.topic.num.partitions": "3",

@@ -6,9 +6,10 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from group_clients import committed
 
 from oncelog.testing import EmbeddedBroker
+
+from .group_clients import committed
 
 CONFIG = {
     "offsets.topic.num.partitions": "3",

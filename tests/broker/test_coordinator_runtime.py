@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from memory_log import MemoryLog
 
 from oncelog.broker.coordinator_runtime import (
     CoordinatorError,
@@ -17,6 +16,8 @@ from oncelog.broker.coordinator_runtime import (
     write_error,
 )
 from oncelog.protocol.errors import ErrorCode as E
+
+from .memory_log import MemoryLog
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from group_clients import TIMEOUT_S, committed, consume_as_group, produce_values
 
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.client.connection import KafkaConnection
@@ -25,6 +24,8 @@ from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
+
+from .group_clients import TIMEOUT_S, committed, consume_as_group, produce_values
 
 INTERNAL = (CONSUMER_OFFSETS, TRANSACTION_STATE)
 CONFIG = {"group.initial.rebalance.delay.ms": "0"}

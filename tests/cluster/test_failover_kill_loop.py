@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from failover import NumberedProducer, read_numbered, replica_bytes, wait_all_caught_up
 
 from oncelog.testing.cluster import LocalCluster
+
+from .failover import NumberedProducer, read_numbered, replica_bytes, wait_all_caught_up
 
 BROKER_CONFIG = {
     "zookeeper.session.timeout.ms": "3000",

@@ -13,13 +13,14 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from raw import fetch, produce
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.cluster import LocalCluster
+
+from .raw import fetch, produce
 
 SESSION_TIMEOUT_S = 3.0
 CONFIG = {

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from group_node import Node
+
+from .group_node import Node
 
 
 @pytest.fixture

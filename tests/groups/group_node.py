@@ -1,6 +1,7 @@
 """A tiny in-memory broker around one GroupCoordinatorShard: it writes every result's records
 to a list standing for the __consumer_offsets partition (as bytes), replays them as the real
-broker must, and keeps the answers to parked requests."""
+broker must, and keeps the answers to parked requests; and the client rounds several group
+tests share."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from oncelog.groups.messages import (
     Protocol,
     SyncGroupRequest,
 )
+from oncelog.protocol.errors import ErrorCode as E
 
 CONFIG = GroupConfig(initial_rebalance_delay_ms=0)
 
@@ -132,3 +134,23 @@ class Node:
             else:
                 shard.replay(e.offset, e.producer_id, e.key, e.value)
         return shard
+
+
+def join_with_id(node: Node, group: str = "g", client_id: str = "c", **kw: Any) -> str:
+    """The MEMBER_ID_REQUIRED round: returns the member id, with the rejoin parked."""
+    first = node.answers[node.join(group, client_id=client_id, **kw)]
+    assert first.error_code == E.member_id_required
+    node.join(group, first.member_id, client_id=client_id, **kw)
+    return str(first.member_id)
+
+
+def stable_group(node: Node, n: int = 2) -> list[str]:
+    """n members joined, generation 1 synced by the leader; returns member ids, leader first."""
+    ids = [join_with_id(node, client_id=f"c{i}") for i in range(n)]
+    node.tick(node.now)
+    gen = node.shard.groups.group("g").generation_id
+    followers = [node.sync("g", gen, m) for m in ids[1:]]
+    leader_sync = node.sync("g", gen, ids[0], {m: m.encode() for m in ids})
+    assert node.answers[leader_sync].error_code == E.none
+    assert all(node.answers[f].error_code == E.none for f in followers)
+    return ids

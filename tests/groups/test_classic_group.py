@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from group_node import Node
 
 from oncelog.groups import GroupConfig
 from oncelog.groups.classic import ClassicGroup, GroupState, IllegalTransition
@@ -15,27 +14,9 @@ from oncelog.groups.messages import (
 )
 from oncelog.protocol.errors import ErrorCode as E
 
+from .group_node import Node, join_with_id, stable_group
+
 S = GroupState
-
-
-def join_with_id(node: Node, group: str = "g", client_id: str = "c", **kw: object) -> str:
-    """The MEMBER_ID_REQUIRED round: returns the member id, with the rejoin parked."""
-    first = node.answers[node.join(group, client_id=client_id, **kw)]  # type: ignore[arg-type]
-    assert first.error_code == E.member_id_required
-    node.join(group, first.member_id, client_id=client_id, **kw)  # type: ignore[arg-type]
-    return str(first.member_id)
-
-
-def stable_group(node: Node, n: int = 2) -> list[str]:
-    """n members joined, generation 1 synced by the leader; returns member ids, leader first."""
-    ids = [join_with_id(node, client_id=f"c{i}") for i in range(n)]
-    node.tick(node.now)
-    gen = node.shard.groups.group("g").generation_id
-    followers = [node.sync("g", gen, m) for m in ids[1:]]
-    leader_sync = node.sync("g", gen, ids[0], {m: m.encode() for m in ids})
-    assert node.answers[leader_sync].error_code == E.none
-    assert all(node.answers[f].error_code == E.none for f in followers)
-    return ids
 
 
 def state(node: Node, group: str = "g") -> GroupState:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from group_node import Node
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +23,8 @@ from oncelog.groups.offsets import (
     OffsetCommitRequest,
     TxnOffsetCommitRequest,
 )
+
+from .group_node import Node
 
 S = GroupState
 PROTOCOLS = [

@@ -7,13 +7,13 @@ from __future__ import annotations
 import struct
 
 import pytest
-from group_node import Node
-from test_classic_group import join_with_id
-from test_offsets import PID, commit, txn_commit
 
 from oncelog.groups.messages import Protocol
 from oncelog.groups.offsets import OffsetCommitPartition, OffsetCommitRequest
 from oncelog.protocol.errors import ErrorCode as E
+
+from .group_node import Node, join_with_id
+from .test_offsets import PID, commit, txn_commit
 
 RETENTION = 1_000
 

@@ -3,9 +3,6 @@ producer, materialised by the marker), KIP-447 fencing, and load == live."""
 
 from __future__ import annotations
 
-from group_node import Node
-from test_classic_group import join_with_id, stable_group
-
 from oncelog.groups.offsets import (
     OffsetCommitPartition,
     OffsetCommitRequest,
@@ -13,6 +10,8 @@ from oncelog.groups.offsets import (
     TxnOffsetCommitRequest,
 )
 from oncelog.protocol.errors import ErrorCode as E
+
+from .group_node import Node, join_with_id, stable_group
 
 PID = 4000
 

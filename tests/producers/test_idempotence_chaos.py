@@ -26,11 +26,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from numbered_readback import read_numbered
 
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import EmbeddedBroker, FaultInjectionProxy
 from oncelog.testing.proxy import ProxyStats
+
+from .numbered_readback import read_numbered
 
 PARTITIONS = 3
 RECORDS = 50_000

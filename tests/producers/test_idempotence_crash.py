@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from numbered_readback import read_numbered
 
 from oncelog.testing import BrokerProcess
+
+from .numbered_readback import read_numbered
 
 PARTITIONS = 3
 RECORDS = 60_000

@@ -18,12 +18,13 @@ from aiokafka import TopicPartition as AioTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KpTopicPartition
-from wire import fetch_batches
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.compression import CODEC_IDS
 from oncelog.protocol.record_batch import iter_stored_batches, parse_header
 from oncelog.testing import EmbeddedBroker
+
+from .wire import fetch_batches
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 COUNT = 300

@@ -6,7 +6,6 @@ import gzip
 import os
 
 import pytest
-from batch_forge import BatchSpec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka import codec as kafka_python_codec
@@ -15,6 +14,8 @@ from oncelog.protocol import compression
 from oncelog.protocol.compression import CorruptPayload, PayloadTooLarge
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import decode_records
+
+from .batch_forge import BatchSpec
 
 CODECS = [compression.GZIP, compression.SNAPPY, compression.LZ4, compression.ZSTD]
 NAMES = {c: compression.CODEC_NAMES[c] for c in CODECS}

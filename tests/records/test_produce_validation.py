@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from batch_forge import CODECS, BatchSpec, RecordSpec, bomb, malformed_kinds
-from wire import create_topic, fetch_batches, now_ms, offset_for_time, produce
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch, decode_records, parse_header
 from oncelog.testing import EmbeddedBroker
+
+from .batch_forge import CODECS, BatchSpec, RecordSpec, bomb, malformed_kinds
+from .wire import create_topic, fetch_batches, now_ms, offset_for_time, produce
 
 IO_TIMEOUT_S = 10.0
 ALL_CODECS = sorted(CODECS, key=CODECS.get)

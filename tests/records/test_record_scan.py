@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from batch_forge import RecordSpec, padded_varint, records_body, varint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol import record_scan
 from oncelog.protocol.record_scan import Fault, scan_python
+
+from .batch_forge import RecordSpec, padded_varint, records_body, varint
 
 
 def both(records: bytes, count: int, need_keys: bool = False) -> record_scan.Scan:

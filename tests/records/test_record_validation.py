@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from batch_forge import CODECS, BatchSpec, RecordSpec, bomb, compress, malformed_kinds, records_body
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,16 @@ from oncelog.protocol.record_batch import (
     split_batches,
 )
 from oncelog.protocol.record_validation import RecordRules, validate_records
+
+from .batch_forge import (
+    CODECS,
+    BatchSpec,
+    RecordSpec,
+    bomb,
+    compress,
+    malformed_kinds,
+    records_body,
+)
 
 NOW = 1_700_000_000_000
 RULES = RecordRules(max_uncompressed_bytes=1 << 20, timestamp_after_max_ms=3_600_000)

@@ -6,13 +6,14 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from spark_helpers import create_topic, unique
 
 from oncelog.spark.client import Cluster
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import parse_read_options
 from oncelog.spark.reader import DataLossError, read_range
 from oncelog.testing import EmbeddedBroker
+
+from .spark_helpers import create_topic, unique
 
 
 def test_range_below_the_log_start_fails_or_skips_ahead() -> None:

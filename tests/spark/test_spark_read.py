@@ -6,7 +6,8 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from spark_helpers import create_topic, produce_transaction, read_all, unique
+
+from .spark_helpers import create_topic, produce_transaction, read_all, unique
 
 KAFKA_SCHEMA = (
     "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"

@@ -8,9 +8,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from spark_helpers import create_topic, produce_transaction, read_all, unique
 
 from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE
+
+from .spark_helpers import create_topic, produce_transaction, read_all, unique
 
 FAIL_AFTER = 30
 

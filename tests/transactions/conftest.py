@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from txn_harness import Harness
+
+from .txn_harness import Harness
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from txn_harness import MAX_TIMEOUT, Harness
 
 from oncelog.coordinator_partitions import java_string_hash, partition_for
 from oncelog.protocol.errors import ErrorCode as E
@@ -20,6 +19,8 @@ from oncelog.transactions.coordinator import (
 from oncelog.transactions.log_records import decode_record, encode_key, encode_value
 from oncelog.transactions.state import SHORT_MAX, IllegalTxnTransition, TransactionMetadata
 from oncelog.transactions.state import TxnState as S
+
+from .txn_harness import MAX_TIMEOUT, Harness
 
 
 def seed(h: Harness, md: TransactionMetadata) -> None:

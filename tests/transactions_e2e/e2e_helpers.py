@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-if TYPE_CHECKING:
-    from oncelog.testing import EmbeddedBroker
-
 TIMEOUT_S = 20.0
 FAST_START = {"transaction.state.log.num.partitions": "4"}
-
-
-class _NoGroupCoordinatorYet:
-    async def ready(self) -> None:
-        return None
-
-
-def install_group_stand_in(embedded: EmbeddedBroker) -> None:
-    broker = embedded.broker
-    assert broker is not None
-    if not hasattr(broker, "groups"):
-        broker.groups = _NoGroupCoordinatorYet()  # type: ignore[attr-defined]
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:

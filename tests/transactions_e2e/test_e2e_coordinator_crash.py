@@ -27,18 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import (
-    FAST_START,
-    TIMEOUT_S,
-    create_topic,
-    install_group_stand_in,
-    plain_produce,
-    produce_flushed,
-    read_confluent,
-    read_kafka_python,
-    txn_producer,
-    wait_until,
-)
 
 from oncelog.broker.partition import Partition
 from oncelog.client.connection import KafkaConnection
@@ -46,6 +34,18 @@ from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import BrokerProcess, EmbeddedBroker
 from oncelog.transactions.state import TxnState
+
+from .e2e_helpers import (
+    FAST_START,
+    TIMEOUT_S,
+    create_topic,
+    plain_produce,
+    produce_flushed,
+    read_confluent,
+    read_kafka_python,
+    txn_producer,
+    wait_until,
+)
 
 PARTITIONS = 3
 CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
@@ -212,7 +212,6 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
     monkeypatch.setattr(Partition, "append_marker", blocked)
     first = EmbeddedBroker(FAST_START, data_dir=data_dir).start()
     try:
-        install_group_stand_in(first)
         bootstrap = first.bootstrap_servers
         create_topic(bootstrap, topic, PARTITIONS)
         producer = txn_producer(bootstrap, tid)
@@ -238,7 +237,6 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
     # them blindly, but they do describe the log as it is)
 
     with EmbeddedBroker(FAST_START, data_dir=data_dir) as second:
-        install_group_stand_in(second)
         assert second.broker is not None
         coordinator = second.broker.transactions
         shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
@@ -263,7 +261,6 @@ def test_open_transaction_survives_a_restart(tmp_path: Path, topic: str, clean: 
     data_dir = tmp_path / "data"
     embedded = EmbeddedBroker(FAST_START, data_dir=data_dir).start()
     try:
-        install_group_stand_in(embedded)
         bootstrap = embedded.bootstrap_servers
         create_topic(bootstrap, topic, 1)
         plain_produce(bootstrap, topic, [(0, b"before")])
@@ -279,7 +276,6 @@ def test_open_transaction_survives_a_restart(tmp_path: Path, topic: str, clean: 
         if not clean:
             (data_dir / CLEAN_SHUTDOWN_MARKER).unlink()
         embedded = EmbeddedBroker(FAST_START, data_dir=data_dir, port=port).start()
-        install_group_stand_in(embedded)
         assert embedded.broker is not None
         partition = embedded.broker.topics.partition(topic, 0)
         assert (partition.high_watermark, partition.last_stable_offset) == (4, 1)

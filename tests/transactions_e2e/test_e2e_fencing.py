@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from e2e_helpers import (
+
+from oncelog.testing import EmbeddedBroker
+
+from .e2e_helpers import (
     TIMEOUT_S,
     create_topic,
     produce_flushed,
@@ -16,8 +19,6 @@ from e2e_helpers import (
     read_kafka_python,
     txn_producer,
 )
-
-from oncelog.testing import EmbeddedBroker
 
 PARTITIONS = 2
 

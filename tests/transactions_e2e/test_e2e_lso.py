@@ -13,7 +13,12 @@ import pytest
 from confluent_kafka import IsolationLevel
 from confluent_kafka import TopicPartition as CTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from e2e_helpers import (
+
+from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.testing import EmbeddedBroker
+
+from .e2e_helpers import (
     TIMEOUT_S,
     create_topic,
     plain_produce,
@@ -22,10 +27,6 @@ from e2e_helpers import (
     read_kafka_python,
     txn_producer,
 )
-
-from oncelog.client.connection import KafkaConnection
-from oncelog.protocol.api_versions import ApiKey
-from oncelog.testing import EmbeddedBroker
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 

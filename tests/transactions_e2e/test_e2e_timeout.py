@@ -14,11 +14,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from e2e_helpers import (
+
+from oncelog.coordinator_partitions import partition_for
+from oncelog.testing import EmbeddedBroker
+from oncelog.transactions.state import TxnState
+
+from .e2e_helpers import (
     FAST_START,
     TIMEOUT_S,
     create_topic,
-    install_group_stand_in,
     plain_produce,
     produce_flushed,
     read_confluent,
@@ -26,10 +30,6 @@ from e2e_helpers import (
     txn_producer,
     wait_until,
 )
-
-from oncelog.coordinator_partitions import partition_for
-from oncelog.testing import EmbeddedBroker
-from oncelog.transactions.state import TxnState
 
 PARTITIONS = 2
 TXN_TIMEOUT_MS = 1500
@@ -46,7 +46,6 @@ def fast_timeout_broker() -> Iterator[EmbeddedBroker]:
         "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(CLEANUP_MS),
     }
     with EmbeddedBroker(config) as embedded:
-        install_group_stand_in(embedded)
         yield embedded
 
 

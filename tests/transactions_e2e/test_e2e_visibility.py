@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from e2e_helpers import (
+from oncelog.testing import EmbeddedBroker
+
+from .e2e_helpers import (
     TIMEOUT_S,
     create_topic,
     plain_produce,
@@ -21,8 +23,6 @@ from e2e_helpers import (
     read_kafka_python,
     txn_producer,
 )
-
-from oncelog.testing import EmbeddedBroker
 
 PARTITIONS = 4
 PRODUCERS = 3

@@ -1,0 +1,2 @@
+"""The test suite, a package: helpers are imported relatively (``from .helpers import x``),
+never through sys.path."""
