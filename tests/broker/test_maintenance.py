@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig
@@ -62,4 +63,43 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
         await flusher.stop()
 
     asyncio.run(scenario())
+    registry.close()
+
+
+def test_a_cancelled_tick_waits_for_its_checkpoint_thread(tmp_path: Path) -> None:
+    """Broker.stop cancels maintenance, then closes the logs: a checkpoint thread left
+    running would write beside the close (two writers of one temporary file)."""
+    config = BrokerConfig.load(None, {})
+    registry = TopicRegistry(tmp_path, config)
+    registry.create("t", 1, {}, 0)
+    log = registry.partition("t", 0).log
+    writing, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def slow_checkpoint() -> None:
+        writing.set()
+        release.wait(10)
+        finished.append("checkpoint")
+
+    log.write_recovery_checkpoint = slow_checkpoint  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        maintenance = Maintenance(registry, flusher, config, clock_ms=lambda: 0)
+        tick = asyncio.ensure_future(maintenance.tick(0))
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        tick.cancel()
+        await asyncio.sleep(0.2)
+        returned_early = tick.done()
+        release.set()
+        await asyncio.gather(tick, return_exceptions=True)
+        finished.append("tick")
+        await flusher.stop()
+        assert not returned_early, "the cancelled tick returned while its thread still wrote"
+        assert tick.cancelled()
+
+    asyncio.run(scenario())
+    assert finished == ["checkpoint", "tick"]
     registry.close()

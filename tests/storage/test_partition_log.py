@@ -21,6 +21,8 @@ from oncelog.protocol.record_batch import (
     split_batches,
 )
 from oncelog.storage import LogConfig, PartitionLog
+from oncelog.storage.checkpoint import read_checkpoint, write_checkpoint
+from oncelog.storage.log import RECOVERY_POINT_FILE
 
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=200)
 
@@ -411,3 +413,54 @@ def test_flush_from_a_thread_while_appending(path: Path) -> None:
     assert log.log_end_offset == 10_000 and log.report.bytes_truncated == 0
     assert values(log) == [b"value-%d-0" % i for i in range(10_000)]
     log.close()
+
+
+def test_a_checkpoint_written_from_a_thread_during_close_does_not_collide_with_it(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic checkpoint runs in a worker thread; the broker's stop closes the log,
+    which writes the same checkpoint. Two writers of one temporary file: the second
+    rename finds it gone (FileNotFoundError at broker stop, seen in CI)."""
+    log = opened(path)
+    append(log, make(0))
+    log.flush()
+    real_replace = os.replace
+    renaming, other_renamed = threading.Event(), threading.Event()
+
+    def replace(src: str | Path, dst: str | Path) -> None:
+        if threading.current_thread() is writer:
+            renaming.set()
+            other_renamed.wait(1.0)  # long enough for close() to write, unless it must wait
+        else:
+            other_renamed.set()
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    errors: list[BaseException] = []
+
+    def checkpoint() -> None:
+        try:
+            log.write_recovery_checkpoint()
+        except BaseException as exc:  # surfaced to the main thread below
+            errors.append(exc)
+
+    writer = threading.Thread(target=checkpoint)
+    writer.start()
+    assert renaming.wait(10)
+    log.close()
+    writer.join(10)
+    assert errors == []
+    assert read_checkpoint(path / RECOVERY_POINT_FILE) == 2
+
+
+def test_a_checkpoint_after_close_or_delete_writes_nothing(path: Path) -> None:
+    log = opened(path)
+    append(log, make(0))
+    log.close()
+    write_checkpoint(path / RECOVERY_POINT_FILE, 0)  # stands in for any later value
+    log.write_recovery_checkpoint()
+    assert read_checkpoint(path / RECOVERY_POINT_FILE) == 0
+    log = opened(path)
+    log.delete()
+    log.write_recovery_checkpoint()  # the directory is gone: nothing to write, no error
+    assert not path.exists()

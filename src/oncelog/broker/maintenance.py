@@ -78,7 +78,14 @@ class Maintenance:
             self._next_retention_ms = now_ms + self._retention_interval_ms
         if checkpoint_due:
             self._next_checkpoint_ms = now_ms + CHECKPOINT_INTERVAL_MS
-            await asyncio.to_thread(self._write_checkpoints)
+            writing = asyncio.ensure_future(asyncio.to_thread(self._write_checkpoints))
+            try:
+                await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # A thread cannot be interrupted: the broker stopping us must not close
+                # the logs under it, so the cancellation waits for the writes to end.
+                await writing
+                raise
 
     def _write_checkpoints(self) -> None:
         for partition in self._topics.partitions():

@@ -4,6 +4,9 @@ Single writer: ``append``, ``read``, ``roll``, retention and truncation run on t
 loop thread. ``flush`` alone may run in a worker thread; it holds ``_lock`` only to take
 duplicated descriptors of dirty segments and note the log end offset, so an append never
 waits for an fsync. Appends take the same lock, briefly, so the snapshot is consistent.
+``write_recovery_checkpoint`` may run in a worker thread too (the periodic checkpoint) while
+the loop closes or deletes the log: checkpoint writes, close and delete take
+``_checkpoint_lock``, so one temporary file never has two writers.
 """
 
 from __future__ import annotations
@@ -109,6 +112,9 @@ class PartitionLog:
             max(log_start_offset or 0, segments[0].base_offset), segments[-1].next_offset
         )
         self._lock = threading.Lock()
+        # Serialises checkpoint writes with close and delete (they share one temporary
+        # file name), without holding up appends for the checkpoint's fsyncs.
+        self._checkpoint_lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
         # Called with the new segment's base offset just before a roll (under the log's
         # lock, before the batch that triggered it is written): the producer state is
@@ -283,8 +289,12 @@ class PartitionLog:
             return self._recovery_point
 
     def write_recovery_checkpoint(self) -> None:
-        """Persist the recovery point (periodically and at close) to shorten recovery."""
-        write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
+        """Persist the recovery point (periodically and at close) to shorten recovery.
+        Thread-safe; does nothing once the log is closed or deleted (close wrote the last
+        one)."""
+        with self._checkpoint_lock:
+            if self._segments:
+                write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
 
     # --- reading ---
 
@@ -597,17 +607,20 @@ class PartitionLog:
         if not self._segments:
             return
         self.flush()
-        self.write_recovery_checkpoint()
-        for segment in self._segments:
-            segment.close()
-        self._segments = []
+        with self._checkpoint_lock:
+            write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
+            self._close_segments()
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory (topic deletion)."""
+        with self._checkpoint_lock:
+            self._close_segments()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _close_segments(self) -> None:
         for segment in self._segments:
             segment.close()
         self._segments = []
-        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _base_offset_at(segment: LogSegment, position: int) -> int:
