@@ -37,8 +37,17 @@ def test_batch_read_returns_exactly_the_committed_records(spark, bootstrap: str)
     plain.produce(topic, value=b"plain", key=None, headers=[("h1", b"x"), ("h2", None)])
     plain.flush(30)
     committed.append(b"plain")
-    # an open transaction holds the LSO: neither it nor anything after it is read
-    open_txn = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("open")})
+    # an open transaction holds the LSO: neither it nor anything after it is read. It must
+    # stay open across two Spark jobs, which take minutes on a loaded machine: with
+    # librdkafka's default transaction.timeout.ms (60 s) the broker aborts it (and fences
+    # the producer, as Kafka does) before the test ends it. The broker's maximum is 15 min.
+    open_txn = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": unique("open"),
+            "transaction.timeout.ms": 900_000,
+        }
+    )
     open_txn.init_transactions(30)
     open_txn.begin_transaction()
     open_txn.produce(topic, value=b"open-not-yet", partition=0)
