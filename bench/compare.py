@@ -385,7 +385,7 @@ class Target:
         if self._running is not None:
             self._running.stop()
             if isinstance(self._running, BrokerProcess):
-                shutil.rmtree(self._running.work, ignore_errors=True)
+                shutil.rmtree(self._running.data_dir, ignore_errors=True)
             self._running = None
 
 

@@ -4,8 +4,9 @@
         producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap_servers})
 
 The broker runs on its own event loop in a daemon thread, listens on a free port of
-127.0.0.1 and keeps its data in a temporary directory removed at stop (unless you pass
-`data_dir`, which is then kept, so a test can restart a broker on the same data).
+127.0.0.1 and keeps its data in a temporary directory made at start and removed at stop,
+or when the start fails (unless you pass `data_dir`, which is then kept, so a test can
+restart a broker on the same data). It never removes a directory it did not make.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ class EmbeddedBroker:
         self._overrides = dict(config or {})
         self._metrics_port = metrics_port
         self._owns_data_dir = data_dir is None
-        self.data_dir = (
-            Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="oncelog-"))
-        )
+        self._data_dir = None if data_dir is None else Path(data_dir)
         self._host = host
         self._port = port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self.broker: Broker | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        """The data directory: the one given, or the temporary one made at start."""
+        if self._data_dir is None:
+            raise RuntimeError("the broker has no data directory until it starts")
+        return self._data_dir
 
     @property
     def bootstrap_servers(self) -> str:
@@ -59,6 +65,15 @@ class EmbeddedBroker:
         return self.broker.port
 
     def start(self) -> EmbeddedBroker:
+        if self._data_dir is None:
+            self._data_dir = Path(tempfile.mkdtemp(prefix="oncelog-"))
+        try:
+            return self._start(self._data_dir)
+        except BaseException:
+            self._remove_own_data_dir()
+            raise
+
+    def _start(self, data_dir: Path) -> EmbeddedBroker:
         config = BrokerConfig.load(None, self._overrides)
         self._loop = new_event_loop()
         started = threading.Event()
@@ -69,7 +84,7 @@ class EmbeddedBroker:
             asyncio.set_event_loop(self._loop)
             try:
                 self.broker = Broker(
-                    config, self.data_dir, self._host, self._port, metrics_port=self._metrics_port
+                    config, data_dir, self._host, self._port, metrics_port=self._metrics_port
                 )
                 self._loop.run_until_complete(self.broker.start())
             except BaseException as exc:  # reported to the caller of start()
@@ -86,6 +101,7 @@ class EmbeddedBroker:
         if failure:
             self._thread.join()
             self._loop.close()
+            self._loop = self._thread = None
             raise failure[0]
         return self
 
@@ -93,15 +109,22 @@ class EmbeddedBroker:
         """Stop the broker cleanly (flush, clean-shutdown marker) and end its thread."""
         if self._loop is None or self._thread is None:
             return
-        if self.broker is not None:
-            asyncio.run_coroutine_threadsafe(self.broker.stop(), self._loop).result(START_TIMEOUT_S)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(START_TIMEOUT_S)
-        self._loop.close()
-        self._loop = self._thread = None
-        self.broker = None
-        if self._owns_data_dir:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+        loop, thread = self._loop, self._thread
+        try:
+            if self.broker is not None:
+                asyncio.run_coroutine_threadsafe(self.broker.stop(), loop).result(START_TIMEOUT_S)
+        finally:  # a failed stop still ends the thread and removes the temporary directory
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(START_TIMEOUT_S)
+            self._loop = self._thread = None
+            self.broker = None
+            self._remove_own_data_dir()
+        loop.close()
+
+    def _remove_own_data_dir(self) -> None:
+        if self._owns_data_dir and self._data_dir is not None:
+            shutil.rmtree(self._data_dir, ignore_errors=True)
+            self._data_dir = None
 
     def restart(self) -> None:
         """Stop cleanly and start again on the same data directory and port."""
