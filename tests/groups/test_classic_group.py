@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oncelog.groups import GroupConfig
-from oncelog.groups.classic import ClassicGroup, GroupState, IllegalTransition
+from oncelog.groups.classic_group import VALID_PREVIOUS_STATES, ClassicGroup, GroupState
 from oncelog.groups.messages import (
     JoinGroupResponse,
     Protocol,
@@ -13,6 +13,7 @@ from oncelog.groups.messages import (
     SyncGroupResponse,
 )
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.state_machines import IllegalTransition
 
 from .group_node import Node, join_with_id, stable_group
 
@@ -314,3 +315,15 @@ def test_public_api_is_pinned() -> None:
     assert sorted(oncelog.groups.__all__) == oncelog.groups.__all__
     for name in oncelog.groups.__all__:
         assert getattr(oncelog.groups, name) is not None
+
+
+def test_every_state_documents_what_it_means_and_what_leaves_it() -> None:
+    for s in GroupState:
+        doc = s.__doc__ or ""
+        assert doc != GroupState.__doc__, s
+        assert "leaves" in doc or "nothing leaves it" in doc, s
+
+
+def test_the_transition_table_is_read_only() -> None:
+    with pytest.raises(TypeError):
+        VALID_PREVIOUS_STATES[GroupState.EMPTY] = frozenset()  # type: ignore[index]

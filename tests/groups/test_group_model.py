@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oncelog.groups import GroupConfig
-from oncelog.groups.classic import GroupState
+from oncelog.groups.classic_group import GroupState
 from oncelog.groups.messages import JoinGroupResponse, Protocol
 from oncelog.groups.offsets import (
     OffsetCommitPartition,

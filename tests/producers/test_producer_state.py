@@ -232,7 +232,7 @@ def test_validate_changes_nothing(probe: BatchHeader) -> None:
     before = dict(log.m.entries)
     unstable = log.m.first_unstable_offset()
     log.m.validate(probe)
-    log.m.validate(probe, is_client=False)
+    log.m.validate(probe, from_client=False)
     log.m.validate_marker(7, 1, TxnMarker(True, 5), 0)
     after = dict(log.m.entries)
     assert after == before
@@ -279,12 +279,12 @@ def test_coordinator_origin_checks_epoch_only() -> None:
     log = Log()
     log.send(seqs(0, 4, epoch=2))
     m = log.m
-    assert isinstance(m.validate(header(epoch=2, seq=-1), is_client=False), Append)
+    assert isinstance(m.validate(header(epoch=2, seq=-1), from_client=False), Append)
     assert isinstance(
-        m.validate(seqs(0, 4, epoch=2), is_client=False), Append
+        m.validate(seqs(0, 4, epoch=2), from_client=False), Append
     )  # no duplicate lookup
     assert refused(
-        m.validate(header(epoch=1, seq=-1), is_client=False), ErrorCode.invalid_producer_epoch
+        m.validate(header(epoch=1, seq=-1), from_client=False), ErrorCode.invalid_producer_epoch
     )
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from oncelog.coordinator_partitions import java_string_hash, partition_for
 from oncelog.protocol.errors import ErrorCode as E
+from oncelog.state_machines import IllegalTransition
 from oncelog.transactions.coordinator import (
     API_ADD_OFFSETS_TO_TXN,
     API_ADD_PARTITIONS_TO_TXN,
@@ -17,7 +18,7 @@ from oncelog.transactions.coordinator import (
     client_error,
 )
 from oncelog.transactions.log_records import decode_record, encode_key, encode_value
-from oncelog.transactions.state import SHORT_MAX, IllegalTxnTransition, TransactionMetadata
+from oncelog.transactions.state import SHORT_MAX, TransactionMetadata
 from oncelog.transactions.state import TxnState as S
 
 from .txn_harness import MAX_TIMEOUT, Harness
@@ -440,9 +441,9 @@ def test_complete_with_stale_marker_is_a_no_op(h: Harness) -> None:
     assert h.shard.complete("tx", h.now, marker).records == ()  # completion in flight
     h.write(first)
     assert h.shard.complete("tx", h.now, marker).records == ()  # already complete
-    with pytest.raises(IllegalTxnTransition):
+    with pytest.raises(IllegalTransition):
         h.shard.complete("tx", h.now)
-    with pytest.raises(IllegalTxnTransition):
+    with pytest.raises(IllegalTransition):
         h.shard.complete("unknown", h.now)
 
 

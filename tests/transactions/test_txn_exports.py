@@ -10,7 +10,6 @@ def test_exports() -> None:
         [
             "VALID_PREVIOUS_STATES",
             "CoordinatorResult",
-            "IllegalTxnTransition",
             "MarkerRequest",
             "TransactionCoordinatorShard",
             "TransactionMetadata",

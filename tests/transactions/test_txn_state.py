@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from oncelog.state_machines import IllegalTransition
 from oncelog.transactions.state import (
     NO_PRODUCER_EPOCH,
     SHORT_MAX,
     VALID_PREVIOUS_STATES,
-    IllegalTxnTransition,
     TransactionMetadata,
     TxnState,
     TxnTransition,
@@ -111,7 +111,7 @@ def test_every_transition_is_checked(name: str, state: TxnState) -> None:
         assert transition.source is source
         assert source == md(state)  # preparing changes nothing
     else:
-        with pytest.raises(IllegalTxnTransition) as info:
+        with pytest.raises(IllegalTransition) as info:
             PREPARERS[name](source)
         message = str(info.value)
         assert state.kafka_name in message and "'t'" in message and " to " in message
@@ -131,7 +131,7 @@ def test_increment_and_rotation() -> None:
         -1,
         300,
     )
-    with pytest.raises(IllegalTxnTransition):
+    with pytest.raises(IllegalTransition):
         m.prepare_increment_epoch(5000, 5, 3, 300)  # skips an epoch
     r = md(S.EMPTY, producer_epoch=SHORT_MAX - 1).prepare_producer_id_rotation(8, 1, 9, True).target
     assert (r.producer_id, r.producer_epoch, r.last_producer_epoch, r.previous_producer_id) == (
@@ -184,12 +184,12 @@ def test_create_new_id() -> None:
     assert t.source is None
     assert (t.target.producer_id, t.target.producer_epoch, t.target.state) == (42, 0, S.EMPTY)
     assert t.target.last_producer_epoch == NO_PRODUCER_EPOCH
-    with pytest.raises(IllegalTxnTransition):
+    with pytest.raises(IllegalTransition):
         TxnTransition.create("new", -1, 9000, 10)
 
 
 def test_empty_cannot_hold_partitions() -> None:
-    with pytest.raises(IllegalTxnTransition):
+    with pytest.raises(IllegalTransition):
         replace(md(S.EMPTY), partitions=frozenset({("a", 1)}))
 
 

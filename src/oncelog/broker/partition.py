@@ -166,7 +166,7 @@ class Partition:
         """Validate against the producer state, append, commit the state: no await between."""
         if not header.has_producer_id:
             return self._outcome(self.append_batch(batch, header, now_ms))
-        decision = self.producers.validate(header, is_client=from_client)
+        decision = self.producers.validate(header, from_client=from_client)
         if isinstance(decision, Refuse):
             raise KafkaError(decision.error_code, decision.message)
         if isinstance(decision, Duplicate):

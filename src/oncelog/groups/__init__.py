@@ -1,7 +1,8 @@
 """Consumer group coordinator: classic groups and committed offsets, backed by
 ``__consumer_offsets`` (pure cores; the broker wires them to sockets and the log)."""
 
-from oncelog.groups.classic import ClassicGroupManager, GroupConfig, GroupState
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig
+from oncelog.groups.classic_group import GroupState
 from oncelog.groups.coordinator import GroupCoordinatorShard
 from oncelog.groups.messages import (
     Completion,

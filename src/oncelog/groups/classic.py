@@ -1,4 +1,5 @@
-"""Classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): a pure state machine.
+"""Classic consumer groups (JoinGroup, SyncGroup, Heartbeat, LeaveGroup): the operations of a
+pure state machine.
 
 No I/O, no clock, no asyncio. Every operation takes ``now_ms`` and returns a :class:`Result`;
 timers are deadlines the broker schedules (:meth:`ClassicGroupManager.next_deadline`) and
@@ -11,8 +12,9 @@ Rules follow Kafka 4.x's classic protocol (``group-coordinator/.../GroupMetadata
 classicGroup*, ``classic/ClassicGroup.java``, ``ClassicGroupMember.java``,
 ``ClassicGroupState.java``, the bounds checks of ``GroupCoordinatorService.joinGroup``):
 
-- States and their valid previous states are :data:`VALID_PREVIOUS_STATES`; any other
-  transition is our bug and raises :class:`IllegalTransition`.
+- The states, their meaning and their valid previous states are in
+  :mod:`oncelog.groups.classic_group` with the group and member model; any other
+  transition is our bug and raises :class:`~oncelog.state_machines.IllegalTransition`.
 - JoinGroup v4+ from an unknown member gets MEMBER_ID_REQUIRED and a member id
   (``client_id-uuid``); that id waits as a *pending* member until it rejoins or its session
   timeout passes. Before v4 the member is added at once.
@@ -59,14 +61,14 @@ write ``records`` before sending any response (and reload the shard if a write f
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from operator import itemgetter
 from typing import TypeVar
 
+from oncelog.groups.classic_group import ClassicGroup, ClassicMember, GroupState
 from oncelog.groups.messages import (
     UNKNOWN_MEMBER_ID,
     Completion,
@@ -85,53 +87,16 @@ from oncelog.groups.messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from oncelog.groups.records import (
-    CoordinatorRecord,
-    GroupMetadataKey,
-    GroupMetadataValue,
-    MemberMetadata,
-)
+from oncelog.groups.records import CoordinatorRecord, GroupMetadataKey, GroupMetadataValue
 from oncelog.protocol.errors import ErrorCode
 
 R = TypeVar("R")
 P = TypeVar("P", JoinGroupResponse, SyncGroupResponse)
 
-__all__ = [
-    "VALID_PREVIOUS_STATES",
-    "ClassicGroup",
-    "ClassicGroupManager",
-    "ClassicMember",
-    "GroupConfig",
-    "GroupState",
-    "IllegalTransition",
-]
+__all__ = ["ClassicGroupManager", "GroupConfig"]
 
 _E = ErrorCode
-
-
-class GroupState(enum.Enum):
-    """Kafka's ``ClassicGroupState``; ``value`` is the name DescribeGroups/ListGroups show."""
-
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
 _S = GroupState
-
-VALID_PREVIOUS_STATES: Mapping[GroupState, frozenset[GroupState]] = {
-    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
-    _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
-    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
-    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
-    _S.DEAD: frozenset(GroupState),
-}
-
-
-class IllegalTransition(RuntimeError):
-    """A transition the table forbids: always a bug in this module, never the client's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,237 +109,6 @@ class GroupConfig:
     max_size: int = 2**31 - 1  # group.max.size
     new_member_join_timeout_ms: int = 300_000  # Kafka's classicGroupNewMemberJoinTimeoutMs
     offset_metadata_max_bytes: int = 4_096  # offset.metadata.max.bytes
-
-
-# --- group state ---
-
-
-@dataclass(slots=True, eq=False)
-class ClassicMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[Protocol, ...]
-    assignment: bytes = b""
-    join_request: object | None = None  # the parked JoinGroup, if any
-    sync_request: object | None = None  # the parked SyncGroup, if any
-    is_new: bool = False
-    heartbeat_deadline_ms: int | None = None
-
-    @property
-    def awaiting_join(self) -> bool:
-        return self.join_request is not None
-
-    @property
-    def awaiting_sync(self) -> bool:
-        return self.sync_request is not None
-
-    def has_satisfied_heartbeat(self) -> bool:
-        """Parked members are alive, unless new (a new member's join can time out)."""
-        return not self.is_new and (self.awaiting_join or self.awaiting_sync)
-
-    def metadata(self, protocol: str | None) -> bytes:
-        for p in self.protocols:
-            if p.name == protocol:
-                return p.metadata
-        raise ValueError(f"member {self.member_id} does not support protocol {protocol!r}")
-
-    def vote(self, candidates: set[str]) -> str:
-        for p in self.protocols:
-            if p.name in candidates:
-                return p.name
-        raise ValueError(f"member {self.member_id} supports none of {sorted(candidates)}")
-
-
-@dataclass(slots=True, eq=False)
-class ClassicGroup:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    previous_state: GroupState | None = None
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    current_state_timestamp: int = -1
-    members: dict[str, ClassicMember] = field(default_factory=dict)  # join order
-    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    pending_members: dict[str, int] = field(default_factory=dict)  # member id -> deadline
-    pending_sync: set[str] = field(default_factory=set)
-    new_member_added: bool = False
-    # timers: the join phase (initial delay or rebalance timeout) and the pending syncs
-    join_deadline_ms: int | None = None
-    initial_delay: tuple[int, int] | None = None  # (delay, remaining) while an initial delay
-    sync_deadline_ms: int | None = None
-    sync_generation: int = -1
-
-    # -- queries --
-
-    def is_in(self, *states: GroupState) -> bool:
-        return self.state in states
-
-    def is_leader(self, member_id: str) -> bool:
-        return self.leader_id == member_id
-
-    def can_rebalance(self) -> bool:
-        return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
-
-    def num_awaiting_join(self) -> int:
-        return sum(1 for m in self.members.values() if m.awaiting_join)
-
-    def has_all_members_joined(self) -> bool:
-        return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
-
-    def rebalance_timeout_ms(self) -> int:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    def candidate_protocols(self) -> set[str]:
-        counts: dict[str, int] = {}
-        for m in self.members.values():
-            for p in m.protocols:
-                counts[p.name] = counts.get(p.name, 0) + 1
-        return {name for name, n in counts.items() if n == len(self.members)}
-
-    def supports_protocols(self, protocol_type: str, names: Iterable[str]) -> bool:
-        """Whether a member with these protocols may join (Kafka's ``supportsProtocols``)."""
-        names = set(names)
-        if self.state is GroupState.EMPTY:
-            return protocol_type != "" and bool(names)
-        if self.protocol_type != protocol_type:
-            return False
-        # With no members left (all gone mid-rebalance) any protocol is common to all.
-        return not self.members or bool(names & self.candidate_protocols())
-
-    def select_protocol(self) -> str:
-        if not self.members:
-            raise ValueError(f"group {self.group_id} has no members to elect a protocol")
-        candidates = self.candidate_protocols()
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            name = m.vote(candidates)
-            votes[name] = votes.get(name, 0) + 1
-        first = next(iter(self.members.values()))
-        order = [p.name for p in first.protocols]
-        return max(votes, key=lambda n: (votes[n], -order.index(n)))
-
-    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
-        """Kafka's ``validateMember``: the instance id (if any) must map to this member id."""
-        if group_instance_id is not None:
-            existing = self.static_members.get(group_instance_id)
-            if existing is None:
-                return _E.unknown_member_id
-            if existing != member_id:
-                return _E.fenced_instance_id
-        if member_id not in self.members:
-            return _E.unknown_member_id
-        return None
-
-    def current_members(self) -> tuple[JoinedMember, ...]:
-        return tuple(
-            JoinedMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
-            for m in self.members.values()
-        )
-
-    # -- changes --
-
-    def transition_to(self, target: GroupState, now_ms: int) -> None:
-        if self.state not in VALID_PREVIOUS_STATES[target]:
-            raise IllegalTransition(
-                f"group {self.group_id}: {self.state.value} -> {target.value} is not a valid "
-                f"transition (valid from: "
-                f"{sorted(s.value for s in VALID_PREVIOUS_STATES[target])})"
-            )
-        self.previous_state = self.state
-        self.state = target
-        self.current_state_timestamp = now_ms
-
-    def add(self, member: ClassicMember) -> None:
-        if member.group_instance_id is not None:
-            if member.group_instance_id in self.static_members:
-                raise ValueError(f"instance {member.group_instance_id} is already a member")
-            self.static_members[member.group_instance_id] = member.member_id
-        if not self.members:
-            self.protocol_type = member.protocol_type
-        if self.protocol_type != member.protocol_type:
-            raise ValueError("the member's protocol type is not the group's")
-        if self.leader_id is None:
-            self.leader_id = member.member_id
-        self.members[member.member_id] = member
-        self.pending_members.pop(member.member_id, None)
-
-    def remove(self, member_id: str) -> ClassicMember | None:
-        member = self.members.pop(member_id, None)
-        if member is not None and member.group_instance_id is not None:
-            self.static_members.pop(member.group_instance_id, None)
-        if self.leader_id == member_id:
-            self.leader_id = next(iter(self.members), None)
-        self.pending_members.pop(member_id, None)
-        self.pending_sync.discard(member_id)
-        return member
-
-    def maybe_elect_new_joined_leader(self) -> bool:
-        """True if the leader rejoined or a rejoined member replaced it."""
-        if self.leader_id is None:
-            return False
-        if self.members[self.leader_id].awaiting_join:
-            return True
-        for m in self.members.values():
-            if m.awaiting_join:
-                self.leader_id = m.member_id
-                return True
-        return False
-
-    def init_next_generation(self, now_ms: int) -> None:
-        self.generation_id += 1
-        if self.members:
-            self.protocol_name = self.select_protocol()
-            self.transition_to(GroupState.COMPLETING_REBALANCE, now_ms)
-        else:
-            self.protocol_name = None
-            self.transition_to(GroupState.EMPTY, now_ms)
-        self.pending_sync.clear()
-
-    def metadata_record(self, assignment: Mapping[str, bytes] | None = None) -> CoordinatorRecord:
-        """The group metadata record of the current generation (Kafka's
-        ``newGroupMetadataRecord``): each member's metadata for the elected protocol."""
-        members = tuple(
-            MemberMetadata(
-                member_id=m.member_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                session_timeout=m.session_timeout_ms,
-                subscription=m.metadata(self.protocol_name),
-                assignment=(assignment or {}).get(m.member_id, m.assignment),
-                rebalance_timeout=m.rebalance_timeout_ms,
-                group_instance_id=m.group_instance_id,
-            )
-            for m in self.members.values()
-        )
-        value = GroupMetadataValue(
-            protocol_type=self.protocol_type or "",
-            generation=self.generation_id,
-            protocol=self.protocol_name,
-            leader=self.leader_id,
-            current_state_timestamp=self.current_state_timestamp,
-            members=members,
-        )
-        return CoordinatorRecord(GroupMetadataKey(self.group_id), value)
-
-    def next_deadline(self) -> int | None:
-        deadlines = [d for d in (self.join_deadline_ms, self.sync_deadline_ms) if d is not None]
-        deadlines.extend(self.pending_members.values())
-        deadlines.extend(
-            m.heartbeat_deadline_ms
-            for m in self.members.values()
-            if m.heartbeat_deadline_ms is not None
-        )
-        return min(deadlines, default=None)
-
-
-# --- the manager: operations over the groups of one shard ---
 
 
 class _Out:
@@ -765,10 +499,10 @@ class ClassicGroupManager:
             m.sync_request = None
             m.heartbeat_deadline_ms = now_ms + m.session_timeout_ms
 
-    def _remove_member(
-        self, group: ClassicGroup, member: ClassicMember, out: _Out, now_ms: int
-    ) -> None:
-        """A member left or failed: answer its parked join, remove it, rebalance."""
+    def _remove_member(self, group: ClassicGroup, member: ClassicMember, out: _Out) -> None:
+        """Remove a member that left or failed: its parked JoinGroup is answered
+        UNKNOWN_MEMBER_ID, its parked SyncGroup abandoned. The group does not rebalance
+        here: the caller decides, once for all the members one request or timer removes."""
         if member.join_request is not None:
             out.complete(member.join_request, _join_error(_E.unknown_member_id))
             member.join_request = None
@@ -877,13 +611,13 @@ class ClassicGroupManager:
                 if who.group_instance_id is None or target is None:
                     error = _E.unknown_member_id
                 else:
-                    self._remove_member(group, group.members[target], out, now_ms)
+                    self._remove_member(group, group.members[target], out)
             elif who.member_id in group.pending_members:
                 group.pending_members.pop(who.member_id)
             else:
                 error = group.validate_member(who.member_id, who.group_instance_id)
                 if error is None:
-                    self._remove_member(group, group.members[who.member_id], out, now_ms)
+                    self._remove_member(group, group.members[who.member_id], out)
             answers.append(LeftMember(who.member_id, who.group_instance_id, error or _E.none))
             left = left or error is None
         if left:
@@ -949,7 +683,7 @@ class ClassicGroupManager:
             for member_id in sorted(group.pending_sync):
                 member = group.members.get(member_id)
                 if member is not None:
-                    self._remove_member(group, member, out, now_ms)
+                    self._remove_member(group, member, out)
             self._prepare_rebalance(group, out, now_ms)
 
     def _on_pending_expired(
@@ -965,7 +699,7 @@ class ClassicGroupManager:
         member.heartbeat_deadline_ms = None
         if member.has_satisfied_heartbeat():
             return
-        self._remove_member(group, member, out, now_ms)
+        self._remove_member(group, member, out)
         if group.is_in(_S.STABLE, _S.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)
         elif group.is_in(_S.PREPARING_REBALANCE) and group.has_all_members_joined():
@@ -978,7 +712,7 @@ class ClassicGroupManager:
         for group_id in group_ids:
             group = self._groups.get(group_id)
             if group is None:
-                described.append(DescribedGroup(group_id, _E.none, _S.DEAD.value, "", "", ()))
+                described.append(DescribedGroup(group_id, _E.none, _S.DEAD.kafka_name, "", "", ()))
                 continue
             stable = group.is_in(_S.STABLE)
             members = tuple(
@@ -996,7 +730,7 @@ class ClassicGroupManager:
                 DescribedGroup(
                     group_id,
                     _E.none,
-                    group.state.value,
+                    group.state.kafka_name,
                     group.protocol_type or "",
                     (group.protocol_name or "") if stable else "",
                     members,
@@ -1007,9 +741,9 @@ class ClassicGroupManager:
     def list(self, states: Iterable[str] = ()) -> tuple[ListedGroup, ...]:
         wanted = {s.strip().lower() for s in states}
         return tuple(
-            ListedGroup(g.group_id, g.protocol_type or "", g.state.value)
+            ListedGroup(g.group_id, g.protocol_type or "", g.state.kafka_name)
             for g in self._groups.values()
-            if not wanted or g.state.value.lower() in wanted
+            if not wanted or g.state.kafka_name.lower() in wanted
         )
 
     def delete(self, group_id: str) -> Result[ErrorCode]:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from oncelog.groups.classic import ClassicGroupManager, GroupConfig, GroupState
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig
+from oncelog.groups.classic_group import GroupState
 from oncelog.groups.messages import (
     DescribedGroup,
     HeartbeatRequest,

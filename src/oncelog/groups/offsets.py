@@ -34,12 +34,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from oncelog.groups.classic import (
-    ClassicGroup,
-    ClassicGroupManager,
-    GroupConfig,
-    GroupState,
-)
+from oncelog.groups.classic import ClassicGroupManager, GroupConfig
+from oncelog.groups.classic_group import ClassicGroup, GroupState
 from oncelog.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from oncelog.groups.messages import Result
 from oncelog.groups.records import CoordinatorRecord, OffsetCommitKey, OffsetCommitValue

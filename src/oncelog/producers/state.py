@@ -234,10 +234,10 @@ class ProducerStateManager:
 
     # --- live path: validate, then commit after the log append ---
 
-    def validate(self, header: BatchHeader, *, is_client: bool = True) -> Decision:
+    def validate(self, header: BatchHeader, *, from_client: bool = True) -> Decision:
         """Decide on a data batch without changing anything.
 
-        ``is_client=False`` is Kafka's coordinator origin (e.g. transactional offset
+        ``from_client=False`` is Kafka's coordinator origin (e.g. transactional offset
         commits): epoch and transaction checks only, no sequences, no duplicate lookup.
         """
         if not header.has_producer_id:
@@ -248,12 +248,12 @@ class ProducerStateManager:
         first_seq, last_seq = header.base_sequence, header.last_sequence
         base = self._entries.get(pid)
         entry = _or_empty(base, pid)
-        if is_client and epoch == entry.producer_epoch:
+        if from_client and epoch == entry.producer_epoch:
             cached = entry.find_duplicate(first_seq, last_seq)
             if cached is not None:
                 return Duplicate(cached.first_offset, cached.last_offset, cached.timestamp)
         refusal = _check_epoch(entry, epoch)
-        if refusal is None and is_client:
+        if refusal is None and from_client:
             refusal = _check_sequence(entry, epoch, first_seq)
         if refusal is not None:
             return refusal

@@ -22,7 +22,6 @@ from oncelog.transactions.log_records import (
 )
 from oncelog.transactions.state import (
     VALID_PREVIOUS_STATES,
-    IllegalTxnTransition,
     TransactionMetadata,
     TxnState,
     TxnTransition,
@@ -32,7 +31,6 @@ from oncelog.transactions.state import (
 __all__ = [
     "VALID_PREVIOUS_STATES",
     "CoordinatorResult",
-    "IllegalTxnTransition",
     "MarkerRequest",
     "TransactionCoordinatorShard",
     "TransactionMetadata",

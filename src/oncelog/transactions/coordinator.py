@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from oncelog.protocol.errors import ErrorCode
+from oncelog.state_machines import IllegalTransition
 from oncelog.transactions.log_records import VALUE_VERSION, decode_record, encode_key, encode_value
 from oncelog.transactions.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
-    IllegalTxnTransition,
     TopicPartition,
     TransactionMetadata,
     TxnState,
@@ -335,7 +335,7 @@ class TransactionCoordinatorShard:
                     return _error(ErrorCode.producer_fenced)
                 transition = current.prepare_increment_epoch(txn_timeout_ms, *epochs, now_ms)
             return self._write(transition, self._ok(transition.target))
-        raise IllegalTxnTransition(
+        raise IllegalTransition(
             f"transactional id {transactional_id!r} found in state {state.kafka_name}, "
             "which is never stored"
         )
@@ -438,7 +438,7 @@ class TransactionCoordinatorShard:
             TxnState.COMPLETE_ABORT,
         ):
             return _error(ErrorCode.invalid_txn_state)
-        raise IllegalTxnTransition(
+        raise IllegalTransition(
             f"transactional id {transactional_id!r} found in state {state.kafka_name}, "
             "which is never stored"
         )
@@ -450,7 +450,7 @@ class TransactionCoordinatorShard:
 
         With ``marker``, a stale one (the transaction it was for is no longer the prepared
         one, or its completion is already in flight) yields an empty result. Without it,
-        the id must be in PREPARE_COMMIT/PREPARE_ABORT (else IllegalTxnTransition).
+        the id must be in PREPARE_COMMIT/PREPARE_ABORT (else IllegalTransition).
         """
         current = self._txns.get(transactional_id)
         if marker is not None and (
@@ -461,7 +461,7 @@ class TransactionCoordinatorShard:
         ):
             return CoordinatorResult()
         if current is None:
-            raise IllegalTxnTransition(f"transactional id {transactional_id!r} is not known")
+            raise IllegalTransition(f"transactional id {transactional_id!r} is not known")
         if transactional_id in self._pending:
             return CoordinatorResult()
         return self._write(current.prepare_complete(now_ms), None)

@@ -24,8 +24,8 @@ is the PREPARE_ABORT with the bumped epoch. Likewise DEAD is never written as a 
 is the tombstone that removes the id.
 
 An invalid transition is *our* bug, never the client's: handlers check state first and
-answer with a Kafka error code. ``IllegalTxnTransition`` names the id, the state and the
-target.
+answer with a Kafka error code. :class:`~oncelog.state_machines.IllegalTransition` names
+the id, the state and the target.
 """
 
 from __future__ import annotations
@@ -34,13 +34,15 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
+
+from oncelog.state_machines import IllegalTransition
 
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "SHORT_MAX",
     "VALID_PREVIOUS_STATES",
-    "IllegalTxnTransition",
     "TopicPartition",
     "TransactionMetadata",
     "TxnState",
@@ -122,11 +124,6 @@ VALID_PREVIOUS_STATES: Mapping[TxnState, frozenset[TxnState]] = MappingProxyType
 del _S
 
 
-class IllegalTxnTransition(RuntimeError):
-    """A transition the state table forbids, or metadata that breaks an invariant: a bug
-    in the coordinator (handlers must refuse such requests with an error code first)."""
-
-
 @dataclass(frozen=True, slots=True)
 class TransactionMetadata:
     """Everything the coordinator knows about one transactional id.
@@ -153,7 +150,7 @@ class TransactionMetadata:
 
     def __post_init__(self) -> None:
         if self.state is TxnState.EMPTY and self.partitions:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: state Empty cannot hold "
                 f"partitions {sorted(self.partitions)}"
             )
@@ -176,7 +173,7 @@ class TransactionMetadata:
         rules; this checks the table and that the epoch moves by at most one.
         """
         if epoch not in (self.producer_epoch, self.producer_epoch + 1) or epoch > SHORT_MAX:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: epoch {self.producer_epoch} "
                 f"cannot move to {epoch}"
             )
@@ -195,7 +192,7 @@ class TransactionMetadata:
     ) -> TxnTransition:
         """Epoch exhausted: a new producer id at epoch 0 (Kafka's ``prepareProducerIdRotation``)."""
         if new_producer_id < 0 or new_producer_id == self.producer_id:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: cannot rotate producer id "
                 f"{self.producer_id} to {new_producer_id}"
             )
@@ -254,7 +251,7 @@ class TransactionMetadata:
         elif self.state is TxnState.PREPARE_ABORT:
             target = TxnState.COMPLETE_ABORT
         else:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: illegal transition from "
                 f"{self.state.kafka_name} to CompleteCommit/CompleteAbort (allowed from "
                 "PrepareCommit/PrepareAbort)"
@@ -269,17 +266,17 @@ class TransactionMetadata:
         """Expiration: DEAD, written as a tombstone."""
         return self._to(TxnState.DEAD, partitions=frozenset())
 
-    def _to(self, state: TxnState, **changes: object) -> TxnTransition:
+    def _to(self, state: TxnState, **changes: Any) -> TxnTransition:
         if self.state not in VALID_PREVIOUS_STATES[state]:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: illegal transition from "
                 f"{self.state.kafka_name} to {state.kafka_name} (allowed from "
                 f"{sorted(s.kafka_name for s in VALID_PREVIOUS_STATES[state])})"
             )
         changes.setdefault("previous_producer_id", self.producer_id)
-        target = replace(self, state=state, **changes)  # type: ignore[arg-type]
+        target = replace(self, state=state, **changes)
         if state is not TxnState.DEAD and target.producer_epoch < 0:
-            raise IllegalTxnTransition(
+            raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: epoch {target.producer_epoch} "
                 f"is not valid in state {state.kafka_name}"
             )
@@ -312,7 +309,7 @@ class TxnTransition:
         """A new transactional id: Kafka builds an EMPTY entry at epoch -1 and bumps it to
         0 in the same step; only the epoch-0 EMPTY is ever written."""
         if producer_id < 0:
-            raise IllegalTxnTransition(f"illegal new producer id {producer_id}")
+            raise IllegalTransition(f"illegal new producer id {producer_id}")
         blank = TransactionMetadata(
             transactional_id=transactional_id,
             producer_id=producer_id,
