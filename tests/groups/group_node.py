@@ -1,7 +1,7 @@
 """A tiny in-memory broker around one GroupCoordinatorShard: it writes every result's records
 to a list standing for the __consumer_offsets partition (as bytes), replays them as the real
 broker must, and keeps the answers to parked requests; and the client rounds several group
-tests share."""
+tests share (joins, a stable group, plain and transactional offset commits)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,11 @@ from oncelog.groups.messages import (
     LeavingMember,
     Protocol,
     SyncGroupRequest,
+)
+from oncelog.groups.offsets import (
+    OffsetCommitPartition,
+    OffsetCommitRequest,
+    TxnOffsetCommitRequest,
 )
 from oncelog.protocol.errors import ErrorCode as E
 
@@ -154,3 +159,57 @@ def stable_group(node: Node, n: int = 2) -> list[str]:
     assert node.answers[leader_sync].error_code == E.none
     assert all(node.answers[f].error_code == E.none for f in followers)
     return ids
+
+
+PID = 4000  # the producer of the transactional offset commits
+
+
+def commit(
+    node: Node,
+    group: str = "g",
+    offset: int = 10,
+    *,
+    generation: int = -1,
+    member: str = "",
+    version: int = 9,
+    partition: int = 0,
+    metadata: str | None = None,
+) -> E:
+    """OffsetCommit of one partition of topic "t" (leader epoch 3); its error code."""
+    req = OffsetCommitRequest(
+        group,
+        (OffsetCommitPartition("t", partition, offset, 3, metadata),),
+        generation,
+        member,
+        None,
+        version,
+    )
+    (answer,) = node.apply(node.shard.commit_offsets(req, node.now)).partitions
+    return answer.error_code
+
+
+def txn_commit(
+    node: Node,
+    group: str = "g",
+    offset: int = 20,
+    *,
+    pid: int = PID,
+    generation: int = -1,
+    member: str = "",
+    instance: str | None = None,
+    partition: int = 0,
+) -> E:
+    """TxnOffsetCommit of one partition of topic "t" by producer ``pid`` (epoch 0) of
+    transactional id "tx"; its error code."""
+    req = TxnOffsetCommitRequest(
+        "tx",
+        group,
+        pid,
+        0,
+        (OffsetCommitPartition("t", partition, offset),),
+        generation,
+        member,
+        instance,
+    )
+    (answer,) = node.apply(node.shard.commit_transactional_offsets(req, node.now)).partitions
+    return answer.error_code

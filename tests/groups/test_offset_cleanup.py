@@ -12,8 +12,7 @@ from oncelog.groups.messages import Protocol
 from oncelog.groups.offsets import OffsetCommitPartition, OffsetCommitRequest
 from oncelog.protocol.errors import ErrorCode as E
 
-from .group_node import Node, join_with_id
-from .test_offsets import PID, commit, txn_commit
+from .group_node import PID, Node, commit, join_with_id, txn_commit
 
 RETENTION = 1_000
 

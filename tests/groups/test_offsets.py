@@ -4,64 +4,11 @@ producer, materialised by the marker), KIP-447 fencing, and load == live."""
 from __future__ import annotations
 
 from oncelog.groups.offsets import (
-    OffsetCommitPartition,
-    OffsetCommitRequest,
     OffsetFetchPartition,
-    TxnOffsetCommitRequest,
 )
 from oncelog.protocol.errors import ErrorCode as E
 
-from .group_node import Node, join_with_id, stable_group
-
-PID = 4000
-
-
-def commit(
-    node: Node,
-    group: str = "g",
-    offset: int = 10,
-    *,
-    generation: int = -1,
-    member: str = "",
-    version: int = 9,
-    partition: int = 0,
-    metadata: str | None = None,
-) -> E:
-    req = OffsetCommitRequest(
-        group,
-        (OffsetCommitPartition("t", partition, offset, 3, metadata),),
-        generation,
-        member,
-        None,
-        version,
-    )
-    (answer,) = node.apply(node.shard.commit_offsets(req, node.now)).partitions
-    return answer.error_code
-
-
-def txn_commit(
-    node: Node,
-    group: str = "g",
-    offset: int = 20,
-    *,
-    pid: int = PID,
-    generation: int = -1,
-    member: str = "",
-    instance: str | None = None,
-    partition: int = 0,
-) -> E:
-    req = TxnOffsetCommitRequest(
-        "tx",
-        group,
-        pid,
-        0,
-        (OffsetCommitPartition("t", partition, offset),),
-        generation,
-        member,
-        instance,
-    )
-    (answer,) = node.apply(node.shard.commit_transactional_offsets(req, node.now)).partitions
-    return answer.error_code
+from .group_node import PID, Node, commit, join_with_id, stable_group, txn_commit
 
 
 def fetched(

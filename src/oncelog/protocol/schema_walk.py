@@ -269,7 +269,11 @@ class _Walker:
             return start
         item = field.item
         plan = field.struct
-        item_size = item.min_size if item is not None else plan.min_size  # type: ignore[union-attr]
+        if item is not None:
+            item_size = item.min_size
+        else:
+            assert plan is not None, f"{field.name}: an array has an item or a struct plan"
+            item_size = plan.min_size
         left = len(self.data) - start
         if count * max(item_size, 1) > left:
             raise FrameError(
