@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import Consumer, Producer
 
-from oncelog.cli.groups import decode_assignment
+from oncelog.client.group_lag import decode_assignment
 from oncelog.testing import EmbeddedBroker
 
 from .admin_helpers import TIMEOUT_S, create_topic, plain_produce, run_cli, run_json

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from oncelog.cli.groups import READ_COMMITTED, READ_UNCOMMITTED, latest_offsets
-from oncelog.client.connection import KafkaConnection
+from oncelog.client.admin import Admin, Isolation, OffsetSpec
 from oncelog.testing import EmbeddedBroker
 
 from .admin_helpers import (
@@ -27,11 +26,13 @@ from .admin_helpers import (
 
 def offsets(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:
     """(high watermark, last stable offset)."""
-    with KafkaConnection(bootstrap) as conn:
+    with Admin.connect(bootstrap) as admin:
         where = {topic: [partition]}
         return (
-            latest_offsets(conn, where, READ_UNCOMMITTED)[(topic, partition)],
-            latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)],
+            admin.list_offsets(where, OffsetSpec.LATEST)[(topic, partition)],
+            admin.list_offsets(where, OffsetSpec.LATEST, Isolation.READ_COMMITTED)[
+                (topic, partition)
+            ],
         )
 
 

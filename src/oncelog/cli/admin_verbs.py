@@ -8,11 +8,9 @@ and the ``groups`` verbs are registered on the existing groups (see ``cli/main.p
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
-from oncelog.cli.groups import check, latest_offsets, topic_partitions
+from oncelog.broker.config import ConfigSource
 from oncelog.cli.output import (
     CliError,
     bootstrap_option,
@@ -22,13 +20,10 @@ from oncelog.cli.output import (
     print_table,
     reports_errors,
 )
-from oncelog.client.connection import KafkaConnection
-from oncelog.protocol.api_versions import ApiKey
+from oncelog.client.admin import Admin, ConfigResourceType, OffsetSpec
 from oncelog.protocol.errors import ErrorCode
 
-RESOURCE_TYPES = {"topics": 2, "brokers": 4}
-SET, DELETE = 0, 1
-EARLIEST, LATEST = -2, -1
+RESOURCE_TYPES = {"topics": ConfigResourceType.TOPIC, "brokers": ConfigResourceType.BROKER}
 
 entity_type_option = click.option(
     "--entity-type",
@@ -62,32 +57,17 @@ def describe_configs(
     bootstrap: str, entity_type: str, entity_name: str, show_all: bool, as_json: bool
 ) -> None:
     """Each key's value and where it comes from (topic override, dynamic, static, default)."""
-    with KafkaConnection(bootstrap) as conn:
-        response = conn.request(
-            ApiKey.DESCRIBE_CONFIGS,
-            {
-                "resources": [
-                    {
-                        "resource_type": RESOURCE_TYPES[entity_type],
-                        "resource_name": entity_name,
-                        "configuration_keys": None,
-                    }
-                ],
-                "include_synonyms": False,
-                "include_documentation": False,
-            },
-        )
-    (result,) = response.results
-    check(result.error_code, result.error_message, f"{entity_type} {entity_name!r}")
+    with Admin.connect(bootstrap) as admin:
+        entries = admin.describe_configs(RESOURCE_TYPES[entity_type], entity_name)
     rows = [
         {
             "name": c.name,
             "value": c.value,
-            "source": _SOURCES.get(c.config_source, str(c.config_source)),
+            "source": _SOURCES.get(c.source, str(c.source)),
             "read_only": c.read_only,
         }
-        for c in result.configs
-        if show_all or c.config_source not in (5,)
+        for c in entries
+        if show_all or c.source != ConfigSource.DEFAULT_CONFIG
     ]
     if as_json:
         print_json(rows)
@@ -98,7 +78,13 @@ def describe_configs(
     )
 
 
-_SOURCES = {1: "topic", 2: "dynamic broker", 3: "dynamic default", 4: "static", 5: "default"}
+_SOURCES: dict[int, str] = {
+    ConfigSource.TOPIC_CONFIG: "topic",
+    ConfigSource.DYNAMIC_BROKER_CONFIG: "dynamic broker",
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "dynamic default",
+    ConfigSource.STATIC_BROKER_CONFIG: "static",
+    ConfigSource.DEFAULT_CONFIG: "default",
+}
 
 
 @configs.command("alter")
@@ -122,29 +108,18 @@ def alter_configs(
     as_json: bool,
 ) -> None:
     """Set and unset keys (IncrementalAlterConfigs: other keys stay as they are)."""
-    changes = [
-        {"name": k, "config_operation": SET, "value": v}
-        for k, v in parse_key_values(additions, "--add-config").items()
-    ] + [{"name": k, "config_operation": DELETE, "value": None} for k in deletions]
-    if not changes:
+    set_keys = parse_key_values(additions, "--add-config")
+    if not set_keys and not deletions:
         raise click.UsageError("give --add-config and/or --delete-config")
-    with KafkaConnection(bootstrap) as conn:
-        response = conn.request(
-            ApiKey.INCREMENTAL_ALTER_CONFIGS,
-            {
-                "resources": [
-                    {
-                        "resource_type": RESOURCE_TYPES[entity_type],
-                        "resource_name": entity_name,
-                        "configs": changes,
-                    }
-                ],
-                "validate_only": validate_only,
-            },
+    with Admin.connect(bootstrap) as admin:
+        admin.alter_configs(
+            RESOURCE_TYPES[entity_type],
+            entity_name,
+            set_keys,
+            deletions,
+            validate_only=validate_only,
         )
-    (answer,) = response.responses
-    check(answer.error_code, answer.error_message, f"{entity_type} {entity_name!r}")
-    changed = [str(c["name"]) for c in changes]
+    changed = [*set_keys, *deletions]
     if as_json:
         print_json({"changed": changed, "validate_only": validate_only})
     else:
@@ -165,17 +140,8 @@ def alter_configs(
 @reports_errors
 def alter_topic(bootstrap: str, topic: str, partitions: int, as_json: bool) -> None:
     """Add partitions to a topic (CreatePartitions; existing data does not move)."""
-    with KafkaConnection(bootstrap) as conn:
-        response = conn.request(
-            ApiKey.CREATE_PARTITIONS,
-            {
-                "topics": [{"name": topic, "count": partitions, "assignments": None}],
-                "timeout": 30_000,
-                "validate_only": False,
-            },
-        )
-    (result,) = response.results
-    check(result.error_code, result.error_message, f"topic {topic!r}")
+    with Admin.connect(bootstrap) as admin:
+        admin.create_partitions(topic, partitions)
     if as_json:
         print_json({"topic": topic, "partitions": partitions})
     else:
@@ -198,7 +164,7 @@ def records() -> None:
     "--before",
     "offset",
     type=int,
-    default=LATEST,
+    default=OffsetSpec.LATEST.value,
     show_default=True,
     help="Delete the records below this offset (-1: everything up to the high watermark).",
 )
@@ -208,24 +174,10 @@ def delete_records(
     bootstrap: str, topic: str, partitions: tuple[int, ...], offset: int, as_json: bool
 ) -> None:
     """Move the log start offset of partitions up (DeleteRecords)."""
-    with KafkaConnection(bootstrap) as conn:
-        indexes = list(partitions) or topic_partitions(conn, [topic])[topic]
-        response = conn.request(
-            ApiKey.DELETE_RECORDS,
-            {
-                "topics": [
-                    {
-                        "name": topic,
-                        "partitions": [{"partition_index": i, "offset": offset} for i in indexes],
-                    }
-                ],
-                "timeout": 30_000,
-            },
-        )
-    rows = []
-    for answer in response.topics[0].partitions:
-        check(answer.error_code, None, f"{topic}-{answer.partition_index}")
-        rows.append({"partition": answer.partition_index, "low_watermark": answer.low_watermark})
+    with Admin.connect(bootstrap) as admin:
+        indexes = list(partitions) or admin.topic_partitions([topic])[topic]
+        low_watermarks = admin.delete_records(topic, dict.fromkeys(indexes, offset))
+    rows = [{"partition": p, "low_watermark": low} for p, low in low_watermarks.items()]
     if as_json:
         print_json(rows)
     else:
@@ -246,9 +198,9 @@ def delete_records(
 @reports_errors
 def delete_groups(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -> None:
     """Delete Empty groups and their committed offsets (DeleteGroups)."""
-    with KafkaConnection(bootstrap) as conn:
-        response = conn.request(ApiKey.DELETE_GROUPS, {"groups_names": list(group_ids)})
-    rows = [(r.group_id, _error_name(r.error_code)) for r in response.results]
+    with Admin.connect(bootstrap) as admin:
+        outcomes = admin.delete_groups(group_ids)
+    rows = [(group, _error_name(code)) for group, code in outcomes.items()]
     if as_json:
         print_json([{"group": g, "error": e} for g, e in rows])
     else:
@@ -269,23 +221,10 @@ def delete_offsets(
     bootstrap: str, group_id: str, topic: str, partitions: tuple[int, ...], as_json: bool
 ) -> None:
     """Delete a group's committed offsets of a topic (OffsetDelete)."""
-    with KafkaConnection(bootstrap) as conn:
-        indexes = list(partitions) or topic_partitions(conn, [topic])[topic]
-        response = conn.request(
-            ApiKey.OFFSET_DELETE,
-            {
-                "group_id": group_id,
-                "topics": [
-                    {"name": topic, "partitions": [{"partition_index": i} for i in indexes]}
-                ],
-            },
-        )
-    check(response.error_code, None, f"group {group_id!r}")
-    rows = [
-        (t.name, p.partition_index, _error_name(p.error_code))
-        for t in response.topics
-        for p in t.partitions
-    ]
+    with Admin.connect(bootstrap) as admin:
+        indexes = list(partitions) or admin.topic_partitions([topic])[topic]
+        outcomes = admin.delete_group_offsets(group_id, topic, indexes)
+    rows = [(t, p, _error_name(code)) for (t, p), code in outcomes.items()]
     if as_json:
         print_json([{"topic": t, "partition": p, "error": e} for t, p, e in rows])
     else:
@@ -318,14 +257,15 @@ def reset_offsets(
     """Set a group's committed offsets (the group must be Empty, as in Kafka's tool)."""
     if (target is None) == (to_offset is None):
         raise click.UsageError("give one of --to-earliest, --to-latest, --to-offset")
-    with KafkaConnection(bootstrap) as conn:
-        indexes = list(partitions) or topic_partitions(conn, [topic])[topic]
+    with Admin.connect(bootstrap) as admin:
+        indexes = list(partitions) or admin.topic_partitions([topic])[topic]
         if to_offset is not None:
             plan = {(topic, i): to_offset for i in indexes}
         else:
-            plan = _offsets_at(conn, topic, indexes, EARLIEST if target == "earliest" else LATEST)
+            spec = OffsetSpec.EARLIEST if target == "earliest" else OffsetSpec.LATEST
+            plan = admin.list_offsets({topic: indexes}, spec)
         if execute:
-            _commit(conn, group_id, plan)
+            admin.alter_group_offsets(group_id, plan)
     rows = [(t, p, offset) for (t, p), offset in sorted(plan.items())]
     if as_json:
         print_json(
@@ -338,61 +278,6 @@ def reset_offsets(
     print_table(["Topic", "Partition", "New offset"], rows, right=["Partition", "New offset"])
     if not execute:
         click.echo("Nothing changed: add --execute to commit these offsets.")
-
-
-def _offsets_at(
-    conn: KafkaConnection, topic: str, indexes: list[int], timestamp: int
-) -> dict[tuple[str, int], int]:
-    if timestamp == LATEST:
-        return latest_offsets(conn, {topic: indexes}, 0)
-    response = conn.request(
-        ApiKey.LIST_OFFSETS,
-        {
-            "replica_id": -1,
-            "isolation_level": 0,
-            "timeout": 30_000,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {"partition_index": i, "current_leader_epoch": -1, "timestamp": timestamp}
-                        for i in indexes
-                    ],
-                }
-            ],
-        },
-    )
-    found = {}
-    for p in response.topics[0].partitions:
-        check(p.error_code, None, f"offsets of {topic}-{p.partition_index}")
-        found[(topic, p.partition_index)] = p.offset
-    return found
-
-
-def _commit(conn: KafkaConnection, group_id: str, plan: dict[tuple[str, int], int]) -> None:
-    by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), offset in sorted(plan.items()):
-        by_topic.setdefault(topic, []).append(
-            {
-                "partition_index": partition,
-                "committed_offset": offset,
-                "committed_leader_epoch": -1,
-                "committed_metadata": "",
-            }
-        )
-    response = conn.request(
-        ApiKey.OFFSET_COMMIT,
-        {
-            "group_id": group_id,
-            "generation_id_or_member_epoch": -1,
-            "member_id": "",
-            "group_instance_id": None,
-            "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
-        },
-    )
-    for topic in response.topics:
-        for p in topic.partitions:
-            check(p.error_code, None, f"commit of {topic.name}-{p.partition_index}")
 
 
 def _error_name(code: int) -> str:

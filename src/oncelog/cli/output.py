@@ -1,24 +1,29 @@
-"""What every CLI command shares: `--json` for scripts, rich tables for people, and
-turning expected failures into one clear line and a non-zero exit (never a traceback)."""
+"""What every CLI command shares: `--json` for scripts, rich tables for people, times as
+ISO 8601, and turning expected failures into one clear line and a non-zero exit (never a
+traceback). The commands only parse arguments and present; the requests are
+:mod:`oncelog.client.admin`'s."""
 
 from __future__ import annotations
 
 import base64
+import datetime
 import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from oncelog.client.admin import AdminError
 from oncelog.client.connection import ProtocolClientError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class CliError(Exception):
@@ -54,17 +59,18 @@ def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, "logger": _LibrdkafkaLog(), **settings}
 
 
-def reports_errors(command: F) -> F:
-    """Show CliError and connection failures as `Error: ...` with exit status 1."""
+def reports_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Show CliError, the broker's refusals and connection failures as `Error: ...` with
+    exit status 1."""
 
     @functools.wraps(command)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
-        except (CliError, ProtocolClientError) as exc:
+        except (CliError, AdminError, ProtocolClientError) as exc:
             raise click.ClickException(str(exc)) from exc
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def parse_key_values(pairs: Sequence[str], option: str) -> dict[str, str]:
@@ -102,3 +108,12 @@ def render_bytes(data: bytes | None, *, binary: bool = False) -> str | None:
     if data is None:
         return None
     return base64.b64encode(data).decode("ascii") if binary else data.decode("utf-8", "replace")
+
+
+def iso_utc(timestamp_ms: int | None) -> str | None:
+    """Milliseconds since the epoch as ISO 8601 UTC with milliseconds; None if unknown (None
+    or negative)."""
+    if timestamp_ms is None or timestamp_ms < 0:
+        return None
+    moment = datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,8 +16,7 @@ from oncelog.cli.output import (
     print_table,
     reports_errors,
 )
-from oncelog.cli.topic_admin import TopicAdmin, TopicDescription
-from oncelog.client.connection import KafkaConnection
+from oncelog.client.admin import Admin, TopicDescription
 
 NUMBER_COLUMNS = [
     "Partition",
@@ -31,12 +28,6 @@ NUMBER_COLUMNS = [
     "Segments",
     "Bytes",
 ]
-
-
-@contextmanager
-def _admin(bootstrap: str) -> Iterator[TopicAdmin]:
-    with KafkaConnection(bootstrap) as connection:
-        yield TopicAdmin(connection)
 
 
 @click.group()
@@ -77,8 +68,8 @@ def create(
 ) -> None:
     """Create a topic."""
     overrides = parse_key_values(configs, "--config")
-    with _admin(bootstrap) as admin:
-        created = admin.create(topic, partitions or -1, replication_factor, overrides)
+    with Admin.connect(bootstrap) as admin:
+        created = admin.create_topic(topic, partitions or -1, replication_factor, overrides)
     if as_json:
         print_json(asdict(created))
     else:
@@ -94,7 +85,7 @@ def create(
 @reports_errors
 def list_topics(bootstrap: str, as_json: bool) -> None:
     """List every topic, internal ones included."""
-    with _admin(bootstrap) as admin:
+    with Admin.connect(bootstrap) as admin:
         found = admin.list_topics()
     if as_json:
         print_json([asdict(t) for t in found])
@@ -129,8 +120,8 @@ def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -
     under-replicated (fewer in-sync replicas than replicas), and counts those. The segment
     count needs --data-dir.
     """
-    with _admin(bootstrap) as admin:
-        description = admin.describe(topic)
+    with Admin.connect(bootstrap) as admin:
+        description = admin.describe_topic(topic)
     segments = (
         {p.partition: _count_segments(data_dir, topic, p.partition) for p in description.partitions}
         if data_dir
@@ -219,8 +210,8 @@ def _count_segments(data_dir: Path, topic: str, partition: int) -> int:
 @reports_errors
 def delete(bootstrap: str, topic: str, as_json: bool) -> None:
     """Delete a topic and its data."""
-    with _admin(bootstrap) as admin:
-        topic_id = admin.delete(topic)
+    with Admin.connect(bootstrap) as admin:
+        topic_id = admin.delete_topic(topic)
     if as_json:
         print_json({"name": topic, "topic_id": topic_id, "deleted": True})
     else:

@@ -2,216 +2,56 @@
 
 list and describe ask the transaction coordinator (ListTransactions, DescribeTransactions).
 find-hanging asks the partitions (DescribeProducers) which transactions they hold open and
-the coordinator which of those it still knows. abort writes an ABORT marker to one
-partition (WriteTxnMarkers), which is how Kafka's admin client ends a hanging transaction.
+the coordinator which of those it still knows (:mod:`oncelog.client.hanging`). abort writes
+an ABORT marker to one partition (WriteTxnMarkers), which is how Kafka's admin client ends
+a hanging transaction.
 """
 
 from __future__ import annotations
 
-import struct
-import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import click
 
-from oncelog.cli.groups import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    check,
-    latest_offsets,
-    topic_partitions,
-)
 from oncelog.cli.output import (
-    CliError,
     bootstrap_option,
+    iso_utc,
     json_option,
     print_json,
     print_table,
     reports_errors,
 )
-from oncelog.cli.producers import iso_utc
-from oncelog.client.connection import KafkaConnection, ProtocolClientError
-from oncelog.protocol import codec
-from oncelog.protocol.api_versions import ApiKey
-from oncelog.protocol.errors import ErrorCode
-
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort")
-# DescribeTransactions lists the partitions of these states that still wait for a marker.
-WAITING_FOR_MARKERS = frozenset(OPEN_STATES)
-HANGING = "hanging"
-ONGOING = "ongoing"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+from oncelog.client.admin import Admin, AdminError, Transaction, TransactionListing
+from oncelog.client.hanging import (
+    HANGING,
+    WAITING_FOR_MARKERS,
+    abort_transaction,
+    find_open_transactions,
+    producer_at,
+    still_tracked,
+)
+from oncelog.clock import wall_clock_ms
 
 
-@dataclass(frozen=True)
-class Transaction:
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int | None
-    state: str
-    timeout_ms: int | None
-    start_time_ms: int | None  # None: no transaction started yet
-    start_time: str | None
-    duration_ms: int | None  # only while the transaction is open
-    partitions: list[str]
-
-
-# -- DescribeTransactions, decoded here ------------------------------------------------------
-# Kafka sends transaction_start_time -1 while no transaction has started (state Empty, and
-# every error entry), but kio 0.6.5 refuses a negative non-nullable datetime_i64 ("Cannot
-# parse negative timestamp"), so the generic codec cannot read such a response. v0 is small
-# and flexible: read it with struct until the codec adapter handles this.
-
-DESCRIBE_TRANSACTIONS_VERSION = 0
-
-
-@dataclass(frozen=True)
-class _DescribedTopic:
-    topic: str
-    partitions: list[int]
-
-
-@dataclass(frozen=True)
-class _DescribedState:
-    error_code: int
-    transactional_id: str
-    transaction_state: str
-    transaction_timeout: int
-    transaction_start_time: int
-    producer_id: int
-    producer_epoch: int
-    topics: list[_DescribedTopic]
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def fixed(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return int(value)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            byte = self.data[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-
-    def string(self) -> str:
-        size = self.uvarint() - 1
-        text = self.data[self.pos : self.pos + max(size, 0)].decode("utf-8")
-        self.pos += max(size, 0)
-        return text
-
-    def count(self) -> int:
-        return max(self.uvarint() - 1, 0)
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
-
-
-def _describe_request(conn: KafkaConnection, ids: list[str]) -> list[_DescribedState]:
-    conn.version_for(ApiKey.DESCRIBE_TRANSACTIONS)  # the broker must have the API
-    api = codec.api_codec(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION)
-    correlation_id = 0x7E57
-    try:
-        conn.send_raw(
-            codec.encode_request(api, correlation_id, conn.client_id, {"transactional_ids": ids})
-        )
-        frame = conn.receive_frame()
-    except OSError as exc:
-        raise ProtocolClientError(f"DESCRIBE_TRANSACTIONS request failed: {exc}") from exc
-    try:
-        r = _Reader(frame)
-        if r.fixed(">i") != correlation_id:
-            raise ProtocolClientError("DescribeTransactions answered another request")
-        r.skip_tags()  # response header v1
-        r.fixed(">i")  # throttle time
-        states = []
-        for _ in range(r.count()):
-            error_code, tid, state = r.fixed(">h"), r.string(), r.string()
-            timeout, start = r.fixed(">i"), r.fixed(">q")
-            pid, epoch = r.fixed(">q"), r.fixed(">h")
-            topics = []
-            for _ in range(r.count()):
-                name = r.string()
-                topics.append(_DescribedTopic(name, [r.fixed(">i") for _ in range(r.count())]))
-                r.skip_tags()
-            r.skip_tags()
-            states.append(
-                _DescribedState(error_code, tid, state, timeout, start, pid, epoch, topics)
-            )
-        return states
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
-        raise ProtocolClientError(f"unreadable DescribeTransactions response: {exc}") from exc
-
-
-def list_transactions(
-    conn: KafkaConnection,
-    states: Sequence[str] = (),
-    producer_ids: Sequence[int] = (),
-    duration_filter_ms: int = -1,
-) -> list[tuple[str, int, str]]:
-    body: dict[str, Any] = {
-        "state_filters": list(states),
-        "producer_id_filters": list(producer_ids),
-        "duration_filter": duration_filter_ms,
+def _as_row(listed: TransactionListing, found: Transaction | None, now_ms: int) -> dict[str, Any]:
+    """What list and describe show of one transactional id (the --json keys)."""
+    start = None if found is None else found.start_time_ms
+    state = listed.state if found is None else found.state
+    return {
+        "transactional_id": listed.transactional_id,
+        "producer_id": listed.producer_id if found is None else found.producer_id,
+        "producer_epoch": None if found is None else found.producer_epoch,
+        "state": state,
+        "timeout_ms": None if found is None else found.timeout_ms,
+        "start_time_ms": start,
+        "start_time": iso_utc(start),
+        # only while the transaction is open
+        "duration_ms": now_ms - start
+        if start is not None and state in WAITING_FOR_MARKERS
+        else None,
+        "partitions": [] if found is None else found.partitions,
     }
-    if duration_filter_ms >= 0 and conn.version_for(ApiKey.LIST_TRANSACTIONS) < 1:
-        raise CliError("the broker does not support --duration-filter (ListTransactions v1)")
-    response = conn.request(ApiKey.LIST_TRANSACTIONS, body)
-    check(response.error_code, None, "list transactions")
-    if response.unknown_state_filters:
-        raise CliError(
-            f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
-            f" (known: Empty, {', '.join(OPEN_STATES)}, CompleteCommit, CompleteAbort,"
-            " PrepareEpochFence, Dead)"
-        )
-    return sorted(
-        (t.transactional_id, t.producer_id, t.transaction_state)
-        for t in response.transaction_states
-    )
-
-
-def describe_transactions(conn: KafkaConnection, ids: list[str]) -> dict[str, Transaction | None]:
-    """Each id's description; None for TRANSACTIONAL_ID_NOT_FOUND."""
-    if not ids:
-        return {}
-    response = _describe_request(conn, list(ids))
-    now = now_ms()
-    found: dict[str, Transaction | None] = {}
-    for t in response:
-        if t.error_code == ErrorCode.transactional_id_not_found:
-            found[t.transactional_id] = None
-            continue
-        check(t.error_code, None, f"transactional id {t.transactional_id!r}")
-        start = None if t.transaction_start_time < 0 else t.transaction_start_time
-        found[t.transactional_id] = Transaction(
-            transactional_id=t.transactional_id,
-            producer_id=t.producer_id,
-            producer_epoch=t.producer_epoch,
-            state=t.transaction_state,
-            timeout_ms=t.transaction_timeout,
-            start_time_ms=start,
-            start_time=None if start is None else iso_utc(start),
-            duration_ms=(now - start)
-            if start is not None and t.transaction_state in OPEN_STATES
-            else None,
-            partitions=[f"{d.topic}-{p}" for d in t.topics for p in sorted(d.partitions)],
-        )
-    return found
 
 
 @click.group()
@@ -256,22 +96,15 @@ def list_command(
 ) -> None:
     """Every transactional id the coordinator holds: producer id and epoch, state, and for
     an open transaction (Ongoing, PrepareCommit, PrepareAbort) how long it has run."""
-    with KafkaConnection(bootstrap) as conn:
-        listed = list_transactions(
-            conn,
-            list(states),
-            list(producer_ids),
-            -1 if duration_filter is None else duration_filter,
+    with Admin.connect(bootstrap) as admin:
+        listed = admin.list_transactions(
+            states, producer_ids, -1 if duration_filter is None else duration_filter
         )
-        described = describe_transactions(conn, [tid for tid, _, _ in listed])
-    rows = []
-    for tid, pid, state in listed:
-        d = described.get(tid)
-        rows.append(
-            d if d is not None else Transaction(tid, pid, None, state, None, None, None, None, [])
-        )
+        described = admin.describe_transactions([t.transactional_id for t in listed])
+    now_ms = wall_clock_ms()
+    rows = [_as_row(t, described.get(t.transactional_id), now_ms) for t in listed]
     if as_json:
-        print_json([asdict(r) for r in rows])
+        print_json(rows)
         return
     if not rows:
         click.echo("No transactions.")
@@ -288,13 +121,13 @@ def list_command(
         ],
         [
             (
-                r.transactional_id,
-                r.producer_id,
-                r.producer_epoch,
-                r.state,
-                r.timeout_ms,
-                r.duration_ms,
-                len(r.partitions) if r.state in OPEN_STATES else None,
+                r["transactional_id"],
+                r["producer_id"],
+                r["producer_epoch"],
+                r["state"],
+                r["timeout_ms"],
+                r["duration_ms"],
+                len(r["partitions"]) if r["state"] in WAITING_FOR_MARKERS else None,
             )
             for r in rows
         ],
@@ -313,12 +146,17 @@ def list_command(
 def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
     """State, producer id and epoch, timeout, start time and the partitions of the current
     transaction (while it is open: those still waiting for their marker)."""
-    with KafkaConnection(bootstrap) as conn:
-        found = describe_transactions(conn, [transactional_id]).get(transactional_id)
+    with Admin.connect(bootstrap) as admin:
+        found = admin.describe_transactions([transactional_id]).get(transactional_id)
     if found is None:
-        raise CliError(f"transactional id {transactional_id!r}: TRANSACTIONAL_ID_NOT_FOUND")
+        raise AdminError(f"transactional id {transactional_id!r}: TRANSACTIONAL_ID_NOT_FOUND")
+    row = _as_row(
+        TransactionListing(transactional_id, found.producer_id, found.state),
+        found,
+        wall_clock_ms(),
+    )
     if as_json:
-        print_json(asdict(found))
+        print_json(row)
         return
     print_table(
         [
@@ -333,14 +171,14 @@ def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
         ],
         [
             (
-                found.transactional_id,
-                found.producer_id,
-                found.producer_epoch,
-                found.state,
-                found.timeout_ms,
-                found.start_time,
-                found.duration_ms,
-                ", ".join(found.partitions) or None,
+                row["transactional_id"],
+                row["producer_id"],
+                row["producer_epoch"],
+                row["state"],
+                row["timeout_ms"],
+                row["start_time"],
+                row["duration_ms"],
+                ", ".join(row["partitions"]) or None,
             )
         ],
         right=["Producer id", "Epoch", "Timeout ms", "Duration ms"],
@@ -348,89 +186,6 @@ def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
 
 
 # -- find-hanging -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OpenTransaction:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int  # -1: no marker seen from any coordinator yet
-    start_offset: int
-    last_timestamp: int
-    duration_minutes: int
-    transactional_id: str | None
-    coordinator_state: str | None  # what the coordinator says of this transactional id
-    status: str  # HANGING or ONGOING
-    reason: str
-
-
-def find_open_transactions(
-    conn: KafkaConnection, topic: str | None, partition: int | None, max_timeout_ms: int
-) -> list[OpenTransaction]:
-    """Kafka's find-hanging, with the coordinator's view kept for every candidate."""
-    if topic is None:
-        where = topic_partitions(conn, None)
-    elif partition is None:
-        where = topic_partitions(conn, [topic])
-    else:
-        where = {topic: [partition]}
-    where = {t: ps for t, ps in where.items() if ps}
-    if not where:
-        return []
-    response = conn.request(
-        ApiKey.DESCRIBE_PRODUCERS,
-        {"topics": [{"name": t, "partition_indexes": ps} for t, ps in sorted(where.items())]},
-    )
-    now = now_ms()
-    candidates = []
-    for t in response.topics:
-        for p in t.partitions:
-            check(p.error_code, p.error_message, f"producers of {t.name}-{p.partition_index}")
-            for s in p.active_producers:
-                if s.current_txn_start_offset >= 0 and now - s.last_timestamp > max_timeout_ms:
-                    candidates.append((t.name, p.partition_index, s))
-    if not candidates:
-        return []
-    pids = sorted({s.producer_id for _, _, s in candidates})
-    owners = {pid: tid for tid, pid, _ in list_transactions(conn, producer_ids=pids)}
-    described = describe_transactions(conn, sorted(set(owners.values())))
-    found = []
-    for name, index, s in sorted(candidates, key=lambda c: (c[0], c[1], c[2].producer_id)):
-        tid = owners.get(s.producer_id)
-        d = described.get(tid) if tid is not None else None
-        if tid is None:
-            status, reason = (
-                HANGING,
-                "the coordinator has no transactional id with this producer id",
-            )
-        elif d is None:
-            status, reason = HANGING, f"the coordinator does not know {tid!r}"
-        elif d.state in WAITING_FOR_MARKERS and f"{name}-{index}" in d.partitions:
-            status, reason = (
-                ONGOING,
-                (f"{d.state} at the coordinator, which will end it (timeout {d.timeout_ms} ms)"),
-            )
-        else:
-            status, reason = HANGING, f"{d.state} at the coordinator, without this partition"
-        found.append(
-            OpenTransaction(
-                topic=name,
-                partition=index,
-                producer_id=s.producer_id,
-                producer_epoch=s.producer_epoch,
-                coordinator_epoch=s.coordinator_epoch,
-                start_offset=s.current_txn_start_offset,
-                last_timestamp=s.last_timestamp,
-                duration_minutes=(now - s.last_timestamp) // 60_000,
-                transactional_id=tid,
-                coordinator_state=None if d is None else d.state,
-                status=status,
-                reason=reason,
-            )
-        )
-    return found
 
 
 @transactions.command("find-hanging")
@@ -485,8 +240,10 @@ def find_hanging(
     """
     if partition is not None and topic is None:
         raise click.UsageError("--partition needs --topic")
-    with KafkaConnection(bootstrap) as conn:
-        found = find_open_transactions(conn, topic, partition, max_transaction_timeout * 60_000)
+    with Admin.connect(bootstrap) as admin:
+        found = find_open_transactions(
+            admin, topic, partition, max_transaction_timeout * 60_000, wall_clock_ms()
+        )
     shown = [f for f in found if include_ongoing or f.status == HANGING]
     if as_json:
         print_json([asdict(f) for f in shown])
@@ -547,83 +304,6 @@ def find_hanging(
 # -- abort ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AbortResult:
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    last_stable_offset_before: int
-    last_stable_offset_after: int
-    high_watermark: int
-
-
-def _producer_at(conn: KafkaConnection, topic: str, partition: int, start_offset: int) -> Any:
-    response = conn.request(
-        ApiKey.DESCRIBE_PRODUCERS, {"topics": [{"name": topic, "partition_indexes": [partition]}]}
-    )
-    (t,) = response.topics
-    (p,) = t.partitions
-    check(p.error_code, p.error_message, f"producers of {topic}-{partition}")
-    for state in p.active_producers:
-        if state.current_txn_start_offset == start_offset:
-            return state
-    raise CliError(f"no open transaction starts at offset {start_offset} on {topic}-{partition}")
-
-
-def _still_tracked(
-    conn: KafkaConnection, topic: str, partition: int, producer_id: int
-) -> str | None:
-    """Why the coordinator would still end this transaction itself, or None."""
-    owners = list_transactions(conn, producer_ids=[producer_id])
-    for tid, _, _ in owners:
-        d = describe_transactions(conn, [tid]).get(tid)
-        if (
-            d is not None
-            and d.state in WAITING_FOR_MARKERS
-            and f"{topic}-{partition}" in d.partitions
-        ):
-            return (
-                f"transactional id {tid!r} is {d.state} at the coordinator with {topic}-"
-                f"{partition} (timeout {d.timeout_ms} ms): it will end this transaction itself"
-            )
-    return None
-
-
-def write_abort_marker(
-    conn: KafkaConnection,
-    topic: str,
-    partition: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-) -> None:
-    response = conn.request(
-        ApiKey.WRITE_TXN_MARKERS,
-        {
-            "markers": [
-                {
-                    "producer_id": producer_id,
-                    "producer_epoch": producer_epoch,
-                    "transaction_result": False,
-                    "coordinator_epoch": coordinator_epoch,
-                    "topics": [{"name": topic, "partition_indexes": [partition]}],
-                }
-            ]
-        },
-    )
-    results = [
-        (m.producer_id, t.name, p.partition_index, p.error_code)
-        for m in response.markers
-        for t in m.topics
-        for p in t.partitions
-    ]
-    if [r[:3] for r in results] != [(producer_id, topic, partition)]:
-        raise CliError(f"WriteTxnMarkers answered for other partitions: {results}")
-    check(results[0][3], None, f"abort marker for producer {producer_id} on {topic}-{partition}")
-
-
 @transactions.command()
 @bootstrap_option
 @click.option("--topic", required=True, help="Topic of the hanging transaction.")
@@ -664,36 +344,28 @@ def abort(
         raise click.UsageError(
             "give --start-offset, or --producer-id with --producer-epoch and --coordinator-epoch"
         )
-    with KafkaConnection(bootstrap) as conn:
+    with Admin.connect(bootstrap) as admin:
         if start_offset is not None:
-            state = _producer_at(conn, topic, partition, start_offset)
+            state = producer_at(admin, topic, partition, start_offset)
             producer_id, producer_epoch = state.producer_id, state.producer_epoch
-            coordinator_epoch = state.coordinator_epoch
+            coordinator_epoch = -1 if state.coordinator_epoch is None else state.coordinator_epoch
         elif producer_epoch is None or coordinator_epoch is None:
             raise click.UsageError("--producer-id needs --producer-epoch and --coordinator-epoch")
         assert (
             producer_id is not None and producer_epoch is not None and coordinator_epoch is not None
         )
-        # A transaction started by a new producer id that never saw a marker reports
-        # coordinator epoch -1; 0 is no newer than any coordinator's epoch (as Kafka's tool).
-        coordinator_epoch = max(coordinator_epoch, 0)
         if not force:
-            tracked = _still_tracked(conn, topic, partition, producer_id)
+            tracked = still_tracked(admin, topic, partition, producer_id)
             if tracked:
-                raise CliError(f"not aborting: {tracked} (--force overrides)")
-        where = {topic: [partition]}
-        before = latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)]
-        write_abort_marker(conn, topic, partition, producer_id, producer_epoch, coordinator_epoch)
-        after = latest_offsets(conn, where, READ_COMMITTED)[(topic, partition)]
-        high = latest_offsets(conn, where, READ_UNCOMMITTED)[(topic, partition)]
-    result = AbortResult(
-        topic, partition, producer_id, producer_epoch, coordinator_epoch, before, after, high
-    )
+                raise AdminError(f"not aborting: {tracked} (--force overrides)")
+        result = abort_transaction(
+            admin, topic, partition, producer_id, producer_epoch, coordinator_epoch
+        )
     if as_json:
         print_json(asdict(result))
         return
     click.echo(
         f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) on "
-        f"{topic}-{partition}: last stable offset {before} -> {after} "
-        f"(high watermark {high})."
+        f"{topic}-{partition}: last stable offset {result.last_stable_offset_before} -> "
+        f"{result.last_stable_offset_after} (high watermark {result.high_watermark})."
     )

@@ -18,6 +18,9 @@ class ProtocolClientError(Exception):
 
 
 class KafkaConnection:
+    """One blocking connection to one broker: requests go one at a time, each at the
+    highest version both sides support (ApiVersions is asked once, on connect)."""
+
     def __init__(
         self, bootstrap: str, *, client_id: str = "oncelog-cli", timeout_s: float = 10.0
     ) -> None:
@@ -55,20 +58,27 @@ class KafkaConnection:
 
     def request(self, api_key: int, body: dict[str, Any], version: int | None = None) -> Any:
         """Send one request and return the decoded response entity."""
-        version = self.version_for(api_key) if version is None else version
-        api = codec.api_codec(api_key, version)
+        api = codec.api_codec(api_key, self.version_for(api_key) if version is None else version)
+        _, response = codec.decode_response(api, self.exchange(api, body))
+        return response
+
+    def exchange(self, api: codec.ApiCodec, body: dict[str, Any]) -> bytes:
+        """Send one request and return its response frame undecoded (its correlation id
+        checked): for the responses kio cannot read, see
+        :mod:`oncelog.protocol.describe_transactions`."""
+        name = ApiKey(api.request_type.__api_key__).name
         self._correlation_id += 1
         try:
             self.send_raw(codec.encode_request(api, self._correlation_id, self.client_id, body))
             frame = self.receive_frame()
         except OSError as exc:  # timeouts and resets: the caller sees one error type
-            raise ProtocolClientError(f"{ApiKey(api_key).name} request failed: {exc}") from exc
-        correlation_id, response = codec.decode_response(api, frame)
-        if correlation_id != self._correlation_id:
+            raise ProtocolClientError(f"{name} request failed: {exc}") from exc
+        answered = int.from_bytes(frame[:4], "big", signed=True)
+        if answered != self._correlation_id:
             raise ProtocolClientError(
-                f"response correlation id {correlation_id}, expected {self._correlation_id}"
+                f"{name}: response correlation id {answered}, expected {self._correlation_id}"
             )
-        return response
+        return frame
 
     def send_raw(self, data: bytes) -> None:
         self._sock.sendall(data)

@@ -1,0 +1,777 @@
+"""The admin client every `oncelog` command uses: Kafka's admin requests in, plain
+dataclasses out.
+
+One method per question an operator asks (topics, offsets, configs, producer state,
+transactions, groups, committed offsets) or action they take (create, grow and delete
+topics, delete records, alter configs, write an abort marker, delete groups and their
+offsets, reset a group's offsets), over one blocking
+:class:`~oncelog.client.connection.KafkaConnection` (plus short-lived ones to the controller
+and to partition leaders where a cluster needs them). Every Kafka error code becomes one
+:class:`AdminError` that names what was asked and carries the broker's own message; no kio
+entity leaves this module. Like Kafka's ``Admin``, it only asks: the tools built on it
+(:mod:`oncelog.client.hanging`, :mod:`oncelog.client.group_lag`) and the commands decide
+what to make of the answers.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.protocol import codec
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.describe_transactions import (
+    DESCRIBE_TRANSACTIONS_VERSION,
+    DescribeTransactionsDecodeError,
+    decode_describe_transactions,
+)
+from oncelog.protocol.errors import ErrorCode
+from oncelog.transactions.state import TxnState
+
+__all__ = [
+    "Admin",
+    "AdminError",
+    "ConfigEntry",
+    "ConfigResourceType",
+    "ConsumerGroup",
+    "GroupListing",
+    "GroupMember",
+    "Isolation",
+    "OffsetSpec",
+    "PartitionOffsets",
+    "ProducerState",
+    "TopicDescription",
+    "TopicPartition",
+    "TopicSummary",
+    "Transaction",
+    "TransactionListing",
+]
+
+TIMEOUT_MS = 30_000
+OFFSET_FETCH_VERSION = 7  # the last one-group layout; 8+ batch groups
+
+TopicPartition = tuple[str, int]
+
+
+class OffsetSpec(enum.IntEnum):
+    """The ListOffsets timestamps that ask for an end of the log instead of a time."""
+
+    EARLIEST = -2  # the log start offset
+    LATEST = -1  # the high watermark, or the last stable offset under read_committed
+
+
+class Isolation(enum.IntEnum):
+    """ListOffsets' isolation level: which end LATEST means."""
+
+    READ_UNCOMMITTED = 0  # the high watermark
+    READ_COMMITTED = 1  # the last stable offset (LSO)
+
+
+class AdminError(Exception):
+    """The broker refused what was asked: ``code`` is its Kafka error code (None when it
+    answered without one, e.g. unknown state filters)."""
+
+    def __init__(self, text: str, code: ErrorCode | None = None) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+def check(code: int, message: str | None, what: str) -> None:
+    """Raise :class:`AdminError` naming ``what`` unless ``code`` is NONE."""
+    if code != ErrorCode.none:
+        error = ErrorCode(code)
+        raise AdminError(
+            f"{what}: {error.name.upper()}" + (f": {message}" if message else ""), error
+        )
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """A topic as Metadata lists it."""
+
+    name: str
+    topic_id: str
+    partitions: int
+    internal: bool
+
+
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """One partition's leader, offsets, size on disk, replicas and in-sync replicas."""
+
+    partition: int
+    leader: int  # -1: no leader (offline); the offsets are then -1
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    size_bytes: int | None  # None: DescribeLogDirs did not report the partition
+    log_end_offset: int  # the leader's: the high watermark plus DescribeLogDirs' offset lag
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer in-sync replicas than replicas (Kafka's UnderReplicatedPartitions)."""
+        return len(self.isr) < len(self.replicas)
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    """A topic with every partition's offsets and the log directory that holds it."""
+
+    summary: TopicSummary
+    log_dir: str | None  # of the (first) leader asked
+    partitions: list[PartitionOffsets]
+    brokers: int = 1  # live brokers Metadata listed
+
+    @property
+    def replicated(self) -> bool:
+        """A cluster, or a topic with more than one replica: worth showing replicas."""
+        return self.brokers > 1 or any(len(p.replicas) > 1 for p in self.partitions)
+
+
+class ConfigResourceType(enum.IntEnum):
+    """Kafka's ``ConfigResource.Type``: what a configuration belongs to."""
+
+    TOPIC = 2
+    BROKER = 4  # resource name: a broker id, or '' for the cluster-wide default
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One configuration key as DescribeConfigs reports it."""
+
+    name: str
+    value: str | None  # None: sensitive, or no value
+    source: int  # Kafka's ConfigSource (oncelog.broker.config.ConfigSource's values)
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """What a partition keeps of one producer (DescribeProducers); None where Kafka sends -1."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int | None  # None: no transaction marker seen yet
+    current_txn_start_offset: int | None  # None: no open transaction
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    """A transactional id as ListTransactions lists it."""
+
+    transactional_id: str
+    producer_id: int
+    state: str  # TxnState.kafka_name
+
+
+@dataclass(frozen=True)
+class Transaction:
+    """A transactional id as DescribeTransactions describes it."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str  # TxnState.kafka_name
+    timeout_ms: int
+    start_time_ms: int | None  # None: no transaction started yet
+    partitions: list[str]  # "topic-partition", those of the current transaction
+
+
+@dataclass(frozen=True)
+class GroupListing:
+    """A group as ListGroups lists it."""
+
+    group_id: str
+    protocol_type: str
+    state: str  # GroupState.kafka_name
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A group member as DescribeGroups describes it; the assignment as sent."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class ConsumerGroup:
+    """A group as DescribeGroups describes it."""
+
+    group_id: str
+    state: str  # GroupState.kafka_name
+    protocol_type: str
+    protocol: str
+    members: list[GroupMember]
+
+
+# -- the client ---------------------------------------------------------------------------
+
+
+class Admin:
+    """Kafka's admin requests over one blocking connection (see the module docstring)."""
+
+    def __init__(self, connection: KafkaConnection) -> None:
+        self._conn = connection
+
+    @classmethod
+    @contextmanager
+    def connect(cls, bootstrap: str) -> Iterator[Admin]:
+        """An admin client on a new connection to ``bootstrap``, closed on exit."""
+        with KafkaConnection(bootstrap) as connection:
+            yield cls(connection)
+
+    # -- topics --------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> TopicSummary:
+        """CreateTopics for one topic (-1: the broker's default count or factor), sent to
+        the controller."""
+        with self._controller() as controller:
+            response = controller.request(
+                ApiKey.CREATE_TOPICS,
+                {
+                    "topics": [
+                        {
+                            "name": name,
+                            "num_partitions": partitions,
+                            "replication_factor": replication_factor,
+                            "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                        }
+                    ],
+                    "timeout": TIMEOUT_MS,
+                    "validate_only": False,
+                },
+            )
+        (result,) = response.topics
+        check(result.error_code, getattr(result, "error_message", None), f"cannot create {name!r}")
+        (topic,) = self._metadata([name])
+        return _summary(topic)
+
+    def delete_topic(self, name: str) -> str:
+        """DeleteTopics by name, sent to the controller; the id the topic had."""
+        with self._controller() as controller:
+            response = controller.request(
+                ApiKey.DELETE_TOPICS,
+                {
+                    "topics": [{"name": name, "topic_id": None}],
+                    "topic_names": [name],
+                    "timeout": TIMEOUT_MS,
+                },
+            )
+        (result,) = response.responses
+        check(result.error_code, getattr(result, "error_message", None), f"cannot delete {name!r}")
+        return str(getattr(result, "topic_id", "") or "")
+
+    def list_topics(self) -> list[TopicSummary]:
+        """Every topic, internal ones included, by name."""
+        return sorted((_summary(t) for t in self._metadata(None)), key=lambda t: t.name)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        """The topic's partitions with their leader, offsets (log start, high watermark,
+        last stable offset, log end), size, replicas and ISR. Offsets and sizes are asked of
+        each partition's leader (in a cluster: of each leader in turn, at the address
+        Metadata gives); a partition without a live leader gets -1 offsets."""
+        response = self._metadata_response([name])
+        (topic,) = response.topics
+        check(topic.error_code, None, f"topic {topic.name!r}")
+        addresses = _addresses(response)
+        by_leader: dict[int, list[int]] = {}
+        for p in topic.partitions:
+            by_leader.setdefault(p.leader_id, []).append(p.partition_index)
+        offsets: dict[int, tuple[int, int, int, int | None, int]] = {}
+        log_dir = None
+        for leader, indexes in sorted(by_leader.items()):
+            if leader not in addresses:
+                offsets.update(dict.fromkeys(indexes, (-1, -1, -1, None, -1)))
+                continue
+            with KafkaConnection(addresses[leader], client_id=self._conn.client_id) as conn:
+                leader_admin = Admin(conn)
+                where = {name: indexes}
+                start = leader_admin.list_offsets(where, OffsetSpec.EARLIEST)
+                high = leader_admin.list_offsets(where, OffsetSpec.LATEST)
+                stable = leader_admin.list_offsets(
+                    where, OffsetSpec.LATEST, Isolation.READ_COMMITTED
+                )
+                leader_dir, sizes = leader_admin._sizes(name, indexes)
+            log_dir = log_dir or leader_dir
+            for i in indexes:
+                size, lag = sizes.get(i, (None, 0))
+                hw = high[(name, i)]
+                offsets[i] = (start[(name, i)], hw, stable[(name, i)], size, hw + lag)
+        partitions = []
+        for p in sorted(topic.partitions, key=lambda p: p.partition_index):
+            start_offset, high_watermark, stable_offset, size, end = offsets[p.partition_index]
+            partitions.append(
+                PartitionOffsets(
+                    p.partition_index,
+                    p.leader_id,
+                    start_offset,
+                    high_watermark,
+                    stable_offset,
+                    size,
+                    end,
+                    tuple(p.replica_nodes),
+                    tuple(p.isr_nodes),
+                )
+            )
+        return TopicDescription(_summary(topic), log_dir, partitions, len(response.brokers))
+
+    def create_partitions(self, topic: str, count: int) -> None:
+        """CreatePartitions: grow ``topic`` to ``count`` partitions (existing data stays)."""
+        response = self._conn.request(
+            ApiKey.CREATE_PARTITIONS,
+            {
+                "topics": [{"name": topic, "count": count, "assignments": None}],
+                "timeout": TIMEOUT_MS,
+                "validate_only": False,
+            },
+        )
+        (result,) = response.results
+        check(result.error_code, result.error_message, f"topic {topic!r}")
+
+    def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
+        """DeleteRecords: move each partition's log start offset up to the offset given
+        (-1: the high watermark); each partition's new log start offset (low watermark)."""
+        response = self._conn.request(
+            ApiKey.DELETE_RECORDS,
+            {
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": i, "offset": offset} for i, offset in before.items()
+                        ],
+                    }
+                ],
+                "timeout": TIMEOUT_MS,
+            },
+        )
+        found = {}
+        for answer in response.topics[0].partitions:
+            check(answer.error_code, None, f"{topic}-{answer.partition_index}")
+            found[answer.partition_index] = answer.low_watermark
+        return found
+
+    def topic_partitions(self, topics: Sequence[str] | None) -> dict[str, list[int]]:
+        """Partition indexes of the named topics (every topic, internal ones included, when
+        None)."""
+        return {
+            t.name: sorted(p.partition_index for p in t.partitions) for t in self._metadata(topics)
+        }
+
+    def list_offsets(
+        self,
+        partitions: Mapping[str, Sequence[int]],
+        spec: OffsetSpec,
+        isolation: Isolation = Isolation.READ_UNCOMMITTED,
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets: each partition's log start offset (EARLIEST), or its high watermark
+        or last stable offset (LATEST, by isolation)."""
+        if not any(partitions.values()):
+            return {}
+        response = self._conn.request(
+            ApiKey.LIST_OFFSETS,
+            {
+                "replica_id": -1,
+                "isolation_level": int(isolation),
+                "timeout": TIMEOUT_MS,
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": [
+                            {
+                                "partition_index": i,
+                                "current_leader_epoch": -1,
+                                "timestamp": int(spec),
+                            }
+                            for i in indexes
+                        ],
+                    }
+                    for name, indexes in sorted(partitions.items())
+                    if indexes
+                ],
+            },
+        )
+        found = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                check(p.error_code, None, f"offsets of {topic.name}-{p.partition_index}")
+                found[(topic.name, p.partition_index)] = p.offset
+        return found
+
+    @contextmanager
+    def _controller(self) -> Iterator[KafkaConnection]:
+        """A connection to the controller, which alone creates and deletes topics in a
+        cluster (NOT_CONTROLLER elsewhere); a single node is its own controller."""
+        response = self._metadata_response([])
+        addresses = _addresses(response)
+        if len(addresses) <= 1 or response.controller_id not in addresses:
+            yield self._conn
+            return
+        with KafkaConnection(
+            addresses[response.controller_id], client_id=self._conn.client_id
+        ) as controller:
+            yield controller
+
+    def _metadata(self, names: Sequence[str] | None) -> Any:
+        response = self._metadata_response(names)
+        for topic in response.topics:
+            check(topic.error_code, None, f"topic {topic.name!r}")
+        return response.topics
+
+    def _metadata_response(self, names: Sequence[str] | None) -> Any:
+        return self._conn.request(
+            ApiKey.METADATA,
+            {
+                "topics": None if names is None else [{"name": n, "topic_id": None} for n in names],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+
+    def _sizes(
+        self, name: str, indexes: list[int]
+    ) -> tuple[str | None, dict[int, tuple[int, int]]]:
+        """The log dir, and each partition's (size in bytes, log end past the HW)."""
+        response = self._conn.request(
+            ApiKey.DESCRIBE_LOG_DIRS, {"topics": [{"topic": name, "partitions": indexes}]}
+        )
+        check(getattr(response, "error_code", ErrorCode.none), None, "log dirs")
+        for result in response.results:
+            check(result.error_code, None, f"log dir {result.log_dir}")
+            for topic in result.topics:
+                if topic.name == name:
+                    return result.log_dir, {
+                        p.partition_index: (p.partition_size, p.offset_lag)
+                        for p in topic.partitions
+                    }
+        return (response.results[0].log_dir if response.results else None), {}
+
+    # -- configs ----------------------------------------------------------------------------
+
+    def describe_configs(self, resource: ConfigResourceType, name: str) -> list[ConfigEntry]:
+        """DescribeConfigs: every key of a topic or broker, with its value and source."""
+        response = self._conn.request(
+            ApiKey.DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": int(resource),
+                        "resource_name": name,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        (result,) = response.results
+        check(result.error_code, result.error_message, f"{resource.name.lower()} {name!r}")
+        return [ConfigEntry(c.name, c.value, c.config_source, c.read_only) for c in result.configs]
+
+    def alter_configs(
+        self,
+        resource: ConfigResourceType,
+        name: str,
+        set_keys: Mapping[str, str],
+        delete_keys: Sequence[str],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs: set and unset keys; other keys stay as they are."""
+        changes = [
+            {"name": k, "config_operation": _SET, "value": v} for k, v in set_keys.items()
+        ] + [{"name": k, "config_operation": _DELETE, "value": None} for k in delete_keys]
+        response = self._conn.request(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            {
+                "resources": [
+                    {"resource_type": int(resource), "resource_name": name, "configs": changes}
+                ],
+                "validate_only": validate_only,
+            },
+        )
+        (answer,) = response.responses
+        check(answer.error_code, answer.error_message, f"{resource.name.lower()} {name!r}")
+
+    # -- producer state ---------------------------------------------------------------------
+
+    def describe_producers(
+        self, partitions: Mapping[str, Sequence[int]]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """DescribeProducers: the producers each partition keeps, by producer id."""
+        wanted = {t: sorted(set(ps)) for t, ps in partitions.items() if ps}
+        if not wanted:
+            return {}
+        response = self._conn.request(
+            ApiKey.DESCRIBE_PRODUCERS,
+            {"topics": [{"name": t, "partition_indexes": ps} for t, ps in sorted(wanted.items())]},
+        )
+        found: dict[TopicPartition, list[ProducerState]] = {}
+        for t in response.topics:
+            for p in sorted(t.partitions, key=lambda p: p.partition_index):
+                where = f"producers of {t.name}-{p.partition_index}"
+                check(p.error_code, p.error_message, where)
+                found[(t.name, p.partition_index)] = [
+                    _producer(t.name, p.partition_index, s)
+                    for s in sorted(p.active_producers, key=lambda s: s.producer_id)
+                ]
+        return found
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def list_transactions(
+        self,
+        states: Sequence[str] = (),
+        producer_ids: Sequence[int] = (),
+        duration_filter_ms: int = -1,
+    ) -> list[TransactionListing]:
+        """ListTransactions, filtered by state names, producer ids and (v1+) the minimum
+        time since the transaction started; by transactional id."""
+        if duration_filter_ms >= 0 and self._conn.version_for(ApiKey.LIST_TRANSACTIONS) < 1:
+            raise AdminError("the broker does not support a duration filter (ListTransactions v1)")
+        response = self._conn.request(
+            ApiKey.LIST_TRANSACTIONS,
+            {
+                "state_filters": list(states),
+                "producer_id_filters": list(producer_ids),
+                "duration_filter": duration_filter_ms,
+            },
+        )
+        check(response.error_code, None, "list transactions")
+        if response.unknown_state_filters:
+            raise AdminError(
+                f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
+                f" (known: {', '.join(s.kafka_name for s in TxnState)})"
+            )
+        return sorted(
+            (
+                TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
+                for t in response.transaction_states
+            ),
+            key=lambda t: t.transactional_id,
+        )
+
+    def describe_transactions(self, ids: Sequence[str]) -> dict[str, Transaction | None]:
+        """DescribeTransactions: each id's description; None for an id the coordinator does
+        not know (TRANSACTIONAL_ID_NOT_FOUND)."""
+        if not ids:
+            return {}
+        self._conn.version_for(ApiKey.DESCRIBE_TRANSACTIONS)  # the broker must have the API
+        api = codec.api_codec(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION)
+        frame = self._conn.exchange(api, {"transactional_ids": list(ids)})
+        try:
+            _, entries = decode_describe_transactions(frame)
+        except DescribeTransactionsDecodeError as exc:
+            raise ProtocolClientError(str(exc)) from exc
+        found: dict[str, Transaction | None] = {}
+        for t in entries:
+            if t.error_code == ErrorCode.transactional_id_not_found:
+                found[t.transactional_id] = None
+                continue
+            check(t.error_code, None, f"transactional id {t.transactional_id!r}")
+            found[t.transactional_id] = Transaction(
+                transactional_id=t.transactional_id,
+                producer_id=t.producer_id,
+                producer_epoch=t.producer_epoch,
+                state=t.state,
+                timeout_ms=t.timeout_ms,
+                start_time_ms=None if t.start_time_ms < 0 else t.start_time_ms,
+                partitions=[
+                    f"{topic}-{p}" for topic, ps in sorted(t.partitions.items()) for p in sorted(ps)
+                ],
+            )
+        return found
+
+    def write_abort_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """WriteTxnMarkers: an ABORT marker for one producer on one partition (Kafka's
+        ``Admin.abortTransaction``)."""
+        response = self._conn.request(
+            ApiKey.WRITE_TXN_MARKERS,
+            {
+                "markers": [
+                    {
+                        "producer_id": producer_id,
+                        "producer_epoch": producer_epoch,
+                        "transaction_result": False,
+                        "coordinator_epoch": coordinator_epoch,
+                        "topics": [{"name": topic, "partition_indexes": [partition]}],
+                    }
+                ]
+            },
+        )
+        results = [
+            (m.producer_id, t.name, p.partition_index, p.error_code)
+            for m in response.markers
+            for t in m.topics
+            for p in t.partitions
+        ]
+        if [r[:3] for r in results] != [(producer_id, topic, partition)]:
+            raise ProtocolClientError(f"WriteTxnMarkers answered for other partitions: {results}")
+        what = f"abort marker for producer {producer_id} on {topic}-{partition}"
+        check(results[0][3], None, what)
+
+    # -- groups -----------------------------------------------------------------------------
+
+    def list_groups(self) -> list[GroupListing]:
+        """ListGroups: every group the coordinator knows, by group id."""
+        response = self._conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+        check(response.error_code, None, "list groups")
+        return sorted(
+            (
+                GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "")
+                for g in response.groups
+            ),
+            key=lambda g: g.group_id,
+        )
+
+    def describe_group(self, group_id: str) -> ConsumerGroup:
+        """DescribeGroups for one group: state, protocol and members."""
+        response = self._conn.request(
+            ApiKey.DESCRIBE_GROUPS,
+            {"groups": [group_id], "include_authorized_operations": False},
+        )
+        (group,) = response.groups
+        check(group.error_code, None, f"group {group_id!r}")
+        return ConsumerGroup(
+            group.group_id,
+            group.group_state,
+            group.protocol_type,
+            group.protocol_data,
+            [
+                GroupMember(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    bytes(m.member_assignment),
+                )
+                for m in group.members
+            ],
+        )
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """OffsetFetch for every partition the group committed (nothing: not listed)."""
+        fetched = self._conn.request(
+            ApiKey.OFFSET_FETCH,
+            {"group_id": group_id, "topics": None, "require_stable": False},
+            version=OFFSET_FETCH_VERSION,
+        )
+        check(fetched.error_code, None, f"committed offsets of {group_id!r}")
+        committed: dict[TopicPartition, int] = {}
+        for topic in fetched.topics:
+            for p in topic.partitions:
+                check(p.error_code, None, f"committed offset of {topic.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    committed[(topic.name, p.partition_index)] = p.committed_offset
+        return committed
+
+    def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        """DeleteGroups: each group's outcome (NONE: deleted with its committed offsets;
+        e.g. NON_EMPTY_GROUP: it has members), in the order the broker answered."""
+        unique = list(dict.fromkeys(group_ids))  # Kafka's Admin asks for each group once
+        response = self._conn.request(ApiKey.DELETE_GROUPS, {"groups_names": unique})
+        return {r.group_id: ErrorCode(r.error_code) for r in response.results}
+
+    def delete_group_offsets(
+        self, group_id: str, topic: str, partitions: Sequence[int]
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetDelete: each partition's outcome (NONE: its committed offset is gone;
+        GROUP_SUBSCRIBED_TO_TOPIC: a member still consumes the topic)."""
+        response = self._conn.request(
+            ApiKey.OFFSET_DELETE,
+            {
+                "group_id": group_id,
+                "topics": [
+                    {"name": topic, "partitions": [{"partition_index": i} for i in partitions]}
+                ],
+            },
+        )
+        check(response.error_code, None, f"group {group_id!r}")
+        return {
+            (t.name, p.partition_index): ErrorCode(p.error_code)
+            for t in response.topics
+            for p in t.partitions
+        }
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """OffsetCommit as an admin (generation -1, no member): set a group's committed
+        offsets; the broker refuses unless the group is Empty (Kafka's
+        ``alterConsumerGroupOffsets``)."""
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": "",
+                }
+            )
+        response = self._conn.request(
+            ApiKey.OFFSET_COMMIT,
+            {
+                "group_id": group_id,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+            },
+        )
+        for topic in response.topics:
+            for p in topic.partitions:
+                check(p.error_code, None, f"commit of {topic.name}-{p.partition_index}")
+
+
+_SET, _DELETE = 0, 1  # IncrementalAlterConfigs' config_operation (Kafka's OpType)
+
+
+def _addresses(metadata: Any) -> dict[int, str]:
+    """Each live broker's HOST:PORT, by broker id, from a Metadata response."""
+    return {b.node_id: f"{b.host}:{b.port}" for b in metadata.brokers}
+
+
+def _summary(topic: Any) -> TopicSummary:
+    return TopicSummary(topic.name, str(topic.topic_id), len(topic.partitions), topic.is_internal)
+
+
+def _producer(topic: str, partition: int, state: Any) -> ProducerState:
+    return ProducerState(
+        topic=topic,
+        partition=partition,
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        last_sequence=state.last_sequence,
+        last_timestamp=state.last_timestamp,
+        coordinator_epoch=None if state.coordinator_epoch < 0 else state.coordinator_epoch,
+        current_txn_start_offset=(
+            None if state.current_txn_start_offset < 0 else state.current_txn_start_offset
+        ),
+    )
