@@ -120,6 +120,8 @@ class ConfigDef:
 
 @dataclass(frozen=True)
 class ConfigSynonym:
+    """One source of a broker setting, as DescribeConfigs lists its synonyms."""
+
     name: str
     value: str | None
     source: ConfigSource

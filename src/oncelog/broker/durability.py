@@ -41,6 +41,9 @@ class _Partition:
 
 
 class GroupCommitFlusher:
+    """The flusher task: fsyncs, off the loop, every partition that has appends waiting to be
+    durable, and wakes their waiters (see the module docstring)."""
+
     def __init__(self) -> None:
         self._partitions: dict[Partition, _Partition] = {}
         self._executor: ThreadPoolExecutor | None = None

@@ -24,6 +24,9 @@ _DEFAULT = "<default>"  # Kafka's name for the cluster-wide layer
 
 
 class DynamicConfigs:
+    """The broker's dynamic configuration layers (per broker and cluster-wide), stored in the
+    data directory and applied to the running configuration (see the module docstring)."""
+
     def __init__(self, data_dir: Path, config: cfg.BrokerConfig, node_id: int) -> None:
         self._path = data_dir / DYNAMIC_CONFIG_FILE
         self._config = config

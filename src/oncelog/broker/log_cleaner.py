@@ -74,6 +74,9 @@ class _Candidate:
 
 
 class LogCleaner:
+    """The event-loop side of log compaction: picks the filthiest log, runs a pass in a worker
+    thread and swaps the cleaned segments in (see the module docstring)."""
+
     def __init__(
         self, topics: TopicRegistry, config: BrokerConfig, *, clock_ms: Callable[[], int]
     ) -> None:

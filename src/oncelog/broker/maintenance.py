@@ -34,6 +34,8 @@ CHECKPOINT_INTERVAL_MS = 60_000
 
 
 class Maintenance:
+    """The broker's periodic upkeep task (see the module docstring)."""
+
     def __init__(
         self,
         topics: PartitionSource,

@@ -77,6 +77,9 @@ class ProduceOutcome:
 
 
 class Partition:
+    """One topic-partition on the broker: its log, producer state, high watermark and last
+    stable offset, and the fetches waiting for new data (see the module docstring)."""
+
     def __init__(
         self,
         topic: str,

@@ -88,6 +88,8 @@ class ConnectionLimits:
 
 
 class Dispatcher(Protocol):
+    """What the server hands each decoded request to (the broker's handler table)."""
+
     def dispatch(
         self, header: codec.RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any | None]:
@@ -149,6 +151,9 @@ class _Connection:
 
 
 class KafkaServer:
+    """The listening socket and one reader and one writer loop per connection (see the module
+    docstring); it only moves frames, the dispatcher handles requests."""
+
     def __init__(
         self, dispatcher: Dispatcher, host: str, port: int, limits: ConnectionLimits
     ) -> None:

@@ -27,6 +27,8 @@ CATALOGUE_FILE = "topics.json"
 
 @dataclass
 class Topic:
+    """A topic: its name, id, config overrides and partitions."""
+
     name: str
     topic_id: uuid.UUID
     configs: dict[str, str]
@@ -38,6 +40,9 @@ class Topic:
 
 
 class TopicRegistry:
+    """Every topic of the broker: creation, deletion and lookup by name or id, and loading
+    the topics found in the data directory at start."""
+
     def __init__(self, data_dir: Path, broker_config: cfg.BrokerConfig) -> None:
         self._data_dir = data_dir
         self._config = broker_config

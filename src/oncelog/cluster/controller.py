@@ -27,6 +27,9 @@ RETRY_S = 0.5
 
 
 class Controller:
+    """The elected controller's loop: after each metadata change, decide the partition states
+    (elections.decide) and write them in one fenced transaction, until the epoch is lost."""
+
     def __init__(
         self,
         zk: ZooKeeperSession,

@@ -48,6 +48,9 @@ class _Target:
 
 
 class ReplicaFetcher:
+    """Kafka's ReplicaFetcherThread for one leader broker: truncates, then fetches every
+    partition this broker follows on that leader (see the module docstring)."""
+
     def __init__(self, manager: ReplicaManager, leader: int) -> None:
         self.leader = leader
         self._manager = manager

@@ -30,6 +30,9 @@ UNKNOWN_OFFSET = -1
 
 @dataclass(frozen=True, slots=True)
 class FollowerProgress:
+    """What a leader knows of one follower: how far it has fetched, and when it last held
+    everything the leader had."""
+
     log_end_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
@@ -38,6 +41,9 @@ class FollowerProgress:
 
 @dataclass(frozen=True, slots=True)
 class LeaderState:
+    """A partition leader's view at one leader epoch: replicas, ISR, high watermark and each
+    follower's progress; every event returns a new one."""
+
     leader: int
     leader_epoch: int
     epoch_start_offset: int  # the leader's log end when it took this epoch

@@ -21,6 +21,9 @@ __all__ = ["SessionLease"]
 
 
 class SessionLease:
+    """Until when this broker may act on what its ZooKeeper session granted it (see the module
+    docstring); the caller passes the monotonic clock."""
+
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.session_id: int | None = None

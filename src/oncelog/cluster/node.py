@@ -47,6 +47,9 @@ EXPIRY_GRACE_S = 10.0
 
 
 class ClusterNode:
+    """A broker's membership of the cluster: its ZooKeeper session, registration, lease,
+    controller candidacy and the metadata cache (see the module docstring)."""
+
     def __init__(self, config: BrokerConfig, broker_id: int) -> None:
         self.config = config
         self.broker_id = broker_id

@@ -24,6 +24,9 @@ class PeerError(Exception):
 
 
 class PeerConnection:
+    """A connection to another broker, one request at a time, at fixed versions (both ends
+    are oncelog brokers of one build)."""
+
     def __init__(self, host: str, port: int, client_id: str) -> None:
         self.address = (host, port)
         self._client_id = client_id

@@ -34,6 +34,9 @@ HW_CHECKPOINT = "replication-offset-checkpoint"
 
 @dataclass(slots=True)
 class LeaderRole:
+    """A replica that leads: its LeaderState, the znode version it may compare-and-set and
+    the acks=all producers waiting for the ISR."""
+
     state: LeaderState
     zk_version: int
     controller_epoch: int
@@ -76,11 +79,16 @@ class LeaderRole:
 
 @dataclass(frozen=True, slots=True)
 class FollowerRole:
+    """A replica that follows: the leader it fetches from and at which leader epoch."""
+
     leader: int  # -1: no leader elected; nothing to fetch from
     leader_epoch: int
 
 
 class Replica:
+    """One partition this broker hosts in a cluster: its Partition, leader epochs, topic id
+    and current role (leader, follower, or none)."""
+
     def __init__(self, partition: Partition, epochs: LeaderEpochCache, topic_id: uuid.UUID) -> None:
         self.partition = partition
         self.epochs = epochs

@@ -61,6 +61,9 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 
 
 class ReplicaManager:
+    """The replicas a cluster broker hosts, each reconciled with its partition state to lead,
+    follow or go (see the module docstring)."""
+
     def __init__(
         self, node: ClusterNode, data_dir: Path, flusher: GroupCommitFlusher, clean_start: bool
     ) -> None:

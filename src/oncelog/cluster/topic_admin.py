@@ -31,6 +31,9 @@ DEFAULT = -1  # CreateTopics' "use the broker default" for partitions and replic
 
 
 class TopicAdmin:
+    """CreateTopics and DeleteTopics in a cluster, as the controller does them: validate,
+    place the replicas, write the znodes."""
+
     def __init__(self, node: ClusterNode) -> None:
         self._node = node
         self._config = node.config

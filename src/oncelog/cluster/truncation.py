@@ -26,6 +26,8 @@ __all__ = ["Truncation", "decide_truncation"]
 
 @dataclass(frozen=True, slots=True)
 class Truncation:
+    """Where a new follower cuts its log, and whether it must ask the leader again."""
+
     offset: int  # cut the log here (remove every batch at or after it)
     complete: bool  # False: ask the leader again with the new latest epoch
 

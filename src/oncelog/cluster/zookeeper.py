@@ -176,7 +176,7 @@ class ControllerMoved(ZooKeeperError):
 
 
 class TopicExists(ZooKeeperError):
-    pass
+    """The topic's znode already exists: another create won (TOPIC_ALREADY_EXISTS)."""
 
 
 class SessionExpired(ZooKeeperError):

@@ -15,12 +15,16 @@ UNKNOWN_MEMBER_ID = ""
 
 @dataclass(frozen=True, slots=True)
 class Protocol:
+    """One protocol a member supports (e.g. ``range``) and its metadata (the subscription)."""
+
     name: str
     metadata: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupRequest:
+    """A JoinGroup as the group core sees it, whatever the request version."""
+
     group_id: str
     member_id: str
     protocol_type: str
@@ -36,6 +40,8 @@ class JoinGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class JoinedMember:
+    """A member as the leader's JoinGroup response lists it."""
+
     member_id: str
     group_instance_id: str | None
     metadata: bytes
@@ -43,6 +49,8 @@ class JoinedMember:
 
 @dataclass(frozen=True, slots=True)
 class JoinGroupResponse:
+    """The answer to a JoinGroup; members are listed to the leader only."""
+
     error_code: ErrorCode
     member_id: str = UNKNOWN_MEMBER_ID
     generation_id: int = -1
@@ -55,6 +63,8 @@ class JoinGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupRequest:
+    """A SyncGroup as the group core sees it; the leader's carries the assignments."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -66,6 +76,8 @@ class SyncGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class SyncGroupResponse:
+    """The answer to a SyncGroup: the member's assignment."""
+
     error_code: ErrorCode
     assignment: bytes = b""
     protocol_type: str | None = None
@@ -74,6 +86,8 @@ class SyncGroupResponse:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
+    """A Heartbeat as the group core sees it."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -82,6 +96,8 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeavingMember:
+    """One member a LeaveGroup removes (by member id, or by instance id alone)."""
+
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
@@ -98,6 +114,8 @@ class LeaveGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeftMember:
+    """The outcome of one member's leave (LeaveGroup v3+ answers per member)."""
+
     member_id: str
     group_instance_id: str | None
     error_code: ErrorCode
@@ -105,12 +123,16 @@ class LeftMember:
 
 @dataclass(frozen=True, slots=True)
 class LeaveGroupResponse:
+    """The answer to a LeaveGroup."""
+
     error_code: ErrorCode
     members: tuple[LeftMember, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
+    """A member as DescribeGroups shows it."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -121,6 +143,8 @@ class DescribedMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribedGroup:
+    """A group as DescribeGroups shows it."""
+
     group_id: str
     error_code: ErrorCode
     state: str
@@ -131,6 +155,8 @@ class DescribedGroup:
 
 @dataclass(frozen=True, slots=True)
 class ListedGroup:
+    """A group as ListGroups shows it."""
+
     group_id: str
     protocol_type: str
     state: str

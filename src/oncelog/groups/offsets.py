@@ -65,6 +65,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class CommittedOffset:
+    """A partition's committed offset as the shard keeps it."""
+
     offset: int
     leader_epoch: int
     metadata: str
@@ -75,6 +77,8 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitPartition:
+    """One partition's offset in an OffsetCommit or TxnOffsetCommit."""
+
     topic: str
     partition: int
     offset: int
@@ -85,6 +89,8 @@ class OffsetCommitPartition:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitRequest:
+    """An OffsetCommit as the group core sees it."""
+
     group_id: str
     partitions: tuple[OffsetCommitPartition, ...]
     generation_id: int = -1
@@ -95,6 +101,9 @@ class OffsetCommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class TxnOffsetCommitRequest:
+    """A TxnOffsetCommit: offsets that become visible when the producer's transaction
+    commits, and are dropped if it aborts."""
+
     transactional_id: str
     group_id: str
     producer_id: int
@@ -107,6 +116,8 @@ class TxnOffsetCommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class PartitionError:
+    """One partition's error code in an offset commit's answer."""
+
     topic: str
     partition: int
     error_code: ErrorCode
@@ -129,6 +140,8 @@ class OffsetDeleteResponse:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchPartition:
+    """One partition's committed offset in an OffsetFetch answer (-1: none)."""
+
     topic: str
     partition: int
     offset: int = INVALID_OFFSET
@@ -139,6 +152,8 @@ class OffsetFetchPartition:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchResponse:
+    """The answer to an OffsetFetch for one group."""
+
     group_id: str
     partitions: tuple[OffsetFetchPartition, ...]
     error_code: ErrorCode = _E.none

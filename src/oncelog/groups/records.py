@@ -63,6 +63,8 @@ class UnknownRecordType(RecordDecodeError):
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitKey:
+    """The key of a committed offset record in ``__consumer_offsets``."""
+
     group: str
     topic: str
     partition: int
@@ -70,6 +72,8 @@ class OffsetCommitKey:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitValue:
+    """The value of a committed offset record (a tombstone deletes the offset)."""
+
     offset: int
     metadata: str
     commit_timestamp: int
@@ -79,11 +83,15 @@ class OffsetCommitValue:
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataKey:
+    """The key of a group metadata record in ``__consumer_offsets``."""
+
     group: str
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadata:
+    """One member in a group metadata record."""
+
     member_id: str
     client_id: str
     client_host: str
@@ -96,6 +104,9 @@ class MemberMetadata:
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataValue:
+    """The group metadata record: the group's generation, protocol, leader and members
+    (a tombstone deletes the group)."""
+
     protocol_type: str
     generation: int
     protocol: str | None

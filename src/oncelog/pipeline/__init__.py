@@ -11,6 +11,8 @@
 Needs the `spark` extra (pyspark, pyarrow) and Java 17 for the job itself.
 """
 
+__all__ = ["ENRICHED_TOPIC", "ORDERS_TOPIC", "PARTITIONS"]
+
 ORDERS_TOPIC = "orders"
 ENRICHED_TOPIC = "enriched-orders"
 PARTITIONS = 3

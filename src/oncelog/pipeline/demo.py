@@ -44,6 +44,8 @@ KILL_WINDOW_S = 30.0  # how long to wait for the aimed-at moment before killing 
 
 @dataclass
 class DemoResult:
+    """What a demonstration run did and found; ``code`` is the command's exit code."""
+
     code: int
     verification: Verification | None = None
     events: list[str] = field(default_factory=list)

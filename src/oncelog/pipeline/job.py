@@ -34,6 +34,8 @@ DEFAULT_SINK_ID = "order-enrichment"
 
 @dataclass
 class JobConfig:
+    """The streaming job's settings, passed from the demo to the driver process."""
+
     bootstrap_servers: str
     checkpoint: str
     sink_id: str = DEFAULT_SINK_ID

@@ -18,6 +18,8 @@ DEADLINE_S = 120.0
 
 @dataclass
 class Verification:
+    """What the verifier counted; ``ok`` when every order is in the output exactly once."""
+
     orders_in: int = 0  # committed orders in the source topic
     orders_out: int = 0  # records in the output under read_committed
     duplicates: int = 0

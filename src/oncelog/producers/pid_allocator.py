@@ -16,6 +16,9 @@ BLOCK_FILE = "producer-id-block"
 
 
 class ProducerIdAllocator:
+    """Hands out producer ids, reserving them on disk a block at a time so that no id is
+    given twice across restarts."""
+
     def __init__(self, data_dir: Path, block_size: int = BLOCK_SIZE) -> None:
         self._path = data_dir / BLOCK_FILE
         self._block_size = block_size

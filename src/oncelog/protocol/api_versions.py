@@ -11,6 +11,8 @@ from enum import IntEnum
 
 
 class ApiKey(IntEnum):
+    """The Kafka API keys the broker knows (Kafka's ``ApiKeys``)."""
+
     PRODUCE = 0
     FETCH = 1
     LIST_OFFSETS = 2

@@ -42,6 +42,8 @@ class MalformedRequest(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
+    """The request header fields the broker uses, whatever the header version."""
+
     api_key: int
     api_version: int
     correlation_id: int

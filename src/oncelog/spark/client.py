@@ -18,6 +18,8 @@ TIMEOUT_S = 30.0
 
 
 class Cluster:
+    """The cluster questions the connector asks (partitions, offsets, topic creation)."""
+
     def __init__(self, client_config: Mapping[str, str]) -> None:
         self._admin = AdminClient(admin_config(client_config))
 

@@ -209,6 +209,8 @@ def parse_subscription(options: Mapping[str, str]) -> Subscription:
 
 @dataclass(frozen=True)
 class ReadOptions:
+    """The source's options, parsed and checked."""
+
     client: dict[str, str]
     subscription: Subscription
     starting: OffsetSpec
@@ -257,6 +259,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
 
 @dataclass(frozen=True)
 class WriteOptions:
+    """The sink's options, parsed and checked."""
+
     client: dict[str, str]
     topic: str | None
     guarantee: str

@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - older PySpark: no availableNow support
     ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        pass
+        """Stand-in for PySpark < 4.2, which has no availableNow support."""
 
 
 ARROW_SCHEMA = pa.schema(
@@ -59,6 +59,8 @@ class DataLossError(RuntimeError):
 
 
 class OffsetRangePartition(InputPartition):
+    """One Spark input partition: one offset range of one topic-partition."""
+
     def __init__(self, index: int, rng: off.OffsetRange) -> None:
         super().__init__(index)
         self.range = rng
@@ -197,6 +199,8 @@ def _resolve(
 
 
 class OncelogBatchReader(DataSourceReader):
+    """``spark.read.format("oncelog")``: one input partition per topic-partition range."""
+
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
 

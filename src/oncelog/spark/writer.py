@@ -54,6 +54,9 @@ class SinkGuaranteeError(RuntimeError):
 
 @dataclass
 class SinkCommitMessage(WriterCommitMessage):
+    """What a write task reports to the driver's commit: rows written, or skipped because
+    an earlier attempt of the same batch committed them."""
+
     task: int
     attempt: int
     batch_id: int
@@ -405,6 +408,9 @@ class OncelogBatchWriter(_Base, DataSourceArrowWriter):
 
 
 class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("oncelog")``: each micro-batch's tasks write in their own
+    transactions, keyed by batch id, so a replayed batch writes nothing twice."""
+
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         from pyspark import TaskContext
 

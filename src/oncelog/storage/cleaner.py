@@ -131,6 +131,9 @@ class CleanerStats:
 
 @dataclass(frozen=True, slots=True)
 class CleaningResult:
+    """A finished pass: the cleaned segment groups (under ``.cleaned`` names, not yet swapped
+    in), where the next pass starts and what this one did."""
+
     groups: tuple[CleanedGroup, ...]
     end_offset: int  # the next pass's first dirty offset
     stats: CleanerStats

@@ -370,6 +370,9 @@ class SegmentStats:
 
 @dataclass(frozen=True, slots=True)
 class CleanableRange:
+    """The part of a log a pass may clean (whole segments below the first uncleanable offset)
+    and how dirty it is."""
+
     first_dirty_offset: int
     first_uncleanable_offset: int  # a segment base: cleaning covers whole segments
     clean_bytes: int

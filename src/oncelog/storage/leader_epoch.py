@@ -46,11 +46,16 @@ _VERSION = "0"
 
 @dataclass(frozen=True, slots=True)
 class EpochEntry:
+    """A leader epoch and the first offset written in it."""
+
     epoch: int
     start_offset: int
 
 
 class LeaderEpochCache:
+    """Kafka's LeaderEpochFileCache: each leader epoch's start offset, kept in
+    ``leader-epoch-checkpoint`` (see the module docstring)."""
+
     def __init__(self, path: Path | None, entries: tuple[EpochEntry, ...] = ()) -> None:
         self._path = path
         self._entries = list(entries)

@@ -75,6 +75,8 @@ class LogConfig:
 
 @dataclass(frozen=True)
 class AppendResult:
+    """Where an append went: its offsets, byte position and segment."""
+
     base_offset: int
     last_offset: int
     log_append_time_ms: int  # -1 unless the topic uses LogAppendTime
@@ -84,6 +86,8 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class SegmentInfo:
+    """One segment file of a partition log."""
+
     base_offset: int
     size_bytes: int
     path: Path

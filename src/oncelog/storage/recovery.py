@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class SegmentRecovery:
+    """What recovering one segment did: batches kept, bytes cut off its end."""
+
     batches: int
     bytes_truncated: int
 

@@ -20,6 +20,8 @@ _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stab
 
 @dataclass(frozen=True, slots=True)
 class AbortedTxn:
+    """One entry of the aborted-transaction index."""
+
     producer_id: int
     first_offset: int
     last_offset: int  # the ABORT marker's offset
@@ -27,6 +29,8 @@ class AbortedTxn:
 
 
 class TransactionIndex:
+    """The ``.txnindex`` file of one segment and its entries (see the module docstring)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.fd: int | None = None

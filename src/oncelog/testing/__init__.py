@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.testing.embedded import EmbeddedBroker
 from oncelog.testing.process import BrokerProcess, BrokerProcessError
-from oncelog.testing.proxy import FaultInjectionProxy
+from oncelog.testing.proxy import FaultConfig, FaultInjectionProxy, ProxyStats
 
 if TYPE_CHECKING:
     from oncelog.testing.cluster import LocalCluster
@@ -18,8 +18,10 @@ __all__ = [
     "BrokerProcess",
     "BrokerProcessError",
     "EmbeddedBroker",
+    "FaultConfig",
     "FaultInjectionProxy",
     "LocalCluster",
+    "ProxyStats",
     "ZooKeeperServer",
 ]
 

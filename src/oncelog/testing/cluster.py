@@ -57,6 +57,9 @@ class ClusterError(RuntimeError):
 
 
 class LocalCluster:
+    """A ZooKeeper server and N broker processes on 127.0.0.1 for tests and development (see
+    the module docstring); stops everything it started on exit."""
+
     def __init__(
         self,
         base_dir: Path | str,

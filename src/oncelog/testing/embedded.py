@@ -27,6 +27,8 @@ START_TIMEOUT_S = 30.0
 
 
 class EmbeddedBroker:
+    """A real broker on its own event loop in a daemon thread (see the module docstring)."""
+
     def __init__(
         self,
         config: Mapping[str, str] | None = None,

@@ -33,6 +33,8 @@ from oncelog.broker.handlers import (
 )
 from oncelog.protocol.api_versions import ApiKey
 
+__all__ = ["by_api_key"]
+
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.protocol.codec import RequestHeader
