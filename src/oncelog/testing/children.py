@@ -11,7 +11,17 @@ import signal
 import subprocess
 import weakref
 
-__all__ = ["ChildStuckError", "ManagedChild", "reap", "send_signal", "wait_exit"]
+from oncelog.testing.lifecycle import Lifecycle
+
+__all__ = [
+    "ChildStuckError",
+    "ManagedChild",
+    "kill_process",
+    "reap",
+    "send_signal",
+    "terminate_process",
+    "wait_exit",
+]
 
 
 class ChildStuckError(RuntimeError):
@@ -38,6 +48,30 @@ def wait_exit(
         raise error(f"process {proc.pid} survived SIGKILL for {timeout_s} s") from exc
 
 
+def kill_process(
+    proc: subprocess.Popen[bytes], timeout_s: float, error: type[Exception] = ChildStuckError
+) -> int:
+    """SIGKILL (a crash) and reap: the exit status. SIGCONT first: a paused process must be
+    able to die."""
+    send_signal(proc, signal.SIGCONT)
+    send_signal(proc, signal.SIGKILL)
+    return wait_exit(proc, timeout_s, error)
+
+
+def terminate_process(
+    proc: subprocess.Popen[bytes], timeout_s: float, error: type[Exception] = ChildStuckError
+) -> tuple[int, bool]:
+    """SIGTERM (after SIGCONT, so a paused process can act on it) and wait for the clean
+    exit, bounded; past the bound, SIGKILL. The exit status, and whether it was clean (True)
+    or needed SIGKILL (False)."""
+    send_signal(proc, signal.SIGCONT)
+    send_signal(proc, signal.SIGTERM)
+    try:
+        return proc.wait(timeout_s), True
+    except subprocess.TimeoutExpired:
+        return kill_process(proc, timeout_s, error), False
+
+
 def reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
     """Last resort (interpreter exit): kill a child a test forgot to stop."""
     if proc.poll() is None:
@@ -49,10 +83,11 @@ def reap(proc: subprocess.Popen[bytes], timeout_s: float) -> None:
             pass
 
 
-class ManagedChild:
+class ManagedChild(Lifecycle):
     """One child process at a time: its pid, SIGSTOP/SIGCONT, handing it over (detach), and
-    a last-resort reaper should the owner forget to stop it. Subclasses start the process
-    and give it to :meth:`_adopt`; ``error`` and ``what`` shape their messages."""
+    a last-resort reaper should the owner forget to stop it; ``with`` starts and stops it
+    (:class:`~oncelog.testing.lifecycle.Lifecycle`). Subclasses start the process and give
+    it to :meth:`_adopt`; ``error`` and ``what`` shape their messages."""
 
     error: type[Exception] = RuntimeError
     what = "the process"

@@ -31,11 +31,11 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kazoo.client import KazooClient
 
+from oncelog.testing.lifecycle import Lifecycle
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.proxy import FaultInjectionProxy
 from oncelog.testing.zookeeper import ZooKeeperServer
@@ -56,7 +56,7 @@ class ClusterError(RuntimeError):
     """The cluster did not reach the state waited for in time."""
 
 
-class LocalCluster:
+class LocalCluster(Lifecycle):
     """A ZooKeeper server and N broker processes on 127.0.0.1 for tests and development (see
     the module docstring); stops everything it started on exit."""
 
@@ -120,17 +120,6 @@ class LocalCluster:
         self.zookeeper.stop()
         if failures:
             raise failures[0]
-
-    def __enter__(self) -> LocalCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- addresses ------------------------------------------------------------------------
 

@@ -11,22 +11,19 @@ restart a broker on the same data). It never removes a directory it did not make
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
-import threading
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.runner import new_event_loop
+from oncelog.testing.lifecycle import Lifecycle, LoopThread
 
 START_TIMEOUT_S = 30.0
 
 
-class EmbeddedBroker:
+class EmbeddedBroker(Lifecycle):
     """A real broker on its own event loop in a daemon thread (see the module docstring)."""
 
     def __init__(
@@ -43,8 +40,7 @@ class EmbeddedBroker:
         self._data_dir = None if data_dir is None else Path(data_dir)
         self._host = host
         self._port = port
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread = LoopThread("oncelog-embedded-broker", START_TIMEOUT_S)
         self.broker: Broker | None = None
 
     @property
@@ -77,51 +73,30 @@ class EmbeddedBroker:
 
     def _start(self, data_dir: Path) -> EmbeddedBroker:
         config = BrokerConfig.load(None, self._overrides)
-        self._loop = new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
 
-        def run() -> None:
-            assert self._loop is not None
-            asyncio.set_event_loop(self._loop)
-            try:
-                self.broker = Broker(
-                    config, data_dir, self._host, self._port, metrics_port=self._metrics_port
-                )
-                self._loop.run_until_complete(self.broker.start())
-            except BaseException as exc:  # reported to the caller of start()
-                failure.append(exc)
-                started.set()
-                return
-            started.set()
-            self._loop.run_forever()
+        async def serve() -> None:
+            self.broker = Broker(
+                config, data_dir, self._host, self._port, metrics_port=self._metrics_port
+            )
+            await self.broker.start()
 
-        self._thread = threading.Thread(target=run, name="oncelog-embedded-broker", daemon=True)
-        self._thread.start()
-        if not started.wait(START_TIMEOUT_S):
-            raise RuntimeError(f"embedded broker did not start within {START_TIMEOUT_S} s")
-        if failure:
-            self._thread.join()
-            self._loop.close()
-            self._loop = self._thread = None
-            raise failure[0]
+        try:
+            self._loop_thread.start(serve)
+        except BaseException:
+            self.broker = None
+            raise
         return self
 
     def stop(self) -> None:
         """Stop the broker cleanly (flush, clean-shutdown marker) and end its thread."""
-        if self._loop is None or self._thread is None:
+        if not self._loop_thread.running:
             return
-        loop, thread = self._loop, self._thread
+        broker = self.broker
         try:
-            if self.broker is not None:
-                asyncio.run_coroutine_threadsafe(self.broker.stop(), loop).result(START_TIMEOUT_S)
-        finally:  # a failed stop still ends the thread and removes the temporary directory
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(START_TIMEOUT_S)
-            self._loop = self._thread = None
+            self._loop_thread.stop(broker.stop if broker is not None else None)
+        finally:  # a failed stop still removes the temporary directory
             self.broker = None
             self._remove_own_data_dir()
-        loop.close()
 
     def _remove_own_data_dir(self) -> None:
         if self._owns_data_dir and self._data_dir is not None:
@@ -136,14 +111,3 @@ class EmbeddedBroker:
         self._owns_data_dir = owns
         self._port = port
         self.start()
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
-from oncelog.testing.children import ManagedChild, send_signal, wait_exit
+from oncelog.testing.children import ManagedChild, kill_process, terminate_process
 
 __all__ = ["BrokerProcess", "BrokerProcessError"]
 
@@ -140,9 +138,7 @@ class BrokerProcess(ManagedChild):
         proc = self._take_process()
         if proc is None:
             return self.returncode if self.returncode is not None else 0
-        send_signal(proc, signal.SIGCONT)  # a paused process must be able to die
-        send_signal(proc, signal.SIGKILL)
-        self.returncode = wait_exit(proc, self.stop_timeout_s, BrokerProcessError)
+        self.returncode = kill_process(proc, self.stop_timeout_s, BrokerProcessError)
         return self.returncode
 
     def terminate(self, *, check: bool = True) -> int:
@@ -152,17 +148,12 @@ class BrokerProcess(ManagedChild):
         proc = self._take_process()
         if proc is None:
             return self.returncode if self.returncode is not None else 0
-        send_signal(proc, signal.SIGCONT)
-        send_signal(proc, signal.SIGTERM)
-        try:
-            self.returncode = proc.wait(self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            send_signal(proc, signal.SIGKILL)
-            self.returncode = wait_exit(proc, self.stop_timeout_s, BrokerProcessError)
+        self.returncode, clean = terminate_process(proc, self.stop_timeout_s, BrokerProcessError)
+        if not clean:
             raise BrokerProcessError(
                 f"broker {proc.pid} did not stop within {self.stop_timeout_s} s of SIGTERM; "
                 f"killed it\n{self._log_tail()}"
-            ) from None
+            )
         if check and self.returncode != 0:
             raise BrokerProcessError(
                 f"broker {proc.pid} exited with status {self.returncode} on SIGTERM\n"
@@ -173,22 +164,6 @@ class BrokerProcess(ManagedChild):
     def stop(self) -> None:
         """Clean stop if running; nothing otherwise."""
         self.terminate()
-
-    def __enter__(self) -> BrokerProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.terminate()
-        except BrokerProcessError:
-            if exc_type is None:
-                raise
-            log.exception("stopping the broker after a failure also failed")
 
     # -- internals ------------------------------------------------------------------------
 

@@ -89,10 +89,9 @@ import random
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.runner import new_event_loop
+from oncelog.testing.lifecycle import Lifecycle, LoopThread
 
 if TYPE_CHECKING:
     from oncelog.testing.embedded import EmbeddedBroker
@@ -186,7 +185,7 @@ class _FramingError(Exception):
     pass
 
 
-class FaultInjectionProxy:
+class FaultInjectionProxy(Lifecycle):
     """A Kafka-aware TCP proxy on 127.0.0.1 that drops, delays and cuts (module docs)."""
 
     def __init__(
@@ -221,8 +220,7 @@ class FaultInjectionProxy:
         self._paused = False
         self._lock = threading.Lock()
         self._counts: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ProxyStats)}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+        self._loop_thread = LoopThread("oncelog-fault-proxy", START_TIMEOUT_S)
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._port: int | None = None
@@ -304,39 +302,14 @@ class FaultInjectionProxy:
     def cut_all_connections(self) -> int:
         """Close every open client connection and its broker connection now; return how
         many. Clients reconnect (through the proxy) and retry what was in flight."""
-        loop = self._require_loop()
-        return asyncio.run_coroutine_threadsafe(self._cut_all(), loop).result(START_TIMEOUT_S)
+        return self._loop_thread.run(self._cut_all())
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> FaultInjectionProxy:
-        if self._thread is not None:
+        if self._loop_thread.running:
             raise RuntimeError("the proxy is already running")
-        loop = new_event_loop()
-        started = threading.Event()
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            asyncio.set_event_loop(loop)
-            try:
-                loop.run_until_complete(self._listen())
-            except BaseException as exc:  # reported to the caller of start()
-                failure.append(exc)
-                started.set()
-                return
-            started.set()
-            loop.run_forever()
-
-        thread = threading.Thread(target=run, name="oncelog-fault-proxy", daemon=True)
-        thread.start()
-        if not started.wait(START_TIMEOUT_S) or failure:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(START_TIMEOUT_S)
-            loop.close()
-            if failure:
-                raise failure[0]
-            raise RuntimeError(f"the proxy did not start within {START_TIMEOUT_S} s")
-        self._loop, self._thread = loop, thread
+        self._loop_thread.start(self._listen)
         log.info(
             "fault-injection proxy on %s -> %s, seed %d, %s",
             self.bootstrap_servers,
@@ -348,38 +321,10 @@ class FaultInjectionProxy:
 
     def stop(self) -> None:
         """Close the listener and every connection, and end the proxy's thread."""
-        if self._loop is None or self._thread is None:
-            return
-        loop, thread = self._loop, self._thread
-        try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(START_TIMEOUT_S)
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(START_TIMEOUT_S)
-            if not thread.is_alive():
-                loop.close()
-            self._loop = self._thread = None
-            self._port = None
-
-    def __enter__(self) -> FaultInjectionProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._loop_thread.stop(self._shutdown)
+        self._port = None
 
     # -- internals: on the proxy's loop -----------------------------------------------------
-
-    def _require_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            raise RuntimeError("the proxy is not running")
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("call this from another thread than the proxy's own")
-        return self._loop
 
     def _count(self, name: str, amount: float = 1) -> None:
         with self._lock:

@@ -23,14 +23,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
-from oncelog.testing.children import ManagedChild, send_signal, wait_exit
+from oncelog.testing.children import ManagedChild, kill_process, terminate_process
 
 __all__ = ["ZooKeeperError", "ZooKeeperServer", "zookeeper_classpath"]
 
@@ -146,38 +144,19 @@ class ZooKeeperServer(ManagedChild):
         proc = self._take_process()
         if proc is None:
             return
-        send_signal(proc, signal.SIGCONT)
-        send_signal(proc, signal.SIGTERM)
-        try:
-            proc.wait(self.stop_timeout_s)
-        except subprocess.TimeoutExpired:
-            send_signal(proc, signal.SIGKILL)
-            wait_exit(proc, self.stop_timeout_s, ZooKeeperError)
+        terminate_process(proc, self.stop_timeout_s, ZooKeeperError)
 
     def kill(self) -> None:
         """SIGKILL (a crash) and reap."""
         proc = self._take_process()
         if proc is None:
             return
-        send_signal(proc, signal.SIGCONT)
-        send_signal(proc, signal.SIGKILL)
-        wait_exit(proc, self.stop_timeout_s, ZooKeeperError)
+        kill_process(proc, self.stop_timeout_s, ZooKeeperError)
 
     def restart(self) -> ZooKeeperServer:
         """Stop (cleanly if running) and start again on the same port and data."""
         self.stop()
         return self.start()
-
-    def __enter__(self) -> ZooKeeperServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ------------------------------------------------------------------------
 
