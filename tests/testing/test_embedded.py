@@ -44,7 +44,7 @@ def test_a_failed_stop_still_ends_the_thread_and_removes_the_directory(
     temp_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = EmbeddedBroker().start()
-    thread = broker._thread
+    thread = broker._loop_thread.thread
     assert thread is not None
 
     async def failing_stop(self: Broker) -> None:
