@@ -26,13 +26,19 @@ TOPIC_CONFIGS = {
     # A round's writes become cleanable together, after they are all in: one long pass.
     "min.compaction.lag.ms": "1500",
 }
+# A pass reads about a megabyte and writes far less: at this rate it lasts several seconds
+# on any machine, so the kills below land inside it however fast the disk.
+CLEANER_BYTES_PER_S = 200_000
 BROKER_CONFIG = {
     "log.cleaner.backoff.ms": "50",
+    "log.cleaner.io.max.bytes.per.second": str(CLEANER_BYTES_PER_S),
     "transaction.state.log.num.partitions": "2",
     "offsets.topic.num.partitions": "2",
 }
-# Delays after the pass starts; the last ones land after the swap.
-KILL_DELAYS_S = (0.0, 0.03, 0.07, 0.15, 0.4)
+IDLE_AFTER_S = 3.0  # at log.cleaner.backoff.ms=50 a pending pass starts well within this
+# Where each round's kill lands: a delay after the pass starts (building its key map, which
+# writes nothing) or after its copy wrote the first cleaned file.
+KILL_POINTS = (("map", 0.0), ("copy", 0.0), ("map", 0.5), ("copy", 0.3), ("copy", 0.8))
 
 
 def write_round(bootstrap: str, topic: str, round_no: int, expected: dict[bytes, bytes]) -> None:
@@ -99,31 +105,65 @@ def wait_for_pass_start(broker: BrokerProcess, topic: str, seen: int) -> None:
         time.sleep(0.005)
 
 
+def wait_for_cleaned_file(partition_dir: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not has_cleaned_files(partition_dir):
+        assert time.monotonic() < deadline, "the pass wrote no cleaned file"
+        time.sleep(0.005)
+
+
+def has_cleaned_files(partition_dir: Path) -> bool:
+    return any(p.suffix in (".cleaned", ".swap") for p in partition_dir.iterdir())
+
+
+def pass_running(broker: BrokerProcess, topic: str) -> bool:
+    run = broker.read_log(current_run=True)
+    started = run.count(f"cleaning {topic}-0: offsets")
+    return started > run.count(f"cleaned {topic}-0 in") + run.count(f"cleaning of {topic}-0 ")
+
+
+def wait_for_cleaner_idle(broker: BrokerProcess, topic: str) -> None:
+    """Until every pass this broker run started has ended (a pass interrupted by the last
+    kill runs again after the restart), the cleaner having had time to start one."""
+    started_at = time.monotonic()
+    deadline = started_at + TIMEOUT_S
+    while True:
+        if not pass_running(broker, topic) and time.monotonic() - started_at > IDLE_AFTER_S:
+            return
+        assert time.monotonic() < deadline, "the cleaner did not finish its passes"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_sigkill_during_compaction_recovers_the_same_values(tmp_path: Path) -> None:
     topic = "crash-compacted"
     expected: dict[bytes, bytes] = {}
     partition_dir = tmp_path / "data" / f"{topic}-0"
-    killed_mid_pass = 0
+    killed_in = {"map": 0, "copy": 0}
     with BrokerProcess(tmp_path / "data", BROKER_CONFIG) as broker:
         admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
         admin.create_topics([NewTopic(topic, 1, config=TOPIC_CONFIGS)])[topic].result(TIMEOUT_S)
-        for round_no, delay in enumerate(KILL_DELAYS_S):
+        for round_no, (phase, delay) in enumerate(KILL_POINTS):
             write_round(broker.bootstrap_servers, topic, round_no, expected)
             time.sleep(0.3)  # the segment ages past segment.ms: the next append rolls it
             write_round(broker.bootstrap_servers, topic, round_no + 100, expected)
             seen = broker.read_log().count(f"cleaning {topic}-0: offsets")
             wait_for_pass_start(broker, topic, seen)
+            if phase == "copy":
+                wait_for_cleaned_file(partition_dir)
             time.sleep(delay)
             broker.kill()
-            if any(p.suffix in (".cleaned", ".swap") for p in partition_dir.iterdir()):
-                killed_mid_pass += 1
+            if pass_running(broker, topic) and has_cleaned_files(partition_dir) == (
+                phase == "copy"
+            ):
+                killed_in[phase] += 1
             broker.restart()
             view, _ = committed_view(broker.bootstrap_servers, topic)
             assert view == expected, f"round {round_no}: values differ after the crash"
-        time.sleep(1.0)  # let a last pass finish undisturbed
+        wait_for_cleaner_idle(broker, topic)  # a last pass, undisturbed
         view, count = committed_view(broker.bootstrap_servers, topic)
         assert view == expected
         assert count < 2 * KEYS, "the history was compacted"
-        assert broker.read_log().count(f"cleaned {topic}-0 in") >= 1
-    assert killed_mid_pass >= 2, "the kills must land inside passes, not only between them"
+    assert f"cleaned {topic}-0 in" in broker.read_log(), "a pass finished"
+    # The cleaner's rate limit makes each phase last seconds: every kill lands where aimed.
+    assert killed_in == {"map": 2, "copy": 3}, "the kills must land inside passes"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
@@ -484,6 +485,14 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "Memory for the key map of one cleaning pass (each key costs its length plus about "
         "100 bytes); a dirty part with more keys is cleaned over several passes.",
         Range(1024 * 1024),
+    ),
+    ConfigDef(
+        "log.cleaner.io.max.bytes.per.second",
+        T.DOUBLE,
+        sys.float_info.max,
+        "The most bytes a second the cleaner reads and writes together, so that compaction "
+        "leaves the disk to produce and fetch (Kafka's default: no limit).",
+        Range(1),
     ),
     ConfigDef(
         "log.cleaner.backoff.ms",
@@ -1037,6 +1046,7 @@ class BrokerConfig:
     log_cleaner_enable = _Key[bool]("log.cleaner.enable")
     log_cleaner_dedupe_buffer_size = _Key[int]("log.cleaner.dedupe.buffer.size")
     log_cleaner_backoff_ms = _Key[int]("log.cleaner.backoff.ms")
+    log_cleaner_io_max_bytes_per_second = _Key[float]("log.cleaner.io.max.bytes.per.second")
     offsets_topic_segment_bytes = _Key[int]("offsets.topic.segment.bytes")
     transaction_state_log_segment_bytes = _Key[int]("transaction.state.log.segment.bytes")
     min_insync_replicas = _Key[int]("min.insync.replicas")
@@ -1115,6 +1125,7 @@ DYNAMIC_BROKER_KEYS = frozenset(
         "log.cleaner.threads",
         "log.cleaner.dedupe.buffer.size",
         "log.cleaner.backoff.ms",
+        "log.cleaner.io.max.bytes.per.second",
         "producer.id.expiration.ms",
     ]
 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -166,7 +167,13 @@ class LogCleaner:
         self, partition: Partition, found: CleanableRange, now_ms: int
     ) -> bool:
         """One pass over ``partition``; True if its cleaned segments were swapped in."""
-        job = cleaning_job(partition, found, now_ms, self._config.log_cleaner_dedupe_buffer_size)
+        job = cleaning_job(
+            partition,
+            found,
+            now_ms,
+            self._config.log_cleaner_dedupe_buffer_size,
+            self._config.log_cleaner_io_max_bytes_per_second,
+        )
         name = job.name
         log.info(
             "cleaning %s: offsets %d..%d dirty (%.0f%% of %d bytes)",
@@ -276,7 +283,11 @@ def find_cleanable(partition: Partition, now_ms: int) -> CleanableRange:
 
 
 def cleaning_job(
-    partition: Partition, found: CleanableRange, now_ms: int, key_map_bytes: int
+    partition: Partition,
+    found: CleanableRange,
+    now_ms: int,
+    key_map_bytes: int,
+    io_max_bytes_per_s: float = math.inf,
 ) -> CleaningJob:
     """Everything a pass over ``partition`` needs, taken now, on the event loop: the
     segments (with their own descriptors), the aborted transactions and each live
@@ -300,6 +311,7 @@ def cleaning_job(
         segment_bytes=config.segment_bytes,
         index_interval_bytes=config.index_interval_bytes,
         key_map_bytes=key_map_bytes,
+        io_max_bytes_per_s=io_max_bytes_per_s,
     )
 
 

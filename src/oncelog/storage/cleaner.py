@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -45,6 +46,7 @@ from oncelog.storage.compaction import (
     plan_batch,
 )
 from oncelog.storage.segment import LogSegment, scan_file
+from oncelog.storage.throttle import Throttler
 from oncelog.storage.txn_index import AbortedTxn
 
 __all__ = [
@@ -97,6 +99,8 @@ class CleaningJob:
     segment_bytes: int
     index_interval_bytes: int
     key_map_bytes: int
+    # log.cleaner.io.max.bytes.per.second: bytes read and written, both phases together
+    io_max_bytes_per_s: float = math.inf
 
     def close(self) -> None:
         for source in self.sources:
@@ -150,17 +154,19 @@ Progress = Callable[[int, int], None]  # (bytes done, bytes in the pass)
 def clean(
     job: CleaningJob, stop: threading.Event, progress: Progress | None = None
 ) -> CleaningResult:
-    """Build the key map, then write every group's cleaned segment. Raises
-    CleaningAborted when ``stop`` is set; cleaned files written so far are removed."""
+    """Build the key map, then write every group's cleaned segment, at no more than the
+    job's byte rate. Raises CleaningAborted when ``stop`` is set (a throttled pass notices
+    at once); cleaned files written so far are removed."""
     stats = CleanerStats()
-    key_map = _build_key_map(job, stop, stats)
+    throttler = Throttler(job.io_max_bytes_per_s, stop.wait)
+    key_map = _build_key_map(job, stop, throttler, stats)
     end = key_map.latest_offset + 1
     groups = group_segments([s for s in job.sources if s.base_offset < end], job.segment_bytes, end)
     total = sum(s.size_bytes for g in groups for s in g)
     tracker = TransactionTracker(job.aborted_in_log)
 
-    def check() -> None:
-        if stop.is_set():
+    def check(nbytes: int) -> None:
+        if stop.is_set() or throttler.done(nbytes):
             raise CleaningAborted()
         if progress is not None and stats.batches_read % PROGRESS_EVERY_BATCHES == 0:
             progress(stats.bytes_read, total)
@@ -178,7 +184,9 @@ def clean(
     return CleaningResult(tuple(done), end, stats)
 
 
-def _build_key_map(job: CleaningJob, stop: threading.Event, stats: CleanerStats) -> KeyMap:
+def _build_key_map(
+    job: CleaningJob, stop: threading.Event, throttler: Throttler, stats: CleanerStats
+) -> KeyMap:
     """The key map over the dirty segments, from the first dirty offset on."""
     key_map = KeyMap(job.key_map_bytes)
     tracker = TransactionTracker(job.aborted_in_dirty)
@@ -187,7 +195,7 @@ def _build_key_map(job: CleaningJob, stop: threading.Event, stats: CleanerStats)
         if upper <= start or source.base_offset >= job.first_uncleanable_offset:
             continue
         for _, header, data in scan_file(source.fd, source.size_bytes, with_data=True):
-            if stop.is_set():
+            if stop.is_set() or throttler.done(header.size):
                 raise CleaningAborted()
             assert data is not None
             kind = _control_kind(header, data)
@@ -226,7 +234,7 @@ def _clean_group(
     group: Sequence[SegmentSource],
     tracker: TransactionTracker,
     key_map: KeyMap,
-    check: Callable[[], None],
+    check: Callable[[int], None],
     stats: CleanerStats,
 ) -> LogSegment:
     """Write one group's cleaned segment (``.cleaned`` names), fsynced."""
@@ -242,9 +250,9 @@ def _clean_group(
             for _, header, data in scan_file(source.fd, source.size_bytes, with_data=True)
         )
         for (header, data), last in _flag_last(batches):
-            check()
             assert data is not None
-            _copy_batch(job, cleaned, header, data, tracker, key_map, last, stats)
+            written = _copy_batch(job, cleaned, header, data, tracker, key_map, last, stats)
+            check(header.size + written)
         for fd in cleaned.sync_fds():
             os.fsync(fd)
         cleaned.dirty = False
@@ -279,8 +287,8 @@ def _copy_batch(
     key_map: KeyMap,
     last_of_group: bool,
     stats: CleanerStats,
-) -> None:
-    """Decide one batch and write what it becomes into ``cleaned``."""
+) -> int:
+    """Decide one batch and write what it becomes into ``cleaned``; the bytes written."""
     stats.batches_read += 1
     stats.bytes_read += header.size
     stats.records_read += header.record_count
@@ -302,7 +310,7 @@ def _copy_batch(
     if entry is not None:
         cleaned.txn_index.append(entry)
     if isinstance(plan, Drop):
-        return
+        return 0
     out: bytes | memoryview
     if isinstance(plan, KeepAsIs):
         out = data
@@ -317,6 +325,7 @@ def _copy_batch(
     cleaned.append(out, written, written.max_timestamp)
     stats.batches_written += 1
     stats.bytes_written += len(out)
+    return len(out)
 
 
 # A stored batch whose records (or compressed payload) do not parse although its CRC
