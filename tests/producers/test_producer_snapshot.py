@@ -124,10 +124,35 @@ def _with_crc(version: int, body: bytes) -> bytes:
     return struct.pack(">hI", version, crc32c.crc32c(body)) + body
 
 
+def _v1_body(entries: list[ProducerStateEntry]) -> bytes:
+    """A version-1 body (entry count, then the entries in order), as older brokers wrote."""
+    body = struct.pack(">i", len(entries))
+    for e in entries:
+        txn = -1 if e.current_txn_first_offset is None else e.current_txn_first_offset
+        body += struct.pack(
+            ">qhiqqb",
+            e.producer_id,
+            e.producer_epoch,
+            e.coordinator_epoch,
+            e.last_timestamp,
+            txn,
+            len(e.batches),
+        )
+        for b in e.batches:
+            body += struct.pack(
+                ">iiqqq", b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp
+            )
+    return body
+
+
+def test_version_1_snapshots_are_still_read() -> None:
+    assert decode_snapshot(_with_crc(1, _v1_body(sample_entries()))) == sample_entries()
+
+
 def test_structural_damage_with_a_valid_crc_is_detected() -> None:
-    body = encode_snapshot(sample_entries())[6:]
+    body = _v1_body(sample_entries())
     with pytest.raises(CorruptSnapshot, match="version"):
-        decode_snapshot(_with_crc(2, body))
+        decode_snapshot(_with_crc(99, encode_snapshot(sample_entries())[6:]))
     with pytest.raises(CorruptSnapshot, match="after the last entry"):
         decode_snapshot(_with_crc(1, body + b"\0"))
     with pytest.raises(CorruptSnapshot, match="truncated"):
@@ -135,6 +160,9 @@ def test_structural_damage_with_a_valid_crc_is_detected() -> None:
     six_batches = struct.pack(">i", 1) + struct.pack(">qhiqqb", 1, 0, 0, 0, -1, 6) + bytes(6 * 32)
     with pytest.raises(CorruptSnapshot, match="6 batches"):
         decode_snapshot(_with_crc(1, six_batches))
+    v2 = encode_snapshot(sample_entries())[6:]
+    with pytest.raises(CorruptSnapshot, match="truncated"):
+        decode_snapshot(_with_crc(2, v2[:40]))
 
 
 def test_corrupt_file_on_disk(tmp_path: Path) -> None:

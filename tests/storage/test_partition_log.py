@@ -294,6 +294,33 @@ def test_unclean_open_skips_segments_below_the_recovery_point(path: Path) -> Non
     log.close()
 
 
+def test_unclean_open_validates_only_what_follows_the_recovery_point(path: Path) -> None:
+    big = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200)
+    log = opened(path, big, clean=False)
+    for i in range(200):
+        append(log, make(i))
+    log.flush()
+    log.write_recovery_checkpoint()  # offsets below 400 are durable
+    for i in range(200, 210):
+        append(log, make(i))
+    stored = log.read(0, 1 << 30)
+    for segment in log._segments:
+        segment.close()
+    with path.joinpath(f"{0:020d}.log").open("ab") as f:
+        f.write(b"\x00\x00\x00\x07torn")  # and a torn batch at the end
+    log = opened(path, big, clean=False)
+    assert log.report.segments_recovered == 1
+    assert log.report.batches_scanned <= 10 + 5, "the durable prefix is not scanned again"
+    assert log.report.bytes_truncated > 0 and log.log_end_offset == 420
+    assert log.read(0, 1 << 30) == stored
+    assert log._segments[0].max_timestamp()[0] == 1_209  # from the whole segment
+    assert append(log, make(999)) == 420
+    log.close()
+    log = opened(path, big)
+    assert log.log_end_offset == 422 and log.read(398, 4)
+    log.close()
+
+
 def test_retention_by_time(path: Path) -> None:
     log = opened(path, LogConfig(segment_bytes=600, retention_ms=10_000), clean=False)
     for i in range(30):

@@ -13,7 +13,7 @@ from pathlib import Path
 from oncelog.producers.snapshot import (
     CorruptSnapshot,
     list_snapshots,
-    read_snapshot,
+    read_state,
     snapshot_path,
 )
 from oncelog.producers.state import CompletedTxn, ProducerStateManager, TxnMarker
@@ -36,7 +36,7 @@ def load_producer_state(
     replay_from = partition_log.log_start_offset
     for offset in reversed(list_snapshots(directory)):
         try:
-            manager = ProducerStateManager(read_snapshot(snapshot_path(directory, offset)))
+            manager = read_state(snapshot_path(directory, offset))
         except CorruptSnapshot as exc:
             log.warning(
                 "ignoring corrupt producer snapshot %s: %s", snapshot_path(directory, offset), exc

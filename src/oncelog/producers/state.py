@@ -28,9 +28,9 @@ Rules (Kafka 4.x ``ProducerAppendInfo.checkProducerEpoch``/``checkSequence`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass, replace
-from types import MappingProxyType
+from typing import Protocol
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import BatchHeader
@@ -50,6 +50,7 @@ __all__ = [
     "ProducerStateEntry",
     "ProducerStateManager",
     "Refuse",
+    "SnapshotEntries",
     "StalePending",
     "TxnMarker",
     "in_sequence",
@@ -215,18 +216,63 @@ class StalePending(RuntimeError):
     bug on our side (validate, append and commit must run as one step), never the client's."""
 
 
-class ProducerStateManager:
-    """Producer entries of one partition; each partition validates on its own."""
+class SnapshotEntries(Protocol):
+    """Producer entries loaded from a snapshot and decoded only when asked for."""
 
-    def __init__(self, entries: Iterable[ProducerStateEntry] = ()) -> None:
+    count: int
+    oldest_timestamp: int  # no entry has an older last timestamp
+    open_transactions: Mapping[int, int]  # producer id -> first offset of its open txn
+
+    def get(self, producer_id: int) -> ProducerStateEntry | None: ...
+
+    def producer_ids(self) -> Iterator[int]: ...
+
+
+class ProducerStateManager:
+    """Producer entries of one partition; each partition validates on its own.
+
+    Entries loaded from a snapshot stay there, undecoded, until their producer is looked
+    up: then the entry is decoded once and kept with the others (``shadowed`` lists the
+    snapshot's producers so taken over or removed)."""
+
+    def __init__(
+        self, entries: Iterable[ProducerStateEntry] = (), snapshot: SnapshotEntries | None = None
+    ) -> None:
         self._entries: dict[int, ProducerStateEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.snapshot = snapshot
+        self._shadowed: set[int] = set()
+        if snapshot is not None:
+            self._ongoing.update(snapshot.open_transactions)
         for entry in entries:
             self._put(entry)
 
     @property
     def entries(self) -> Mapping[int, ProducerStateEntry]:
-        return MappingProxyType(self._entries)
+        """Every producer's entry (those still in the snapshot are decoded on access)."""
+        return _Entries(self)
+
+    @property
+    def shadowed(self) -> Set[int]:
+        return self._shadowed
+
+    @property
+    def open_transactions(self) -> Mapping[int, int]:
+        return self._ongoing
+
+    def decoded_entries(self) -> list[ProducerStateEntry]:
+        """The entries not (or no longer) held by the snapshot alone."""
+        return list(self._entries.values())
+
+    def _get(self, producer_id: int) -> ProducerStateEntry | None:
+        entry = self._entries.get(producer_id)
+        if entry is not None or self.snapshot is None or producer_id in self._shadowed:
+            return entry
+        entry = self.snapshot.get(producer_id)
+        if entry is not None:  # decoded once, then kept like any other entry
+            self._entries[producer_id] = entry
+            self._shadowed.add(producer_id)
+        return entry
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction (the LSO cannot pass it)."""
@@ -246,7 +292,7 @@ class ProducerStateManager:
             raise ValueError("control batches go through validate_marker")
         pid, epoch = header.producer_id, header.producer_epoch
         first_seq, last_seq = header.base_sequence, header.last_sequence
-        base = self._entries.get(pid)
+        base = self._get(pid)
         entry = _or_empty(base, pid)
         if from_client and epoch == entry.producer_epoch:
             cached = entry.find_duplicate(first_seq, last_seq)
@@ -284,7 +330,7 @@ class ProducerStateManager:
         Kafka's transactions v0/v1 rules: a marker may carry the current or a newer epoch,
         and a coordinator epoch older than the last one seen is a zombie coordinator.
         """
-        base = self._entries.get(producer_id)
+        base = self._get(producer_id)
         entry = _or_empty(base, producer_id)
         refusal = _check_epoch(entry, producer_epoch)
         if refusal is not None:
@@ -306,7 +352,7 @@ class ProducerStateManager:
         ``timestamp`` replaces the batch's max timestamp on LogAppendTime topics (a later
         duplicate is answered with it, as Kafka does). Returns the transaction a marker closed.
         """
-        current = self._entries.get(pending.producer_id)
+        current = self._get(pending.producer_id)
         if current is not pending.base:
             raise StalePending(
                 f"producer {pending.producer_id} changed between validate and commit"
@@ -339,7 +385,7 @@ class ProducerStateManager:
         """
         if not header.has_producer_id:
             return None
-        entry = _or_empty(self._entries.get(header.producer_id), header.producer_id)
+        entry = _or_empty(self._get(header.producer_id), header.producer_id)
         if header.is_control:
             if marker is None:
                 return None
@@ -364,6 +410,11 @@ class ProducerStateManager:
 
         Idle is measured from the last batch's max timestamp, as Kafka does.
         """
+        snapshot = self.snapshot
+        if snapshot is not None and now_ms - snapshot.oldest_timestamp >= expiration_ms:
+            for pid in snapshot.producer_ids():  # someone in the snapshot may be idle
+                if pid not in self._shadowed:
+                    self._get(pid)
         expired = [
             pid
             for pid, entry in self._entries.items()
@@ -390,6 +441,37 @@ class ProducerStateManager:
         if first is None:
             return None
         return CompletedTxn(entry.producer_id, first, offset, aborted=not marker.committed)
+
+
+class _Entries(Mapping[int, ProducerStateEntry]):
+    """A read-only view of every entry, decoded and snapshot-held alike."""
+
+    def __init__(self, manager: ProducerStateManager) -> None:
+        self._manager = manager
+
+    def __getitem__(self, producer_id: int) -> ProducerStateEntry:
+        entry = self._manager._get(producer_id)
+        if entry is None:
+            raise KeyError(producer_id)
+        return entry
+
+    def __iter__(self) -> Iterator[int]:
+        manager = self._manager
+        yield from list(manager._entries)
+        if manager.snapshot is not None:
+            for pid in manager.snapshot.producer_ids():
+                if pid not in manager._shadowed:
+                    yield pid
+
+    def __len__(self) -> int:
+        manager = self._manager
+        in_snapshot = 0 if manager.snapshot is None else manager.snapshot.count
+        return len(manager._entries) + in_snapshot - len(manager._shadowed)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return dict(self.items()) == dict(other.items())
 
 
 def _or_empty(entry: ProducerStateEntry | None, producer_id: int) -> ProducerStateEntry:

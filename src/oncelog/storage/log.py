@@ -653,7 +653,7 @@ def _recover(
     done = 0
     batches = truncated = recovered = 0
     for i in range(first, len(segments)):
-        result = recover_segment(segments[i])
+        result = recover_segment(segments[i], recovery_point if i == first else None)
         recovered += 1
         batches += result.batches
         truncated += result.bytes_truncated

@@ -38,14 +38,25 @@ class RecoveryReport:
     segments_deleted: int = 0
 
 
-def recover_segment(segment: LogSegment) -> SegmentRecovery:
-    """Validate ``segment`` from its start, truncate at the first bad batch, fsync."""
-    segment.reset_state()
+def recover_segment(segment: LogSegment, trusted_offset: int | None = None) -> SegmentRecovery:
+    """Validate ``segment``, truncate at the first bad batch, fsync.
+
+    With ``trusted_offset`` (the recovery point: every offset below it was fsynced, the
+    index too), validation starts at the last indexed batch at or below it rather than at
+    the segment's start, so an unclean start costs the unflushed tail, not the segment.
+    """
+    start = 0
+    if trusted_offset is not None and segment.index.load(segment.size):
+        start = segment.index.lookup(trusted_offset)
+    if start:
+        segment.resume_at(start)
+    else:
+        segment.reset_state()
     expected = segment.base_offset
     valid_end = 0
     batches = 0
     reason = "torn batch"
-    for position, header, data in segment.scan(with_data=True):
+    for position, header, data in segment.scan(start, with_data=True):
         assert data is not None
         if not crc_is_valid(data):
             reason = f"CRC mismatch in batch at offset {header.base_offset}"
@@ -56,7 +67,10 @@ def recover_segment(segment: LogSegment) -> SegmentRecovery:
         if header.last_offset - segment.base_offset > MAX_RELATIVE_OFFSET:
             reason = f"offset {header.last_offset} beyond the segment's relative range"
             break
-        segment.note_batch(position, header)
+        if position == start and start:
+            segment.next_offset = header.next_offset  # indexed already
+        else:
+            segment.note_batch(position, header)
         expected = header.next_offset
         valid_end = position + header.size
         batches += 1

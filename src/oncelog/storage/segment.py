@@ -118,6 +118,15 @@ class LogSegment:
         self._max_ts_complete = True
         self.first_batch_ms = None
 
+    def resume_at(self, position: int) -> None:
+        """Recovery from an indexed batch at ``position`` (everything before it is known
+        good): index entries after it are dropped, the batches from it on re-noted."""
+        self.index.truncate_to_position(position + 1)
+        self._bytes_since_index = 0
+        self._max_ts = (-1, -1)
+        self._max_ts_complete = False  # computed from the whole file when first asked
+        self.first_batch_ms = parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+
     def load(self) -> None:
         """Trusting open (clean shutdown): load the index, rebuild it if it fails its
         checks, then scan only the tail after the last index entry to find the next
