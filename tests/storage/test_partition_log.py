@@ -321,6 +321,75 @@ def test_unclean_open_validates_only_what_follows_the_recovery_point(path: Path)
     log.close()
 
 
+def test_a_damaged_batch_at_the_trusted_position_means_validating_the_whole_segment(
+    path: Path,
+) -> None:
+    big = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200)
+    log = opened(path, big, clean=False)
+    for i in range(200):
+        append(log, make(i))
+    log.flush()
+    log.write_recovery_checkpoint()
+    trusted = log._segments[0].index.lookup(log.recovery_point - 1)
+    assert trusted > 0
+    for segment in log._segments:
+        segment.close()
+    with path.joinpath(f"{0:020d}.log").open("r+b") as f:  # "durable" yet damaged
+        f.seek(trusted + 70)
+        f.write(b"\xff\xff")
+    log = opened(path, big, clean=False)
+    assert log.report.batches_scanned > 100, "the segment was validated from its start"
+    assert log.log_end_offset < 400 and log.read(0, 1 << 30)
+    log.close()
+
+
+def _truncated_then_damaged(path: Path, config: LogConfig) -> tuple[PartitionLog, int]:
+    """400 offsets fsynced and checkpointed, the log cut at 200, 100 new batches appended
+    and not fsynced, one of them lost to the crash (zeros where it was). Returns the log
+    (its files closed, as a crash leaves them) and the damaged batch's position."""
+    log = opened(path, config, clean=False)
+    for i in range(200):
+        append(log, make(i))
+    log.flush()
+    log.write_recovery_checkpoint()
+    log.truncate_to(200)
+    for i in range(300, 400):
+        append(log, make(i))
+    segment = log._segments[0]
+    damaged = segment.find_position(250)
+    assert damaged is not None
+    for s in log._segments:
+        s.close()
+    with path.joinpath(f"{0:020d}.log").open("r+b") as f:
+        f.seek(damaged)
+        f.write(bytes(40))
+    return log, damaged
+
+
+def test_a_truncation_lowers_the_persisted_recovery_point(path: Path) -> None:
+    """Otherwise the stale checkpoint (400) makes recovery trust the batches appended after
+    the cut, unfsynced: a batch the crash destroyed would be served."""
+    big = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200)
+    _truncated_then_damaged(path, big)
+    log = opened(path, big, clean=False)
+    assert log.log_end_offset == 250, "cut at the destroyed batch"
+    assert values(log) == [
+        b"value-%d-%d" % (i, j) for i in [*range(100), *range(300, 325)] for j in (0, 1)
+    ]
+    log.close()
+
+
+def test_without_the_lowered_checkpoint_recovery_serves_a_destroyed_batch(path: Path) -> None:
+    """The anomaly the previous test guards against: the checkpoint put back to 400."""
+    big = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200)
+    _truncated_then_damaged(path, big)
+    path.joinpath("recovery-point").write_text("0\n400\n")
+    log = opened(path, big, clean=False)
+    assert log.log_end_offset == 400, "nothing cut"
+    assert len(values(log)) == 250, "yet what it serves stops at the destroyed batch"
+    log.close()
+
+
 def test_retention_by_time(path: Path) -> None:
     log = opened(path, LogConfig(segment_bytes=600, retention_ms=10_000), clean=False)
     for i in range(30):

@@ -453,10 +453,15 @@ class PartitionLog:
                 if position is not None:
                     new_end = _base_offset_at(segment, position)
                     segment.truncate(position, new_end)
+            lowered = self._recovery_point > self.log_end_offset
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._dir_dirty = True
         for segment in doomed:
             segment.delete()
+        if lowered:
+            # Persisted at once (as Kafka does after a truncation): a checkpoint above the
+            # new end would let recovery trust batches appended after this cut unchecked.
+            self.write_recovery_checkpoint()
 
     def advance_log_start(self, offset: int) -> int:
         """Move the log start offset up to ``offset`` (DeleteRecords), deleting the
@@ -556,6 +561,7 @@ class PartitionLog:
             self._start_over_locked(offset)
             self._recovery_point = offset
             self._dir_dirty = True
+        self.write_recovery_checkpoint()  # see truncate_to
 
     def _start_over_locked(self, offset: int) -> None:
         for segment in self._segments:

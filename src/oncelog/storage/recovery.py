@@ -38,22 +38,44 @@ class RecoveryReport:
     segments_deleted: int = 0
 
 
-def recover_segment(segment: LogSegment, trusted_offset: int | None = None) -> SegmentRecovery:
+def recover_segment(segment: LogSegment, recovery_point: int | None = None) -> SegmentRecovery:
     """Validate ``segment``, truncate at the first bad batch, fsync.
 
-    With ``trusted_offset`` (the recovery point: every offset below it was fsynced, the
-    index too), validation starts at the last indexed batch at or below it rather than at
-    the segment's start, so an unclean start costs the unflushed tail, not the segment.
+    With ``recovery_point`` (every offset below it was fsynced, the index with it),
+    validation starts at the last indexed batch wholly below it instead of the segment's
+    start, so an unclean start costs the unflushed tail, not the whole segment. Should
+    that batch itself fail, the segment is validated from its start after all.
     """
-    start = 0
-    if trusted_offset is not None and segment.index.load(segment.size):
-        start = segment.index.lookup(trusted_offset)
+    start = _trusted_position(segment, recovery_point)
+    result = _validate_from(segment, start)
+    if result is None:
+        log.warning("%s: the batch at trusted position %d is damaged", segment.path, start)
+        result = _validate_from(segment, 0)
+        assert result is not None
+    for fd in segment.sync_fds():  # the index too: the next recovery starts from it
+        os.fsync(fd)
+    segment.dirty = False
+    return result
+
+
+def _trusted_position(segment: LogSegment, recovery_point: int | None) -> int:
+    """The last indexed batch whose offsets all lie below ``recovery_point``: it and its
+    index entry were written before the fsync that the recovery point records. 0 if none,
+    or if the index fails its checks."""
+    if recovery_point is None or not segment.index.load(segment.size):
+        return 0
+    return segment.index.lookup(recovery_point - 1)
+
+
+def _validate_from(segment: LogSegment, start: int) -> SegmentRecovery | None:
+    """Re-note and check every batch from ``start``; truncate at the first bad one. None
+    (nothing changed on disk) if ``start`` > 0 and the batch there is bad."""
     if start:
         segment.resume_at(start)
     else:
         segment.reset_state()
     expected = segment.base_offset
-    valid_end = 0
+    valid_end = start
     batches = 0
     reason = "torn batch"
     for position, header, data in segment.scan(start, with_data=True):
@@ -68,12 +90,14 @@ def recover_segment(segment: LogSegment, trusted_offset: int | None = None) -> S
             reason = f"offset {header.last_offset} beyond the segment's relative range"
             break
         if position == start and start:
-            segment.next_offset = header.next_offset  # indexed already
+            segment.note_indexed_batch(header)
         else:
             segment.note_batch(position, header)
         expected = header.next_offset
         valid_end = position + header.size
         batches += 1
+    if start and not batches:
+        return None
     dropped = segment.size - valid_end
     if dropped:
         log.warning(
@@ -84,6 +108,4 @@ def recover_segment(segment: LogSegment, trusted_offset: int | None = None) -> S
             dropped,
         )
         segment.truncate(valid_end, segment.next_offset)
-    os.fsync(segment.fd)
-    segment.dirty = False
     return SegmentRecovery(batches, dropped)

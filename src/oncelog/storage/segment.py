@@ -119,13 +119,18 @@ class LogSegment:
         self.first_batch_ms = None
 
     def resume_at(self, position: int) -> None:
-        """Recovery from an indexed batch at ``position`` (everything before it is known
-        good): index entries after it are dropped, the batches from it on re-noted."""
+        """Before re-noting the batches from ``position`` on (an indexed batch; recovery
+        trusts everything before it): index entries after it are dropped."""
         self.index.truncate_to_position(position + 1)
         self._bytes_since_index = 0
         self._max_ts = (-1, -1)
         self._max_ts_complete = False  # computed from the whole file when first asked
-        self.first_batch_ms = parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+        self.first_batch_ms = self._first_batch_timestamp()
+
+    def note_indexed_batch(self, header: BatchHeader) -> None:
+        """Account for the batch the last index entry points at (its entry is there)."""
+        self.next_offset = header.next_offset
+        self._bytes_since_index = header.size
 
     def load(self) -> None:
         """Trusting open (clean shutdown): load the index, rebuild it if it fails its
@@ -143,11 +148,10 @@ class LogSegment:
             if start == 0 or pos > start:
                 self.note_batch(pos, header)
             else:
-                self.next_offset = header.next_offset
-                self._bytes_since_index = header.size
+                self.note_indexed_batch(header)
             end = pos + header.size
         if end:  # Kafka's rule after a restart: age by the first batch's timestamp
-            self.first_batch_ms = parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+            self.first_batch_ms = self._first_batch_timestamp()
         if end < self.size:
             log.warning(
                 "%s: %d bytes after position %d are not whole batches; truncating",
@@ -172,6 +176,9 @@ class LogSegment:
             self.first_batch_ms = now_ms
         self.note_batch(position, header)
         return position
+
+    def _first_batch_timestamp(self) -> int:
+        return parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
 
     def scan(
         self, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
