@@ -57,13 +57,9 @@ class Log:
         if isinstance(decision, Append):
             first, last = self.end, self.end + h.last_offset_delta
             self.m.commit(decision.pending, first, last)
-            self.stored.append(BatchHeader(first, *_fields(h)[1:]))
+            self.stored.append(h._replace(base_offset=first))
             self.end = last + 1
         return decision
-
-
-def _fields(h: BatchHeader) -> tuple[int, ...]:
-    return tuple(getattr(h, f) for f in BatchHeader.__dataclass_fields__)
 
 
 def refused(decision: Decision, code: ErrorCode) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pathlib
 import shutil
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -253,7 +252,7 @@ def test_a_compressed_batch_keeps_its_codec_when_rewritten() -> None:
         base_sequence=40,
         timestamp_ms=5_000,
     )
-    gzip_header = replace(parse_header(plain), attributes=COMPRESSION_GZIP)
+    gzip_header = parse_header(plain)._replace(attributes=COMPRESSION_GZIP)
     batch = retained_batch(gzip_header, read_raw_records(plain), delete_horizon_ms=None)
     assert decode_records(batch) == decode_records(plain)
     header = parse_header(batch)

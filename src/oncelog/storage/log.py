@@ -18,7 +18,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -194,8 +194,7 @@ class PartitionLog:
             base = self.log_end_offset
             active = self._segment_for_locked(header, base, now_ms)
             data = assign_offsets(batch, base, leader_epoch, append_time)
-            written = replace(
-                header,
+            written = header._replace(
                 base_offset=base,
                 partition_leader_epoch=leader_epoch,
                 max_timestamp=header.max_timestamp if append_time is None else append_time,
