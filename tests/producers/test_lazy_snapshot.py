@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_producer_snapshot import header
-
 from oncelog.producers.snapshot import (
     decode_snapshot,
     encode_snapshot,
@@ -21,6 +19,8 @@ from oncelog.producers.state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
+
+from .test_producer_snapshot import header
 
 
 def many(count: int, *, open_txn_every: int = 0) -> list[ProducerStateEntry]:

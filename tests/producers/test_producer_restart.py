@@ -413,3 +413,45 @@ def test_startup_replays_only_the_tail(process: BrokerProcess) -> None:
     assert replayed <= count < 20
     with connect(process.bootstrap_servers) as conn:
         assert producer_states(conn, TOPIC) == before
+
+
+# -- snapshots loaded lazily, then merged ---------------------------------------------------
+
+
+def test_lazily_loaded_state_survives_merged_snapshots_and_a_crash(
+    process: BrokerProcess,
+) -> None:
+    """After a clean restart the producers stay in the loaded snapshot, undecoded; the
+    next roll snapshots copy them and append the few that wrote since. A crash then
+    restarts from such a merged snapshot plus the log tail: every producer, whether it
+    wrote since the first restart or not, must be answered as before."""
+    directory = process.data_dir / f"{TOPIC}-0"
+    with connect(process.bootstrap_servers) as conn:
+        create_topic(conn, TOPIC, **{"segment.bytes": "2048"})
+        idle = [RawProducer(conn, TOPIC) for _ in range(30)]
+        for producer in idle:
+            for _ in range(6):
+                producer.send(0, 1)
+    process.restart()  # a clean stop: one snapshot at the log end, loaded lazily
+
+    with connect(process.bootstrap_servers) as conn:
+        busy = idle[:3]
+        newcomers = [RawProducer(conn, TOPIC) for _ in range(3)]
+        before_rolls = snapshots(directory)
+        for _ in range(8):
+            for producer in (*busy, *newcomers):
+                producer.conn = conn
+                producer.send(0, 2)
+        merged = [o for o in snapshots(directory) if o not in before_rolls]
+        assert merged, "the writes should have rolled a segment (a merged snapshot)"
+        before = producer_states(conn, TOPIC)
+    assert len(before[(TOPIC, 0)]) == 33
+
+    process.kill()
+    process.restart()
+    from_offset, _ = replays(process.read_log(current_run=True))[(TOPIC, 0)]
+    assert from_offset == merged[-1], "restarted from the newest merged snapshot"
+    with connect(process.bootstrap_servers) as conn:
+        assert producer_states(conn, TOPIC) == before
+        for producer in (idle[-1], busy[0], newcomers[0]):  # held, taken over, new
+            check_retries(conn, producer, 0)

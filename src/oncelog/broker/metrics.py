@@ -195,12 +195,9 @@ class _StateCollector:
                 offsets["laststableoffset"].add_metric(key, partition.last_stable_offset)
                 offsets["size"].add_metric(key, partition.log.size_bytes())
                 offsets["segments"].add_metric(key, len(partition.log.segments()))
-                entries = partition.producers.entries
-                offsets["producers"].add_metric(key, len(entries))
-                open_txns = sum(
-                    1 for e in entries.values() if e.current_txn_first_offset is not None
-                )
-                offsets["open"].add_metric(key, open_txns)
+                producers = partition.producers
+                offsets["producers"].add_metric(key, len(producers.entries))
+                offsets["open"].add_metric(key, len(producers.open_transactions))
         yield from offsets.values()
         yield from self._transactions()
         yield from self._cleaner()
@@ -214,11 +211,10 @@ class _StateCollector:
         late_after = broker.config.transaction_max_timeout_ms
         open_total = late = 0
         for partition in broker.topics.partitions():
-            for entry in partition.producers.entries.values():
-                if entry.current_txn_first_offset is None:
-                    continue
+            producers = partition.producers
+            for producer_id in producers.open_transactions:
                 open_total += 1
-                if now - entry.last_timestamp > late_after:
+                if now - producers.entries[producer_id].last_timestamp > late_after:
                     late += 1
         yield GaugeMetricFamily(
             "oncelog_transactions_open",

@@ -6,25 +6,28 @@ loads the newest one at or below the recovery point and replays only the log aft
 Layout (big-endian), version 2::
 
     version int16 | crc uint32 (CRC32C of everything after it) |
-    entry_count int32 | open_count int32 | oldest_timestamp int64 | live_bytes int64 |
-    open*:  producer_id int64 | txn_first_offset int64      (producers with an open txn)
-    index*: producer_id int64 | position int32              (ascending producer id)
-    entries area: entry*, each at its index position; ``live_bytes`` of it are referenced
-    (the rest are entries a later snapshot replaced):
+    entry_count int32 | open_count int32 | oldest_idle_timestamp int64 | live_bytes int64 |
+    open*:        producer_id int64 | txn_first_offset int64  (producers with an open txn)
+    producer_ids: entry_count x int64, ascending
+    positions:    entry_count x int64, each entry's position in the entries area
+    entries area: entry*, at their positions; ``live_bytes`` of it are referenced (the
+                  rest are entries a later snapshot replaced or dropped):
       producer_id int64 | producer_epoch int16 | coordinator_epoch int32 |
       last_timestamp int64 | current_txn_first_offset int64 (-1: none) |
       batch_count int8 (0..5) |
       batch*: first_seq int32 | last_seq int32 | first_offset int64 |
               last_offset int64 | timestamp int64
 
-Version 1 (still read) is ``entry_count`` and the entries, in producer id order.
+``oldest_idle_timestamp`` is the oldest last timestamp of the entries without an open
+transaction (the only ones that can expire). Version 1 (still read) is ``entry_count``
+and the entries, in producer id order.
 
 Start-up must not grow with the number of producers: a version-2 snapshot is checked (CRC)
-and kept as bytes, and an entry is decoded the first time its producer is looked up (a
-binary search of the index), so a partition with a million idle producers is ready as
-soon as the file is read. Writing the next snapshot copies the entries area as it is and
-appends the producers that changed since, re-encoding everything only once more than half
-of the area is stale.
+and kept as bytes, the two index columns become arrays, and an entry is decoded the first
+time its producer is looked up (a binary search in C), so a partition with a million idle
+producers is ready as soon as the file is read. Writing the next snapshot copies the
+entries area as it is and appends the producers that changed since, re-encoding
+everything only once more than half of the area is stale.
 
 Kafka's snapshot keeps only each producer's last batch, so after a restart a retry of any
 earlier in-flight batch gets OUT_OF_ORDER_SEQUENCE_NUMBER instead of its original offsets.
@@ -37,20 +40,23 @@ encode/decode are pure; the file helpers are thin and never raise for a missing 
 
 from __future__ import annotations
 
+import io
 import re
 import struct
+import sys
+from array import array
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterable, Iterator, Mapping, Set
 from pathlib import Path
 
 import crc32c
 
 from oncelog.producers.state import (
     BATCHES_TO_RETAIN,
+    NO_TIMESTAMP,
     BatchMetadata,
     ProducerStateEntry,
     ProducerStateManager,
-    SnapshotEntries,
 )
 from oncelog.storage.atomic_file import write_atomically
 
@@ -60,11 +66,12 @@ __all__ = [
     "CorruptSnapshot",
     "StoredSnapshot",
     "decode_snapshot",
+    "decode_state",
     "delete_snapshots_below",
     "encode_snapshot",
+    "encode_state",
     "latest_snapshot_at_or_below",
     "list_snapshots",
-    "load_snapshot",
     "read_snapshot",
     "read_state",
     "snapshot_path",
@@ -76,14 +83,15 @@ SNAPSHOT_SUFFIX = ".snapshot"
 
 _HEADER = struct.Struct(">hI")  # version, crc
 _COUNT = struct.Struct(">i")
-# entries, open transactions, oldest last timestamp, bytes of the area still referenced
+# entries, open transactions, oldest idle last timestamp, bytes of the area still referenced
 _COUNTS = struct.Struct(">iiqq")
 _OPEN = struct.Struct(">qq")  # producer id, first offset of its open transaction
-_INDEX = struct.Struct(">qi")  # producer id, position in the entries area
-_PID = struct.Struct(">q")
+_COLUMN_ITEM = 8  # both index columns hold int64s
 _ENTRY = struct.Struct(">qhiqqb")
 _BATCH = struct.Struct(">iiqqq")
-_NO_TIMESTAMP = 2**63 - 1
+_IDLE_FIELDS = struct.Struct(">qq")  # last_timestamp, current_txn_first_offset
+_IDLE_FIELDS_AT = 14  # after producer_id, producer_epoch, coordinator_epoch
+_BATCH_COUNT_AT = _ENTRY.size - 1
 _NAME = re.compile(r"^(\d{20})\.snapshot$")
 
 
@@ -95,22 +103,50 @@ def snapshot_path(directory: Path, offset: int) -> Path:
     return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
 
 
+# --- encoding ---------------------------------------------------------------------------------
+
+
 def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     """The file content for ``entries`` (ordered by producer id, so equal state gives
     equal bytes)."""
     ordered = sorted(entries, key=lambda e: e.producer_id)
     area = bytearray()
-    index = bytearray()
+    pids, positions = array("q"), array("q")
     for e in ordered:
-        index += _INDEX.pack(e.producer_id, len(area))
+        pids.append(e.producer_id)
+        positions.append(len(area))
         area += _encode_entry(e)
     open_txns = {
         e.producer_id: e.current_txn_first_offset
         for e in ordered
         if e.current_txn_first_offset is not None
     }
-    oldest = min((e.last_timestamp for e in ordered), default=_NO_TIMESTAMP)
-    return _assemble(index, area, open_txns, oldest, len(area))
+    return _assemble(pids, positions, area, open_txns, _oldest_idle(ordered), len(area))
+
+
+def encode_state(manager: ProducerStateManager) -> bytes:
+    """The snapshot of ``manager``. The entries area of the snapshot it was loaded from is
+    copied as it is and the entries decoded since are appended (the index columns merged,
+    runs of the old ones copied whole): writing costs the producers used since, not all
+    of them. Everything is re-encoded once less than half of that area is referenced."""
+    stored = manager.snapshot
+    if not isinstance(stored, StoredSnapshot):
+        return encode_snapshot(manager.decoded_entries())
+    decoded = sorted(manager.decoded_entries(), key=lambda e: e.producer_id)
+    shadowed = manager.shadowed
+    live = stored.live_bytes - sum(stored.entry_size(pid) for pid in shadowed)
+    if 2 * live < len(stored.area):
+        return encode_snapshot(manager.entries.values())
+    area = bytearray(stored.area)
+    added: dict[int, int] = {}
+    for e in decoded:
+        added[e.producer_id] = len(area)
+        encoded = _encode_entry(e)
+        area += encoded
+        live += len(encoded)
+    pids, positions = stored.merged_index(shadowed, added)
+    oldest = min(manager.snapshot_oldest_idle, _oldest_idle(decoded))
+    return _assemble(pids, positions, area, manager.open_transactions, oldest, live)
 
 
 def _encode_entry(e: ProducerStateEntry) -> bytes:
@@ -130,154 +166,177 @@ def _encode_entry(e: ProducerStateEntry) -> bytes:
     return bytes(out)
 
 
+def _oldest_idle(entries: Iterable[ProducerStateEntry]) -> int:
+    return min(
+        (e.last_timestamp for e in entries if e.current_txn_first_offset is None),
+        default=NO_TIMESTAMP,
+    )
+
+
 def _assemble(
-    index: bytes | bytearray,
+    pids: array[int],
+    positions: array[int],
     area: bytes | bytearray,
     open_txns: Mapping[int, int],
-    oldest: int,
+    oldest_idle: int,
     live_bytes: int,
 ) -> bytes:
-    count = len(index) // _INDEX.size
-    body = bytearray(_COUNTS.pack(count, len(open_txns), oldest, live_bytes))
+    body = bytearray(_COUNTS.pack(len(pids), len(open_txns), oldest_idle, live_bytes))
     for pid, first in sorted(open_txns.items()):
         body += _OPEN.pack(pid, first)
-    body += index
+    body += _big_endian(pids)
+    body += _big_endian(positions)
     body += area
     return _HEADER.pack(SNAPSHOT_VERSION, crc32c.crc32c(body)) + bytes(body)
 
 
-def encode_state(manager: ProducerStateManager) -> bytes:
-    """The snapshot of ``manager``. The entries area of the snapshot it was loaded from is
-    copied as it is and the decoded entries are appended (the index is merged, runs of
-    the old one copied whole): writing costs the producers used since, not all of them.
-    Everything is re-encoded once less than half of that area is still referenced."""
-    stored = manager.snapshot
-    decoded = sorted(manager.decoded_entries(), key=lambda e: e.producer_id)
-    if not isinstance(stored, StoredSnapshot):
-        return encode_snapshot(decoded)
-    live = stored.live_bytes - sum(stored.entry_size(pid) for pid in manager.shadowed)
-    if 2 * live < len(stored.area):
-        return encode_snapshot(manager.entries.values())
-    area = bytearray(stored.area)
-    added: dict[int, bytes] = {}
-    for e in decoded:
-        added[e.producer_id] = _INDEX.pack(e.producer_id, len(area))
-        encoded = _encode_entry(e)
-        area += encoded
-        live += len(encoded)
-    index = stored.merged_index(manager.shadowed, added)
-    oldest = min([stored.oldest_timestamp, *(e.last_timestamp for e in decoded)])
-    return _assemble(index, area, manager.open_transactions, oldest, live)
+def _big_endian(column: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        return column.tobytes()
+    swapped = array(column.typecode, column)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def _column(data: bytes) -> array[int]:
+    column = array("q")
+    column.frombytes(data)
+    if sys.byteorder == "little":
+        column.byteswap()
+    return column
+
+
+# --- decoding ---------------------------------------------------------------------------------
 
 
 def decode_snapshot(data: bytes) -> list[ProducerStateEntry]:
     """Every entry, decoded; ``CorruptSnapshot`` on anything but an intact file."""
-    stored = load_snapshot(data)
+    stored = _load(io.BytesIO(data).read)
     return list(stored.entries()) if isinstance(stored, StoredSnapshot) else stored
 
 
-def load_snapshot(data: bytes) -> StoredSnapshot | list[ProducerStateEntry]:
+def _load(read: Callable[[int], bytes]) -> StoredSnapshot | list[ProducerStateEntry]:
     """A version-2 snapshot as a lazily decoded ``StoredSnapshot``; a version-1 file
-    decoded whole. ``CorruptSnapshot`` on anything but an intact file."""
-    if len(data) < _HEADER.size + _COUNT.size:
-        raise CorruptSnapshot(f"{len(data)} bytes is shorter than a snapshot header")
-    version, stored_crc = _HEADER.unpack_from(data)
-    if version not in (1, SNAPSHOT_VERSION):
+    decoded whole. ``read(n)`` gives the next n bytes (fewer at the end): a file is read
+    section by section, so only the entries area stays in memory as bytes.
+    ``CorruptSnapshot`` on anything but an intact file."""
+    head = read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        raise CorruptSnapshot(f"{len(head)} bytes is shorter than a snapshot header")
+    version, stored_crc = _HEADER.unpack(head)
+    if version == 1:
+        body = read(-1)
+        _check_crc(stored_crc, crc32c.crc32c(body))
+        return _decode_v1_entries(body)
+    if version != SNAPSHOT_VERSION:
         raise CorruptSnapshot(f"unknown snapshot version {version}")
-    body = memoryview(data)[_HEADER.size :]
-    actual_crc = crc32c.crc32c(body)
-    if stored_crc != actual_crc:
-        raise CorruptSnapshot(
-            f"CRC mismatch: stored {stored_crc:#010x}, computed {actual_crc:#010x}"
-        )
-    try:
-        if version == 1:
-            return _decode_v1_entries(body)
-        return StoredSnapshot(bytes(body))
-    except struct.error as exc:
-        raise CorruptSnapshot(f"truncated snapshot: {exc}") from exc
+    crc = 0
+
+    def section(size: int) -> bytes:
+        nonlocal crc
+        data = read(size)
+        if len(data) != size:
+            raise CorruptSnapshot(f"truncated snapshot: {len(data)} of {size} bytes")
+        crc = crc32c.crc32c(data, crc)
+        return data
+
+    count, open_count, oldest, live_bytes = _COUNTS.unpack(section(_COUNTS.size))
+    if count < 0 or open_count < 0:
+        raise CorruptSnapshot(f"negative counts {count}, {open_count}")
+    open_txns = dict(_OPEN.iter_unpack(section(open_count * _OPEN.size)))
+    pids = _column(section(count * _COLUMN_ITEM))
+    positions = _column(section(count * _COLUMN_ITEM))
+    area = read(-1)
+    crc = crc32c.crc32c(area, crc)
+    _check_crc(stored_crc, crc)
+    return StoredSnapshot(pids, positions, area, open_txns, oldest, live_bytes)
 
 
-class StoredSnapshot(SnapshotEntries):
-    """The producers of a version-2 snapshot, decoded one at a time when asked for."""
+def _check_crc(stored: int, computed: int) -> None:
+    if stored != computed:
+        raise CorruptSnapshot(f"CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
 
-    def __init__(self, body: bytes) -> None:
-        count, open_count, oldest, live_bytes = _COUNTS.unpack_from(body)
-        if count < 0 or open_count < 0:
-            raise CorruptSnapshot(f"negative counts {count}, {open_count}")
-        self.count = count
-        self.oldest_timestamp = oldest
+
+class StoredSnapshot:
+    """The producers of a version-2 snapshot, decoded one at a time when asked for (the
+    ``SnapshotEntries`` a ``ProducerStateManager`` reads from)."""
+
+    def __init__(
+        self,
+        producer_ids: array[int],
+        positions: array[int],
+        area: bytes,
+        open_transactions: Mapping[int, int],
+        oldest_idle_timestamp: int,
+        live_bytes: int,
+    ) -> None:
+        self._pids = producer_ids
+        self._positions = positions
+        self.area = area
+        self.open_transactions = open_transactions
+        self.oldest_idle_timestamp = oldest_idle_timestamp
         self.live_bytes = live_bytes
-        pos = _COUNTS.size
-        self.open_transactions = dict(_OPEN.iter_unpack(body[pos : pos + open_count * _OPEN.size]))
-        if len(self.open_transactions) != open_count:
-            raise CorruptSnapshot("truncated list of open transactions")
-        self._index_at = pos + open_count * _OPEN.size
-        self._area_at = self._index_at + count * _INDEX.size
-        if self._area_at > len(body):
-            raise CorruptSnapshot(f"truncated snapshot: {count} index entries do not fit")
-        self._body = body
-        if count:  # the last entry must lie inside the area (a cheap structural check)
-            self._decode_at(self._index_position(count - 1))
-
-    @property
-    def area(self) -> memoryview:
-        return memoryview(self._body)[self._area_at :]
-
-    def producer_ids(self) -> Iterator[int]:
-        index = memoryview(self._body)[self._index_at : self._area_at]
-        return (pid for pid, _ in _INDEX.iter_unpack(index))
+        self.count = len(producer_ids)
+        if self.count and (
+            min(positions) < 0 or max(positions) + _ENTRY.size > len(area) or live_bytes < 0
+        ):
+            raise CorruptSnapshot("an index position lies outside the entries area")
 
     def get(self, producer_id: int) -> ProducerStateEntry | None:
         i = self._find(producer_id)
-        if i is None:
-            return None
-        return self._decode_at(self._index_position(i))
+        return None if i is None else self._decode_at(self._positions[i])
+
+    def producer_ids(self) -> Iterator[int]:
+        return iter(self._pids)
 
     def entries(self) -> Iterator[ProducerStateEntry]:
-        index = memoryview(self._body)[self._index_at : self._area_at]
-        return (self._decode_at(position) for _, position in _INDEX.iter_unpack(index))
+        return (self._decode_at(position) for position in self._positions)
 
-    def merged_index(self, removed: Set[int], added: Mapping[int, bytes]) -> bytearray:
-        """This index without ``removed`` producer ids, with the ``added`` index entries
-        (producer id -> packed entry) in order: runs of the old index are copied whole."""
-        out = bytearray()
-        index = memoryview(self._body)[self._index_at : self._area_at]
-        start = 0
-        for pid in sorted(set(removed) | set(added)):
-            i = self._lower_bound(pid)
-            out += index[start * _INDEX.size : i * _INDEX.size]
-            start = i
-            if i < self.count and self._index_pid(i) == pid:
-                start = i + 1  # replaced or removed
-            if pid in added:
-                out += added[pid]
-        out += index[start * _INDEX.size :]
-        return out
+    def idle_candidates(self) -> Iterator[tuple[int, int]]:
+        """``(producer id, last timestamp)`` of every entry without an open transaction,
+        read without decoding the entries (expiry looks at a million of them)."""
+        area = self.area
+        for pid, position in zip(self._pids, self._positions, strict=True):
+            last_timestamp, txn_first = _IDLE_FIELDS.unpack_from(area, position + _IDLE_FIELDS_AT)
+            if txn_first < 0:
+                yield pid, last_timestamp
 
     def entry_size(self, producer_id: int) -> int:
         """Bytes the producer's entry takes in the area (0 if it has none here)."""
         i = self._find(producer_id)
         if i is None:
             return 0
-        n_batches: int = self._body[self._area_at + self._index_position(i) + _ENTRY.size - 1]
-        return _ENTRY.size + n_batches * _BATCH.size
+        batches: int = self.area[self._positions[i] + _BATCH_COUNT_AT]
+        return _ENTRY.size + batches * _BATCH.size
 
-    def _index_pid(self, i: int) -> int:
-        return int(_PID.unpack_from(self._body, self._index_at + i * _INDEX.size)[0])
-
-    def _index_position(self, i: int) -> int:
-        return int(_INDEX.unpack_from(self._body, self._index_at + i * _INDEX.size)[1])
-
-    def _lower_bound(self, producer_id: int) -> int:
-        return bisect_left(range(self.count), producer_id, key=self._index_pid)
+    def merged_index(
+        self, removed: Set[int], added: Mapping[int, int]
+    ) -> tuple[array[int], array[int]]:
+        """The index columns without the ``removed`` producer ids, with ``added`` (producer
+        id -> position) in order: runs of the old columns are copied whole."""
+        pids, positions = array("q"), array("q")
+        start = 0
+        for pid in sorted(set(removed) | set(added)):
+            i = bisect_left(self._pids, pid)
+            pids.extend(self._pids[start:i])
+            positions.extend(self._positions[start:i])
+            start = i + 1 if i < self.count and self._pids[i] == pid else i
+            if pid in added:
+                pids.append(pid)
+                positions.append(added[pid])
+        pids.extend(self._pids[start:])
+        positions.extend(self._positions[start:])
+        return pids, positions
 
     def _find(self, producer_id: int) -> int | None:
-        i = self._lower_bound(producer_id)
-        return i if i < self.count and self._index_pid(i) == producer_id else None
+        i = bisect_left(self._pids, producer_id)
+        return i if i < self.count and self._pids[i] == producer_id else None
 
     def _decode_at(self, position: int) -> ProducerStateEntry:
-        entry, _ = _decode_entry(self._body, self._area_at + position)
+        try:
+            entry, _ = _decode_entry(self.area, position)
+        except struct.error as exc:
+            raise CorruptSnapshot(f"truncated entry at position {position}: {exc}") from exc
         return entry
 
 
@@ -301,18 +360,24 @@ def _decode_entry(body: bytes | memoryview, pos: int) -> tuple[ProducerStateEntr
     return entry, pos
 
 
-def _decode_v1_entries(body: memoryview) -> list[ProducerStateEntry]:
-    (count,) = _COUNT.unpack_from(body)
-    if count < 0:
-        raise CorruptSnapshot(f"negative entry count {count}")
-    pos = _COUNT.size
-    entries = []
-    for _ in range(count):
-        entry, pos = _decode_entry(body, pos)
-        entries.append(entry)
+def _decode_v1_entries(body: bytes) -> list[ProducerStateEntry]:
+    try:
+        (count,) = _COUNT.unpack_from(body)
+        if count < 0:
+            raise CorruptSnapshot(f"negative entry count {count}")
+        pos = _COUNT.size
+        entries = []
+        for _ in range(count):
+            entry, pos = _decode_entry(body, pos)
+            entries.append(entry)
+    except struct.error as exc:
+        raise CorruptSnapshot(f"truncated snapshot: {exc}") from exc
     if pos != len(body):
         raise CorruptSnapshot(f"{len(body) - pos} bytes after the last entry")
     return entries
+
+
+# --- files ------------------------------------------------------------------------------------
 
 
 def write_snapshot(directory: Path, offset: int, manager: ProducerStateManager) -> Path:
@@ -330,7 +395,16 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 def read_state(path: Path) -> ProducerStateManager:
     """The producer state a snapshot file holds, its entries decoded when first used."""
-    stored = load_snapshot(path.read_bytes())
+    with path.open("rb") as f:
+        return _manager(_load(f.read))
+
+
+def decode_state(data: bytes) -> ProducerStateManager:
+    """``read_state`` for file content already in memory."""
+    return _manager(_load(io.BytesIO(data).read))
+
+
+def _manager(stored: StoredSnapshot | list[ProducerStateEntry]) -> ProducerStateManager:
     if isinstance(stored, StoredSnapshot):
         return ProducerStateManager(snapshot=stored)
     return ProducerStateManager(stored)

@@ -29,7 +29,8 @@ Rules (Kafka 4.x ``ProducerAppendInfo.checkProducerEpoch``/``checkSequence`` and
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 from oncelog.protocol.errors import ErrorCode
@@ -39,6 +40,7 @@ __all__ = [
     "BATCHES_TO_RETAIN",
     "NO_PRODUCER_EPOCH",
     "NO_SEQUENCE",
+    "NO_TIMESTAMP",
     "Append",
     "BatchMetadata",
     "CompletedTxn",
@@ -59,6 +61,7 @@ __all__ = [
 BATCHES_TO_RETAIN = 5  # Kafka's hard-coded window: clients keep at most 5 requests in flight
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+NO_TIMESTAMP = (1 << 63) - 1  # "no entry": later than any timestamp
 _INT32_MAX = (1 << 31) - 1
 
 
@@ -113,12 +116,13 @@ class ProducerStateEntry:
         txn_first = self.current_txn_first_offset
         if txn_first is None and transactional:
             txn_first = batch.first_offset
-        return replace(
-            self,
-            producer_epoch=producer_epoch,
-            batches=(*kept, batch)[-BATCHES_TO_RETAIN:],
-            last_timestamp=batch.timestamp,
-            current_txn_first_offset=txn_first,
+        return ProducerStateEntry(
+            self.producer_id,
+            producer_epoch,
+            (*kept, batch)[-BATCHES_TO_RETAIN:],
+            self.coordinator_epoch,
+            batch.timestamp,
+            txn_first,
         )
 
     def with_marker(
@@ -127,13 +131,8 @@ class ProducerStateEntry:
         """The entry after a transaction marker: the transaction is closed, the batches stay
         unless the marker carries a new epoch."""
         kept = self.batches if producer_epoch == self.producer_epoch else ()
-        return replace(
-            self,
-            producer_epoch=producer_epoch,
-            batches=kept,
-            coordinator_epoch=coordinator_epoch,
-            last_timestamp=timestamp,
-            current_txn_first_offset=None,
+        return ProducerStateEntry(
+            self.producer_id, producer_epoch, kept, coordinator_epoch, timestamp, None
         )
 
 
@@ -220,20 +219,25 @@ class SnapshotEntries(Protocol):
     """Producer entries loaded from a snapshot and decoded only when asked for."""
 
     count: int
-    oldest_timestamp: int  # no entry has an older last timestamp
+    oldest_idle_timestamp: int  # no entry without an open transaction is older
     open_transactions: Mapping[int, int]  # producer id -> first offset of its open txn
 
     def get(self, producer_id: int) -> ProducerStateEntry | None: ...
 
     def producer_ids(self) -> Iterator[int]: ...
 
+    def idle_candidates(self) -> Iterator[tuple[int, int]]:
+        """(producer id, last timestamp) of the entries without an open transaction."""
+
 
 class ProducerStateManager:
     """Producer entries of one partition; each partition validates on its own.
 
-    Entries loaded from a snapshot stay there, undecoded, until their producer is looked
-    up: then the entry is decoded once and kept with the others (``shadowed`` lists the
-    snapshot's producers so taken over or removed)."""
+    Entries loaded from a snapshot stay there, undecoded, until their producer writes (or
+    a replayed batch names it): then the entry is decoded once and kept with the others.
+    ``shadowed`` lists the snapshot's producers so taken over, or expired. Reading an
+    entry (``entries``) decodes it without keeping it, so describing or scanning a
+    partition with a million idle producers does not bring them all into memory."""
 
     def __init__(
         self, entries: Iterable[ProducerStateEntry] = (), snapshot: SnapshotEntries | None = None
@@ -242,14 +246,19 @@ class ProducerStateManager:
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.snapshot = snapshot
         self._shadowed: set[int] = set()
-        if snapshot is not None:
-            self._ongoing.update(snapshot.open_transactions)
+        # No snapshot-held entry without an open transaction is idle since before this.
+        self.snapshot_oldest_idle = NO_TIMESTAMP
         for entry in entries:
             self._put(entry)
+        if snapshot is not None:
+            if self._entries:  # a snapshot entry taken over must be shadowed: see _take
+                raise ValueError("a manager starts from entries or from a snapshot, not both")
+            self._ongoing.update(snapshot.open_transactions)
+            self.snapshot_oldest_idle = snapshot.oldest_idle_timestamp
 
     @property
     def entries(self) -> Mapping[int, ProducerStateEntry]:
-        """Every producer's entry (those still in the snapshot are decoded on access)."""
+        """Every producer's entry (those still in the snapshot decoded on access, not kept)."""
         return _Entries(self)
 
     @property
@@ -258,18 +267,28 @@ class ProducerStateManager:
 
     @property
     def open_transactions(self) -> Mapping[int, int]:
-        return self._ongoing
+        """Producer id -> first offset of its open transaction, for every producer."""
+        return MappingProxyType(self._ongoing)
 
     def decoded_entries(self) -> list[ProducerStateEntry]:
         """The entries not (or no longer) held by the snapshot alone."""
         return list(self._entries.values())
 
-    def _get(self, producer_id: int) -> ProducerStateEntry | None:
+    def _peek(self, producer_id: int) -> ProducerStateEntry | None:
+        """The producer's entry, decoded from the snapshot if it is still there (not kept)."""
+        entry = self._entries.get(producer_id)
+        if entry is not None or self.snapshot is None or producer_id in self._shadowed:
+            return entry
+        return self.snapshot.get(producer_id)
+
+    def _take(self, producer_id: int) -> ProducerStateEntry | None:
+        """The producer's entry, taken over from the snapshot if it is still there: the
+        validate -> commit steps compare entries by identity, so it must be kept."""
         entry = self._entries.get(producer_id)
         if entry is not None or self.snapshot is None or producer_id in self._shadowed:
             return entry
         entry = self.snapshot.get(producer_id)
-        if entry is not None:  # decoded once, then kept like any other entry
+        if entry is not None:
             self._entries[producer_id] = entry
             self._shadowed.add(producer_id)
         return entry
@@ -292,7 +311,7 @@ class ProducerStateManager:
             raise ValueError("control batches go through validate_marker")
         pid, epoch = header.producer_id, header.producer_epoch
         first_seq, last_seq = header.base_sequence, header.last_sequence
-        base = self._get(pid)
+        base = self._take(pid)
         entry = _or_empty(base, pid)
         if from_client and epoch == entry.producer_epoch:
             cached = entry.find_duplicate(first_seq, last_seq)
@@ -330,7 +349,7 @@ class ProducerStateManager:
         Kafka's transactions v0/v1 rules: a marker may carry the current or a newer epoch,
         and a coordinator epoch older than the last one seen is a zombie coordinator.
         """
-        base = self._get(producer_id)
+        base = self._take(producer_id)
         entry = _or_empty(base, producer_id)
         refusal = _check_epoch(entry, producer_epoch)
         if refusal is not None:
@@ -352,7 +371,7 @@ class ProducerStateManager:
         ``timestamp`` replaces the batch's max timestamp on LogAppendTime topics (a later
         duplicate is answered with it, as Kafka does). Returns the transaction a marker closed.
         """
-        current = self._get(pending.producer_id)
+        current = self._take(pending.producer_id)
         if current is not pending.base:
             raise StalePending(
                 f"producer {pending.producer_id} changed between validate and commit"
@@ -385,7 +404,7 @@ class ProducerStateManager:
         """
         if not header.has_producer_id:
             return None
-        entry = _or_empty(self._get(header.producer_id), header.producer_id)
+        entry = _or_empty(self._take(header.producer_id), header.producer_id)
         if header.is_control:
             if marker is None:
                 return None
@@ -410,11 +429,6 @@ class ProducerStateManager:
 
         Idle is measured from the last batch's max timestamp, as Kafka does.
         """
-        snapshot = self.snapshot
-        if snapshot is not None and now_ms - snapshot.oldest_timestamp >= expiration_ms:
-            for pid in snapshot.producer_ids():  # someone in the snapshot may be idle
-                if pid not in self._shadowed:
-                    self._get(pid)
         expired = [
             pid
             for pid, entry in self._entries.items()
@@ -423,6 +437,26 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self._entries[pid]
+        if self.snapshot is not None and now_ms - self.snapshot_oldest_idle >= expiration_ms:
+            expired += self._expire_from_snapshot(self.snapshot, now_ms, expiration_ms)
+        return expired
+
+    def _expire_from_snapshot(
+        self, snapshot: SnapshotEntries, now_ms: int, expiration_ms: int
+    ) -> list[int]:
+        """Expire snapshot-held producers without decoding them; remember the oldest one
+        left, so the next call skips the snapshot until someone there can be idle."""
+        expired = []
+        oldest = NO_TIMESTAMP
+        for pid, last_timestamp in snapshot.idle_candidates():
+            if pid in self._shadowed:
+                continue
+            if now_ms - last_timestamp >= expiration_ms:
+                self._shadowed.add(pid)
+                expired.append(pid)
+            else:
+                oldest = min(oldest, last_timestamp)
+        self.snapshot_oldest_idle = oldest
         return expired
 
     def _put(self, entry: ProducerStateEntry) -> None:
@@ -450,7 +484,7 @@ class _Entries(Mapping[int, ProducerStateEntry]):
         self._manager = manager
 
     def __getitem__(self, producer_id: int) -> ProducerStateEntry:
-        entry = self._manager._get(producer_id)
+        entry = self._manager._peek(producer_id)
         if entry is None:
             raise KeyError(producer_id)
         return entry
