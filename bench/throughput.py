@@ -104,12 +104,16 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 class BrokerProcess:
-    def __init__(self, work: Path, extra_sets: list[str]) -> None:
+    def __init__(
+        self, work: Path, extra_sets: list[str], env: dict[str, str] | None = None
+    ) -> None:
+        """``env``: the broker's environment (default: this process's)."""
         self.work = work
         self.data_dir = work / "data"
         self.ready_file = work / "ready"
         self.log_path = work / "broker.log"
         self.extra_sets = extra_sets
+        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
 
@@ -137,6 +141,7 @@ class BrokerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=self.env,
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout_s
