@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import BatchHeader
@@ -70,9 +70,11 @@ def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What a retry needs back: the sequences it carried and the offsets the log gave it."""
+class BatchMetadata(NamedTuple):
+    """What a retry needs back: the sequences it carried and the offsets the log gave it.
+
+    Named tuples, this and the entry: replaying a log tail builds one of each per batch,
+    and a frozen dataclass costs several times a tuple to build (see ``BatchHeader``)."""
 
     first_seq: int
     last_seq: int
@@ -81,8 +83,7 @@ class BatchMetadata:
     timestamp: int
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerStateEntry:
+class ProducerStateEntry(NamedTuple):
     """One producer's state on one partition; immutable, so validation cannot change it."""
 
     producer_id: int
