@@ -9,7 +9,7 @@ from typing import Any
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
-from oncelog.protocol.record_batch import Record, build_batch, iter_stored_batches
+from oncelog.protocol.record_batch import BatchHeader, Record, build_batch, iter_stored_batches
 
 
 def produce(
@@ -69,3 +69,45 @@ def fetch(
     records = result.records or b""
     count = sum(h.record_count for _, h in iter_stored_batches(records))
     return result.error_code, result.high_watermark, count
+
+
+def fetch_batches(
+    conn: KafkaConnection, topic: str, offset: int, *, partition: int = 0
+) -> list[tuple[BatchHeader, bytes]]:
+    """The batches a consumer fetch from ``offset`` returns, headers and bytes as stored."""
+    answer = conn.request(
+        ApiKey.FETCH,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": offset,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+        version=12,
+    )
+    result: Any = answer.responses[0].partitions[0]
+    assert result.error_code == ErrorCode.none, result.error_code
+    records = bytes(result.records or b"")
+    return [
+        (header, records[position : position + header.size])
+        for position, header in iter_stored_batches(records)
+    ]

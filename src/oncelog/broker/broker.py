@@ -13,7 +13,7 @@ from oncelog.broker import handlers
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
-from oncelog.broker.dynamic_config import DynamicConfigs
+from oncelog.broker.dynamic_config import DynamicConfigs, DynamicConfigStore
 from oncelog.broker.group_coordinator import GroupCoordinator, OffsetExpiry
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.log_cleaner import LogCleaner
@@ -62,14 +62,21 @@ class Broker:
         self.data_dir = data_dir
         self.node_id: int = config.broker_id
         self.cluster_id = CLUSTER_ID
-        self.dynamic_configs = DynamicConfigs(data_dir, config, self.node_id)
         # Cluster mode (zookeeper.connect set); None: a single node, none of it started.
         self.cluster: ClusterNode | None = None
+        self.dynamic_configs: DynamicConfigStore
         if config.cluster_mode:
             from oncelog.cluster.node import ClusterNode  # kazoo only where it is used
 
             self.cluster = ClusterNode(config, self.node_id)
+            self.cluster.configs.on_change(self.configs_changed)
+            self.dynamic_configs = self.cluster.configs
+        else:
+            self.dynamic_configs = DynamicConfigs(
+                data_dir, config, self.node_id, on_change=self.configs_changed
+            )
         self.topics = TopicRegistry(data_dir, config)
+        self.hosted = HostedPartitions(self)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
         self.groups = _group_coordinator(config, self.topics, self.flusher, self.now_ms)
@@ -85,7 +92,9 @@ class Broker:
             self.markers,
             self.groups.locate,
         )
-        self.cleaner = LogCleaner(self.topics, config, clock_ms=self.now_ms)
+        self.cleaner = LogCleaner(self.hosted, config, clock_ms=self.now_ms)
+        if self.cluster is not None:
+            self.cluster.on_truncation(self.cleaner.truncated)
         self.metrics = BrokerMetrics(self)
         self.flusher.on_fsync = self.metrics.fsync_time.observe
         self._metrics_server = (
@@ -147,6 +156,7 @@ class Broker:
         # The marker is removed before anything is written, so a crash from here on is
         # seen as unclean at the next start.
         marker.unlink(missing_ok=True)
+        assert isinstance(self.dynamic_configs, DynamicConfigs)
         self.dynamic_configs.load()
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
@@ -178,9 +188,12 @@ class Broker:
             await self.flusher.stop()
             raise
         self.cluster_id = cluster.cluster_id
-        assert cluster.replicas is not None
-        maintenance = Maintenance(cluster.replicas, self.flusher, self.config, self.now_ms)
+        if self._metrics_server is not None:
+            await self._metrics_server.start()
+        maintenance = Maintenance(self.hosted, self.flusher, self.config, self.now_ms)
         self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
+        if self.config.log_cleaner_enable:
+            self.cleaner.start()
 
     def partition_for_clients(self, topic: str, index: int, leader_epoch: int = -1) -> Partition:
         """The partition a producer or consumer may use here: on a single node any, in a
@@ -209,10 +222,15 @@ class Broker:
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
         log.info("broker stopped cleanly")
 
-    def configs_changed(self) -> None:
-        """A topic's overrides or a dynamic broker key changed: partitions act on the new
-        values from now on, and the cleaner looks again (a log may have become compacted)."""
-        self.topics.refresh_settings()
+    def configs_changed(self, topics: frozenset[str] | None = None) -> None:
+        """The overrides of ``topics`` changed, or (None) a dynamic broker key: partitions
+        act on the new values from now on, and the cleaner looks again (a log may have
+        become compacted)."""
+        if self.cluster is None:
+            if topics is None:
+                self.topics.refresh_settings()
+        elif self.cluster.replicas is not None:
+            self.cluster.replicas.refresh_settings(topics)
         self.cleaner.wake()
 
     # -- transactions --------------------------------------------------------------------
@@ -247,6 +265,21 @@ class Broker:
     @property
     def metrics_port(self) -> int | None:
         return None if self._metrics_server is None else self._metrics_server.port
+
+
+class HostedPartitions:
+    """The partitions this broker holds, for its maintenance, cleaner and metrics: the
+    topic registry's on a single node, the replica manager's in a cluster (none until the
+    broker has joined)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def partitions(self) -> list[Partition]:
+        cluster = self._broker.cluster
+        if cluster is None:
+            return self._broker.topics.partitions()
+        return [] if cluster.replicas is None else cluster.replicas.partitions()
 
 
 def _group_coordinator(

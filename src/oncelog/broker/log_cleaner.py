@@ -41,8 +41,8 @@ from oncelog.storage.compaction import (
 
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
+    from oncelog.broker.maintenance import PartitionSource
     from oncelog.broker.partition import Partition
-    from oncelog.broker.topics import TopicRegistry
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,12 @@ class LogCleaner:
     thread and swaps the cleaned segments in (see the module docstring)."""
 
     def __init__(
-        self, topics: TopicRegistry, config: BrokerConfig, *, clock_ms: Callable[[], int]
+        self, partitions: PartitionSource, config: BrokerConfig, *, clock_ms: Callable[[], int]
     ) -> None:
-        self._topics = topics
+        """``partitions``: what this broker holds (a single node's topics, or a cluster
+        broker's replicas, leaders and followers alike: each cleans its own log, as in
+        Kafka)."""
+        self._partitions = partitions
         self._config = config  # read at each pass: the cleaner's keys are dynamic
         self._clock_ms = clock_ms
         self._stopping = False
@@ -115,6 +118,17 @@ class LogCleaner:
             log.info("aborting the cleaning of %r", partition)
             self._pass_stop.set()
 
+    def truncated(self, partition: Partition, offset: int) -> None:
+        """A follower's log was cut at ``offset`` (or started over there): abort a pass
+        over it and move its cleaner checkpoint back to the cut, so the next pass starts
+        within the log (Kafka's ``abortAndPauseCleaning`` and ``maybeTruncateCheckpoint``
+        around ``LogManager.truncateTo``)."""
+        self.abort(partition)
+        path = partition.log.directory / CHECKPOINT_FILE
+        checkpoint = read_checkpoint(path)
+        if checkpoint is not None and checkpoint > offset:
+            write_checkpoint(path, offset)
+
     # -- the loop ------------------------------------------------------------------------------
 
     async def _run(self) -> None:
@@ -147,7 +161,7 @@ class LogCleaner:
     def _filthiest(self, now_ms: int) -> _Candidate | None:
         best: _Candidate | None = None
         ratios: dict[str, float] = {}
-        for partition in self._topics.partitions():
+        for partition in self._partitions.partitions():
             config = partition.log.config
             if not config.compact:
                 continue
@@ -239,10 +253,8 @@ class LogCleaner:
         return True
 
     def _live(self, partition: Partition) -> Partition | None:
-        topic = self._topics.get(partition.topic)
-        if topic is None or partition.index >= len(topic.partitions):
-            return None
-        return topic.partitions[partition.index]
+        """The partition if this broker still holds it (not deleted, not dropped)."""
+        return next((p for p in self._partitions.partitions() if p is partition), None)
 
     def _progress(self, name: str) -> Callable[[int, int], None]:
         """Called from the worker thread as the pass goes: status and a log line now

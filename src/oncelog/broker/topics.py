@@ -177,10 +177,7 @@ class TopicRegistry:
         """Recompute what partitions act on (after a topic's overrides or a dynamic broker
         default changed); every topic when ``topic`` is None."""
         for each in [topic] if topic is not None else list(self._topics.values()):
-            log_config, settings = self._settings(each)
-            for partition in each.partitions:
-                partition.log.config = log_config
-                partition.settings = settings
+            apply_settings(each.partitions, self._config, each.configs)
 
     def close(self) -> None:
         for partition in self.partitions():
@@ -191,10 +188,6 @@ class TopicRegistry:
     def _register(self, topic: Topic) -> None:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
-
-    def _settings(self, topic: Topic) -> tuple[LogConfig, PartitionSettings]:
-        """What a topic's partitions act on, from its overrides over the broker's keys."""
-        return partition_settings(self._config, topic.configs)
 
     def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
         """Open partitions up to ``count`` (a new topic's, or those CreatePartitions adds)."""
@@ -243,6 +236,18 @@ def open_partition(
         directory, partition_log, now_ms, broker_config.producer_id_expiration_ms
     )
     return Partition(topic, index, partition_log, producers, settings)
+
+
+def apply_settings(
+    partitions: list[Partition], broker_config: cfg.BrokerConfig, overrides: dict[str, str]
+) -> None:
+    """Bring running partitions up to date with their topic's configuration (after its
+    overrides or a dynamic broker default changed): log keys, flush keys and the record
+    rules produce applies (``compression.type``, timestamps, ...)."""
+    log_config, settings = partition_settings(broker_config, overrides)
+    for partition in partitions:
+        partition.log.config = log_config
+        partition.settings = settings
 
 
 def partition_settings(

@@ -4,6 +4,10 @@
 
 ``oncelog configs`` and ``oncelog records`` are their own command groups; ``topics alter``
 and the ``groups`` verbs are registered on the existing groups (see ``cli/main.py``).
+
+On a cluster the admin client (``client/admin.py``) sends each request where Kafka's tools
+send it: a broker's own configuration to that broker, CreatePartitions to the controller,
+DeleteRecords to each partition's leader.
 """
 
 from __future__ import annotations

@@ -336,40 +336,55 @@ class Admin:
         return TopicDescription(_summary(topic), log_dir, partitions, len(response.brokers))
 
     def create_partitions(self, topic: str, count: int) -> None:
-        """CreatePartitions: grow ``topic`` to ``count`` partitions (existing data stays)."""
-        response = self._conn.request(
-            ApiKey.CREATE_PARTITIONS,
-            {
-                "topics": [{"name": topic, "count": count, "assignments": None}],
-                "timeout": TIMEOUT_MS,
-                "validate_only": False,
-            },
-        )
+        """CreatePartitions: grow ``topic`` to ``count`` partitions (existing data stays),
+        sent to the controller."""
+        with self._controller() as controller:
+            response = controller.request(
+                ApiKey.CREATE_PARTITIONS,
+                {
+                    "topics": [{"name": topic, "count": count, "assignments": None}],
+                    "timeout": TIMEOUT_MS,
+                    "validate_only": False,
+                },
+            )
         (result,) = response.results
         check(result.error_code, result.error_message, f"topic {topic!r}")
 
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """DeleteRecords: move each partition's log start offset up to the offset given
-        (-1: the high watermark); each partition's new log start offset (low watermark)."""
-        response = self._conn.request(
-            ApiKey.DELETE_RECORDS,
-            {
-                "topics": [
-                    {
-                        "name": topic,
-                        "partitions": [
-                            {"partition_index": i, "offset": offset} for i, offset in before.items()
-                        ],
-                    }
-                ],
-                "timeout": TIMEOUT_MS,
-            },
-        )
+        (-1: the high watermark); each partition's new log start offset (low watermark).
+        Each partition's request goes to its leader; one without a live leader is sent to
+        this broker, whose error names it."""
+        response = self._metadata_response([topic])
+        (described,) = response.topics
+        check(described.error_code, None, f"topic {topic!r}")
+        addresses = _addresses(response)
+        leaders = {p.partition_index: p.leader_id for p in described.partitions}
+        by_leader: dict[int | None, list[int]] = {}
+        for index in before:
+            leader = leaders.get(index)
+            by_leader.setdefault(leader if leader in addresses else None, []).append(index)
         found = {}
-        for answer in response.topics[0].partitions:
-            check(answer.error_code, None, f"{topic}-{answer.partition_index}")
-            found[answer.partition_index] = answer.low_watermark
-        return found
+        for leader, indexes in by_leader.items():
+            with self._connection_to(leader) as conn:
+                answered = conn.request(
+                    ApiKey.DELETE_RECORDS,
+                    {
+                        "topics": [
+                            {
+                                "name": topic,
+                                "partitions": [
+                                    {"partition_index": i, "offset": before[i]} for i in indexes
+                                ],
+                            }
+                        ],
+                        "timeout": TIMEOUT_MS,
+                    },
+                )
+            for answer in answered.topics[0].partitions:
+                check(answer.error_code, None, f"{topic}-{answer.partition_index}")
+                found[answer.partition_index] = answer.low_watermark
+        return dict(sorted(found.items()))
 
     def topic_partitions(self, topics: Sequence[str] | None) -> dict[str, list[int]]:
         """Partition indexes of the named topics (every topic, internal ones included, when
@@ -432,6 +447,24 @@ class Admin:
         ) as controller:
             yield controller
 
+    @contextmanager
+    def _connection_to(self, broker_id: int | None) -> Iterator[KafkaConnection]:
+        """A connection to broker ``broker_id`` (this one when None or when it is the only
+        broker); AdminError when the cluster has no such live broker."""
+        if broker_id is None:
+            yield self._conn
+            return
+        addresses = _addresses(self._metadata_response([]))
+        if broker_id not in addresses:
+            raise AdminError(
+                f"broker {broker_id} is not in the cluster (live brokers: {sorted(addresses)})"
+            )
+        if len(addresses) == 1:
+            yield self._conn
+            return
+        with KafkaConnection(addresses[broker_id], client_id=self._conn.client_id) as conn:
+            yield conn
+
     def _metadata(self, names: Sequence[str] | None) -> Any:
         response = self._metadata_response(names)
         for topic in response.topics:
@@ -470,21 +503,23 @@ class Admin:
     # -- configs ----------------------------------------------------------------------------
 
     def describe_configs(self, resource: ConfigResourceType, name: str) -> list[ConfigEntry]:
-        """DescribeConfigs: every key of a topic or broker, with its value and source."""
-        response = self._conn.request(
-            ApiKey.DESCRIBE_CONFIGS,
-            {
-                "resources": [
-                    {
-                        "resource_type": int(resource),
-                        "resource_name": name,
-                        "configuration_keys": None,
-                    }
-                ],
-                "include_synonyms": False,
-                "include_documentation": False,
-            },
-        )
+        """DescribeConfigs: every key of a topic or broker, with its value and source; a
+        broker's own configuration is asked of that broker, as Kafka's Admin does."""
+        with self._connection_to(_config_owner(resource, name)) as conn:
+            response = conn.request(
+                ApiKey.DESCRIBE_CONFIGS,
+                {
+                    "resources": [
+                        {
+                            "resource_type": int(resource),
+                            "resource_name": name,
+                            "configuration_keys": None,
+                        }
+                    ],
+                    "include_synonyms": False,
+                    "include_documentation": False,
+                },
+            )
         (result,) = response.results
         check(result.error_code, result.error_message, f"{resource.name.lower()} {name!r}")
         return [ConfigEntry(c.name, c.value, c.config_source, c.read_only) for c in result.configs]
@@ -498,19 +533,21 @@ class Admin:
         *,
         validate_only: bool = False,
     ) -> None:
-        """IncrementalAlterConfigs: set and unset keys; other keys stay as they are."""
+        """IncrementalAlterConfigs: set and unset keys; other keys stay as they are. A
+        broker's own layer is changed on that broker (Kafka refuses it elsewhere)."""
         changes = [
             {"name": k, "config_operation": _SET, "value": v} for k, v in set_keys.items()
         ] + [{"name": k, "config_operation": _DELETE, "value": None} for k in delete_keys]
-        response = self._conn.request(
-            ApiKey.INCREMENTAL_ALTER_CONFIGS,
-            {
-                "resources": [
-                    {"resource_type": int(resource), "resource_name": name, "configs": changes}
-                ],
-                "validate_only": validate_only,
-            },
-        )
+        with self._connection_to(_config_owner(resource, name)) as conn:
+            response = conn.request(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                {
+                    "resources": [
+                        {"resource_type": int(resource), "resource_name": name, "configs": changes}
+                    ],
+                    "validate_only": validate_only,
+                },
+            )
         (answer,) = response.responses
         check(answer.error_code, answer.error_message, f"{resource.name.lower()} {name!r}")
 
@@ -751,6 +788,14 @@ class Admin:
 
 
 _SET, _DELETE = 0, 1  # IncrementalAlterConfigs' config_operation (Kafka's OpType)
+
+
+def _config_owner(resource: ConfigResourceType, name: str) -> int | None:
+    """The broker that must answer for a configuration: a broker's own (a broker id), or
+    None (any broker: a topic's, or the cluster-wide default '')."""
+    if resource == ConfigResourceType.BROKER and name.isdigit():
+        return int(name)
+    return None
 
 
 def _addresses(metadata: Any) -> dict[int, str]:

@@ -23,6 +23,7 @@ from oncelog.cluster.zookeeper import (
     CONTROLLER,
     TOPICS,
     BrokerRegistration,
+    EntityConfig,
     PartitionState,
     TopicAssignment,
     WatchHandle,
@@ -43,11 +44,13 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class Change:
     """What a listener is told: the partitions whose state or assignment changed, the
-    topics that appeared or went, and whether the live brokers or the controller did."""
+    topics that appeared or went, the topics whose configuration changed, and whether the
+    live brokers or the controller did."""
 
     partitions: frozenset[tuple[str, int]] = frozenset()
     topics_added: frozenset[str] = frozenset()
     topics_removed: frozenset[str] = frozenset()
+    configs: frozenset[str] = frozenset()
     brokers: bool = False
     controller: bool = False
 
@@ -64,6 +67,7 @@ class MetadataCache:
         self.controller_id: int | None = None
         self.topics: dict[str, TopicAssignment] = {}
         self.topic_configs: dict[str, dict[str, str]] = {}
+        self._config_zxids: dict[str, int] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self._listeners: list[Listener] = []
@@ -81,6 +85,16 @@ class MetadataCache:
     def partitions_of(self, topic: str) -> Mapping[int, tuple[int, ...]]:
         assignment = self.topics.get(topic)
         return {} if assignment is None else assignment.replicas
+
+    def set_topic_config(self, topic: str, config: EntityConfig) -> bool:
+        """Take a topic's overrides as read from ZooKeeper, unless what the cache holds was
+        written later (two reads may finish out of order); whether they changed."""
+        if topic not in self.topics or config.modified_zxid < self._config_zxids.get(topic, -1):
+            return False
+        self._config_zxids[topic] = config.modified_zxid
+        changed = self.topic_configs.get(topic) != dict(config.configs)
+        self.topic_configs[topic] = dict(config.configs)
+        return changed
 
     def broker_epochs(self) -> dict[int, int]:
         return {b: r.epoch for b, r in self.brokers.items()}
@@ -152,6 +166,7 @@ class MetadataWatcher:
                 handle.cancel()
             assignment = self._cache.topics.pop(gone, None)
             self._cache.topic_configs.pop(gone, None)
+            self._cache._config_zxids.pop(gone, None)
             if assignment is not None:
                 self._cache._by_id.pop(assignment.topic_id, None)
             doomed = {key for key in self._cache.states if key[0] == gone}
@@ -183,7 +198,7 @@ class MetadataWatcher:
         if topic not in self._topic_handles:
             return
         self._cache.topics[topic] = assignment
-        self._cache.topic_configs[topic] = configs
+        self._cache.set_topic_config(topic, configs)
         self._cache._by_id[assignment.topic_id] = topic
         handles = self._topic_handles[topic]
         known = set(previous.replicas) if previous is not None else set()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig
+from oncelog.cluster.configs import ClusterConfigs
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.lease import SessionLease
 from oncelog.cluster.metadata import Change, MetadataCache, MetadataWatcher
@@ -36,6 +37,7 @@ from oncelog.cluster.zookeeper import (
 
 if TYPE_CHECKING:
     from oncelog.broker.durability import GroupCommitFlusher
+    from oncelog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +67,13 @@ class ClusterNode:
             on_state=self._session_state,
         )
         self._watcher = MetadataWatcher(self.zk, self.cache)
+        self.configs = ClusterConfigs(self.zk, self.cache, config, broker_id)
         self.topic_admin = TopicAdmin(self)
         self._address: tuple[str, int] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._reregistering: asyncio.Task[None] | None = None
         self._lease_listeners: list[Callable[[], None]] = []
+        self._truncation_listeners: list[Callable[[Partition, int], None]] = []
         self._session_lost = asyncio.Event()
         self.replicas: ReplicaManager | None = None
         self._producer_ids: tuple[int, int] = (0, -1)  # the block being handed out
@@ -93,10 +97,12 @@ class ClusterNode:
         self._address = (host, port)
         await self.zk.start()
         self.cluster_id = await self.zk.cluster_id()
+        await self.configs.load_broker_layers()
         await self._register()
         self.replicas = ReplicaManager(self, data_dir, flusher, clean_start)
         self.replicas.start()
         self._watcher.start()
+        self.configs.start()
         self._tasks = [
             asyncio.create_task(self._run_for_controller(), name="controller-candidacy"),
             asyncio.create_task(self._keep_lease(), name="zookeeper-lease"),
@@ -120,6 +126,7 @@ class ClusterNode:
             return_exceptions=True,
         )
         self._watcher.stop()
+        await self.configs.stop()
         self.lease.revoke()
         await self.zk.close()
         if self.replicas is not None:
@@ -138,6 +145,19 @@ class ClusterNode:
         """Call ``listener`` when the lease is revoked or granted (the replica manager
         re-derives its roles)."""
         self._lease_listeners.append(listener)
+
+    def on_truncation(self, listener: Callable[[Partition, int], None]) -> None:
+        """Call ``listener(partition, offset)`` before a hosted replica's log is cut at
+        ``offset`` (the log cleaner aborts its pass over it). A dropped replica needs no call:
+        the cleaner throws away a pass over a partition the broker no longer holds."""
+        self._truncation_listeners.append(listener)
+
+    def truncating(self, partition: Partition, offset: int) -> None:
+        for listener in list(self._truncation_listeners):
+            try:
+                listener(partition, offset)
+            except Exception:
+                log.exception("truncation listener %r failed", listener)
 
     def holds_lease(self) -> bool:
         return self.lease.holds(time.monotonic())

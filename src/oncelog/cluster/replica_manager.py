@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
-from oncelog.broker.topics import open_partition
+from oncelog.broker.topics import apply_settings, open_partition
 from oncelog.clock import wall_clock_ms
 from oncelog.cluster.fetcher import ReplicaFetcher
 from oncelog.cluster.isr import become_leader
@@ -109,6 +109,21 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         """Every hosted partition (for the maintenance task: rolls, retention, flushes)."""
         return [r.partition for r in self.replicas.values()]
+
+    def refresh_settings(self, topics: frozenset[str] | None) -> None:
+        """The overrides of ``topics`` (None: every topic's defaults) changed: the hosted
+        replicas act on the new configuration from now on (log and record rules, and a
+        leader's min.insync.replicas)."""
+        by_topic: dict[str, list[Replica]] = {}
+        for (topic, _), replica in self.replicas.items():
+            if topics is None or topic in topics:
+                by_topic.setdefault(topic, []).append(replica)
+        for topic, replicas in by_topic.items():
+            overrides = self.node.cache.topic_configs.get(topic, {})
+            apply_settings([r.partition for r in replicas], self.config, overrides)
+            for replica in replicas:
+                if isinstance(replica.role, LeaderRole):
+                    replica.role.min_insync = self._min_insync(topic)
 
     def on_leadership(self, listener: LeadershipListener) -> None:
         """Call ``listener(topic, partition, leading, leader_epoch)`` after role changes."""
@@ -396,6 +411,7 @@ class ReplicaManager:
 
     def truncate(self, replica: Replica, offset: int) -> None:
         """Cut a follower's diverged tail: log, producer state, leader epochs."""
+        self.node.truncating(replica.partition, offset)
         replica.partition.truncate_to(
             offset, wall_clock_ms(), self.config.producer_id_expiration_ms
         )
@@ -404,6 +420,7 @@ class ReplicaManager:
     def restart_log_at(self, replica: Replica, offset: int) -> None:
         """The leader's log starts past ours: drop ours and start empty at its start."""
         partition = replica.partition
+        self.node.truncating(partition, offset)
         partition.log.start_over_at(offset)
         partition.after_retention()  # producer snapshots of the old log go
         partition.truncate_to(offset, wall_clock_ms(), self.config.producer_id_expiration_ms)

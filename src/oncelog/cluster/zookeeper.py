@@ -7,6 +7,9 @@ cluster the way a Kafka operator expects::
     /brokers/topics/<t>                       a topic's id and replica assignment
     /brokers/topics/<t>/partitions/<p>/state  leader, leader epoch, ISR, controller epoch
     /config/topics/<t>                        a topic's configuration overrides
+    /config/brokers/<id>, /config/brokers/<default>
+                                              dynamic broker configuration (KIP-226)
+    /config/changes/config_change_<seq>       "this entity's configuration changed"
     /controller                               ephemeral: the controller's broker id
     /controller_epoch                         how many controllers there have been
     /cluster/id                               the cluster id
@@ -63,10 +66,22 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+DEFAULT_BROKER_ENTITY = "<default>"  # Kafka's ConfigEntityName.Default
 CLUSTER_ID = "/cluster/id"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # Created at start, as Kafka's ZkData.PersistentZkPaths, so watches have parents to sit on.
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, "/admin/delete_topics", "/cluster")
+PERSISTENT_PATHS = (
+    BROKER_IDS,
+    TOPICS,
+    CONFIG_TOPICS,
+    CONFIG_BROKERS,
+    CONFIG_CHANGES,
+    "/admin/delete_topics",
+    "/cluster",
+)
 
 NO_LEADER = -1  # Kafka's LeaderAndIsr.NoLeader
 INITIAL_LEADER_EPOCH = 0
@@ -91,6 +106,17 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def broker_config_path(entity: str) -> str:
+    """``entity``: a broker id, or DEFAULT_BROKER_ENTITY for the cluster-wide layer."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def entity_config_path(entity_path: str) -> str:
+    """The znode of a config change notification's ``entity_path`` (``topics/<t>``,
+    ``brokers/<id>``)."""
+    return f"/config/{entity_path}"
 
 
 # -- typed values ----------------------------------------------------------------------------
@@ -153,11 +179,24 @@ class ControllerEpoch:
 
 @dataclass(frozen=True, slots=True)
 class Znode:
-    """A znode's bytes and the two facts of its stat we use."""
+    """A znode's bytes and the facts of its stat we use."""
 
     data: bytes
     version: int
     modified_zxid: int
+    created_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EntityConfig:
+    """An entity's configuration overrides (``/config/<type>/<name>``) and the zxid of
+    their last write, which orders two reads of the same znode."""
+
+    configs: Mapping[str, str]
+    modified_zxid: int = -1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -177,6 +216,10 @@ class ControllerMoved(ZooKeeperError):
 
 class TopicExists(ZooKeeperError):
     """The topic's znode already exists: another create won (TOPIC_ALREADY_EXISTS)."""
+
+
+class NoSuchNode(ZooKeeperError):
+    """A znode an operation needs (a topic's) does not exist."""
 
 
 class SessionExpired(ZooKeeperError):
@@ -261,6 +304,23 @@ def encode_topic_config(configs: Mapping[str, str]) -> bytes:
 
 def decode_topic_config(data: bytes) -> dict[str, str]:
     return {str(k): str(v) for k, v in json.loads(data).get("config", {}).items()}
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """Kafka's config change notification (ConfigEntityChangeNotificationSequenceZNode)."""
+    return _json({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> str:
+    return str(json.loads(data)["entity_path"])
+
+
+def config_change_sequence(name: str) -> int | None:
+    """The sequence number of a ``config_change_<seq>`` child, None for anything else."""
+    if not name.startswith(CONFIG_CHANGE_PREFIX):
+        return None
+    digits = name[len(CONFIG_CHANGE_PREFIX) :]
+    return int(digits) if digits.isdigit() else None
 
 
 def encode_controller(broker_id: int, now_ms: int) -> bytes:
@@ -479,7 +539,7 @@ class ZooKeeperSession:
         if found is None:
             return None
         data, stat = found
-        return Znode(data, stat.version, stat.mzxid)
+        return Znode(data, stat.version, stat.mzxid, int(stat.ctime))
 
     async def children(self, path: str) -> list[str]:
         try:
@@ -501,9 +561,20 @@ class ZooKeeperSession:
         znode = await self.read(topic_path(name))
         return None if znode is None else decode_topic(name, znode.data)
 
-    async def topic_config(self, name: str) -> dict[str, str]:
-        znode = await self.read(topic_config_path(name))
-        return {} if znode is None else decode_topic_config(znode.data)
+    async def topic_config(self, name: str) -> EntityConfig:
+        return await self.entity_config(topic_config_path(name))
+
+    async def entity_config(self, path: str) -> EntityConfig:
+        """The overrides at ``/config/<type>/<name>`` (none if the znode is missing)."""
+        znode = await self.read(path)
+        if znode is None:
+            return EntityConfig({})
+        return EntityConfig(decode_topic_config(znode.data), znode.modified_zxid)
+
+    async def config_changes(self) -> list[str]:
+        """The config change notifications present, oldest first."""
+        sequences = {n: config_change_sequence(n) for n in await self.children(CONFIG_CHANGES)}
+        return sorted((n for n, seq in sequences.items() if seq is not None), key=sequences.get)
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         znode = await self.read(partition_state_path(topic, partition))
@@ -527,6 +598,92 @@ class ZooKeeperSession:
         if any(isinstance(r, NodeExistsError) for r in results):
             raise TopicExists(f"topic {assignment.name!r} already exists")
         _raise_first_failure(results)
+
+    async def change_entity_config(
+        self,
+        entity_path: str,
+        plan: Callable[[dict[str, str]], dict[str, str]],
+        *,
+        exists: str | None = None,
+    ) -> EntityConfig:
+        """Replace the overrides of ``/config/<entity_path>`` by ``plan(current)`` and leave
+        a config change notification for every broker, in one transaction (Kafka's
+        ``changeEntityConfig``, which writes the two one after the other). The write is a
+        compare-and-set of what ``plan`` saw: a concurrent change makes us read and plan
+        again. ``exists``: a znode that must still exist (the topic), else NoSuchNode.
+        ``plan`` may raise to refuse; nothing is written then."""
+        path = entity_config_path(entity_path)
+        while True:
+            znode = await self.read(path)
+            current = {} if znode is None else decode_topic_config(znode.data)
+            wanted = plan(dict(current))
+            data = encode_topic_config(wanted)
+
+            def transaction(znode: Znode | None = znode, data: bytes = data) -> Any:
+                txn = self._client.transaction()
+                if exists is not None:
+                    txn.check(exists, -1)
+                if znode is None:
+                    txn.create(path, data)
+                else:
+                    txn.set_data(path, data, znode.version)
+                txn.create(
+                    f"{CONFIG_CHANGES}/{CONFIG_CHANGE_PREFIX}",
+                    encode_config_change(entity_path),
+                    sequence=True,
+                )
+                return txn.commit_async()
+
+            results = await self._retry(transaction)
+            if exists is not None and isinstance(results[0], NoNodeError):
+                raise NoSuchNode(exists)
+            if any(isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in results):
+                continue  # changed (or created) meanwhile: plan again on the fresh value
+            _raise_first_failure(results)
+            written = results[1 if exists is not None else 0]
+            zxid = written.mzxid if isinstance(written, ZnodeStat) else -1
+            if zxid < 0:  # a create answers with the path: read the stat back
+                fresh = await self.read(path)
+                zxid = fresh.modified_zxid if fresh is not None else -1
+            return EntityConfig(wanted, zxid)
+
+    async def delete_if_present(self, path: str) -> None:
+        try:
+            await self._retry(lambda: self._client.delete_async(path))
+        except NoNodeError:
+            pass
+
+    async def update_topic_assignment(
+        self,
+        controller: ControllerEpoch,
+        name: str,
+        update: Callable[[TopicAssignment], TopicAssignment],
+    ) -> TopicAssignment:
+        """Rewrite a topic's assignment (CreatePartitions adds partitions to it) with
+        ``update(current)``, fenced by the controller epoch and compare-and-set on the
+        topic znode. NoSuchNode if the topic is gone; ``update`` may raise to refuse."""
+        path = topic_path(name)
+        while True:
+            znode = await self.read(path)
+            if znode is None:
+                raise NoSuchNode(path)
+            wanted = update(decode_topic(name, znode.data))
+
+            def transaction(version: int = znode.version, wanted: TopicAssignment = wanted) -> Any:
+                txn = self._client.transaction()
+                txn.check(CONTROLLER_EPOCH, controller.version)
+                txn.set_data(path, encode_topic(wanted), version)
+                return txn.commit_async()
+
+            results = await self._retry(transaction)
+            if isinstance(results[0], BadVersionError | NoNodeError):
+                raise ControllerMoved("/controller_epoch changed: another broker is the controller")
+            if isinstance(results[1], BadVersionError):
+                continue
+            if isinstance(results[1], NoNodeError):
+                raise NoSuchNode(path)
+            _raise_first_failure(results)
+            return wanted
 
     async def write_partition_states(
         self,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from oncelog.testing.lifecycle import Lifecycle
 from oncelog.testing.process import BrokerProcess
@@ -186,6 +187,20 @@ class LocalCluster(Lifecycle):
         except Exception:
             return None
         return dict(json.loads(data))
+
+    def znode(self, path: str) -> bytes | None:
+        """The data of any znode (None if it does not exist), to check what a test did."""
+        try:
+            data, _ = self._zk().get(path)
+        except NoNodeError:
+            return None
+        return bytes(data)
+
+    def znode_children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._zk().get_children(path))
+        except NoNodeError:
+            return []
 
     def leader(self, topic: str, partition: int) -> int | None:
         state = self.partition_state(topic, partition)

@@ -4,7 +4,10 @@ A topic's overrides are persisted in the topic catalogue and applied to its runn
 partitions at once. Broker keys that Kafka can change at run time (``DYNAMIC_BROKER_KEYS``)
 are kept per broker (resource name = this node's id) or as the cluster-wide default
 (resource name ""), persisted in ``dynamic-broker-configs.json`` and applied at once:
-topics without an override of their own follow a changed default.
+topics without an override of their own follow a changed default. In a cluster both live
+in ZooKeeper (``/config/topics/<t>``, ``/config/brokers/<id>|<default>``) and every broker
+applies them through a config change notification (``cluster/configs.py``); the change is
+planned on the value ZooKeeper holds, so two brokers' concurrent changes never lose one.
 
 Errors are Kafka 4.x's: a resource named twice, duplicate keys, null values, unknown
 operations, a broker id that is not this node, a key that cannot change at run time:
@@ -37,8 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# (current settings, changes) -> new settings
-Plan = Callable[[dict[str, str], Sequence[ConfigChange]], dict[str, str]]
+# (current overrides or layer) -> new ones; raises KafkaError to refuse the change.
+Plan = Callable[[dict[str, str]], dict[str, str]]
 
 
 async def handle_incremental_alter_configs(
@@ -113,29 +116,44 @@ async def _alter_topic(
 ) -> None:
     if name == "":
         raise KafkaError(ErrorCode.invalid_request, "Default topic resources are not allowed.")
+    plan = _topic_plan(broker.config, changes, incremental)
+    if broker.cluster is not None:  # /config/topics/<t>, applied by every broker
+        await broker.cluster.configs.alter_topic(name, plan, validate_only=validate_only)
+        return
     topic = broker.topics.get(name)
     if topic is None:
         raise KafkaError(
             ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
         )
-    current = cfg.TopicConfig(broker.config, topic.configs)
-    if incremental:
-        wanted = apply_ops(
-            topic.configs,
-            changes,
-            is_list=lambda key: _is_list(cfg.topic_def(key)),
-            effective=lambda key: cfg.format_value(cfg.topic_def(key), current.get(key)),  # type: ignore[arg-type]
-        )
-    else:
-        wanted = {c.name: c.value for c in changes if c.value is not None}
-    try:
-        overrides = cfg.TopicConfig.validate(wanted)
-    except cfg.ConfigError as exc:
-        raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+    overrides = plan(topic.configs)
     if not validate_only:
         broker.topics.alter_configs(name, overrides)
         log.info("topic %s configuration now %s", name, overrides or "the broker defaults")
-        broker.configs_changed()
+        broker.configs_changed(frozenset({name}))
+
+
+def _topic_plan(
+    config: cfg.BrokerConfig, changes: Sequence[ConfigChange], incremental: bool
+) -> Plan:
+    """A topic's new overrides from its current ones (KafkaError INVALID_CONFIG)."""
+
+    def plan(current: dict[str, str]) -> dict[str, str]:
+        try:
+            if incremental:
+                effective = cfg.TopicConfig(config, current)
+                wanted = apply_ops(
+                    current,
+                    changes,
+                    is_list=lambda key: _is_list(cfg.topic_def(key)),
+                    effective=lambda key: cfg.format_value(cfg.topic_def(key), effective.get(key)),  # type: ignore[arg-type]
+                )
+            else:
+                wanted = {c.name: c.value for c in changes if c.value is not None}
+            return cfg.TopicConfig.validate(wanted)
+        except cfg.ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
+
+    return plan
 
 
 async def _alter_broker(
@@ -146,25 +164,32 @@ async def _alter_broker(
     incremental: bool,
 ) -> None:
     per_broker = check_broker_name(name, broker.node_id)
-    current = broker.config.dynamic(per_broker=per_broker)
-    if incremental:
-        wanted = apply_ops(
-            current,
-            changes,
-            is_list=lambda key: _is_list(cfg.broker_def(key)),
-            effective=lambda key: cfg.format_value(cfg.broker_def(key), broker.config.get(key)),  # type: ignore[arg-type]
-        )
-    else:
-        wanted = {c.name: c.value for c in changes if c.value is not None}
-    try:
-        layer = cfg.validate_dynamic(wanted)
-    except cfg.ConfigError as exc:
-        raise KafkaError(ErrorCode.invalid_request, str(exc)) from exc
-    if not validate_only:
-        await broker.dynamic_configs.replace(layer, per_broker=per_broker)
-        scope = f"broker {broker.node_id}" if per_broker else "the cluster default"
-        log.info("dynamic configuration of %s now %s", scope, layer or "empty")
-        broker.configs_changed()
+    plan = _broker_plan(broker.config, changes, incremental)
+    await broker.dynamic_configs.update(plan, per_broker=per_broker, validate_only=validate_only)
+
+
+def _broker_plan(
+    config: cfg.BrokerConfig, changes: Sequence[ConfigChange], incremental: bool
+) -> Plan:
+    """A dynamic broker layer's new keys from its current ones (KafkaError
+    INVALID_REQUEST, as Kafka answers a bad broker key)."""
+
+    def plan(current: dict[str, str]) -> dict[str, str]:
+        if incremental:
+            wanted = apply_ops(
+                current,
+                changes,
+                is_list=lambda key: _is_list(cfg.broker_def(key)),
+                effective=lambda key: cfg.format_value(cfg.broker_def(key), config.get(key)),  # type: ignore[arg-type]
+            )
+        else:
+            wanted = {c.name: c.value for c in changes if c.value is not None}
+        try:
+            return cfg.validate_dynamic(wanted)
+        except cfg.ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_request, str(exc)) from exc
+
+    return plan
 
 
 def _is_list(definition: cfg.ConfigDef | None) -> bool | None:

@@ -1,0 +1,225 @@
+"""Configuration in a cluster: topic overrides and dynamic broker configuration kept in
+ZooKeeper, and every broker told of changes, as Kafka's ZooKeeper mode does it.
+
+- A topic's overrides live in ``/config/topics/<t>``; the dynamic broker layers (KIP-226)
+  in ``/config/brokers/<id>`` (one broker) and ``/config/brokers/<default>`` (all).
+- Whoever changes one (AlterConfigs and IncrementalAlterConfigs on any broker; a broker's
+  own layer on that broker only, as Kafka routes it) writes the new overrides and a
+  notification ``/config/changes/config_change_<seq>`` naming the entity, in one
+  transaction (``ZooKeeperSession.change_entity_config``).
+- Every broker watches ``/config/changes`` (Kafka's ``ZkConfigManager``), reads the
+  entity the notifications name, in sequence order, and applies it: a topic's overrides
+  go into the metadata cache (the replicas of that topic then act on them), a broker
+  layer that concerns this broker into its ``BrokerConfig``. Notifications older than
+  15 minutes are deleted by whichever broker reads them (Kafka's ``changeExpirationMs``).
+- At start a broker reads its two layers before it opens any replica, so a broker
+  restarted after a change starts with it.
+
+Reads of the same znode may finish out of order; each applied value carries the zxid of
+its write and an older one never replaces a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from oncelog.broker import config as cfg
+from oncelog.cluster.metadata import Change, MetadataCache
+from oncelog.cluster.zookeeper import (
+    CONFIG_CHANGES,
+    DEFAULT_BROKER_ENTITY,
+    EntityConfig,
+    NoSuchNode,
+    SessionExpired,
+    WatchHandle,
+    ZooKeeperError,
+    broker_config_path,
+    config_change_sequence,
+    decode_config_change,
+    topic_path,
+)
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from oncelog.cluster.zookeeper import ZooKeeperSession
+
+log = logging.getLogger(__name__)
+
+NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000  # Kafka's ZkConfigManager changeExpirationMs
+RETRY_S = 0.5
+
+# (current overrides) -> new overrides; raises KafkaError to refuse the change.
+Plan = Callable[[dict[str, str]], dict[str, str]]
+# Told after a change is applied: the topics whose overrides changed, or None for a
+# broker layer (every topic's defaults may have moved).
+ConfigListener = Callable[[frozenset[str] | None], None]
+
+
+class ClusterConfigs:
+    def __init__(
+        self,
+        zk: ZooKeeperSession,
+        cache: MetadataCache,
+        config: cfg.BrokerConfig,
+        broker_id: int,
+    ) -> None:
+        self._zk = zk
+        self._cache = cache
+        self._config = config
+        self._entity = str(broker_id)
+        self._listeners: list[ConfigListener] = []
+        self._layer_zxids = {True: -1, False: -1}  # per broker?
+        self._last_sequence = -1
+        self._seen: dict[str, int] = {}  # processed notification -> its creation time (ms)
+        self._handle: WatchHandle | None = None
+        self._pending = False
+        self._task: asyncio.Task[None] | None = None
+
+    def on_change(self, listener: ConfigListener) -> None:
+        self._listeners.append(listener)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def load_broker_layers(self) -> None:
+        """Apply this broker's dynamic layers as ZooKeeper has them (at start, before any
+        replica opens with the defaults they set)."""
+        for per_broker in (False, True):
+            found = await self._zk.entity_config(broker_config_path(self._layer_name(per_broker)))
+            self._apply_layer(per_broker, found, notify=False)
+
+    def start(self) -> None:
+        self._handle = self._zk.watch_children(CONFIG_CHANGES, self._notified)
+
+    async def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # -- changing -------------------------------------------------------------------------
+
+    async def alter_topic(self, topic: str, plan: Plan, *, validate_only: bool) -> None:
+        """Replace a topic's overrides by ``plan(current)`` (KafkaError
+        UNKNOWN_TOPIC_OR_PARTITION if the topic does not exist, or what ``plan`` raises)."""
+        if topic not in self._cache.topics:
+            raise _unknown_topic(topic)
+        if validate_only:
+            plan(dict((await self._zk.topic_config(topic)).configs))
+            return
+        try:
+            written = await self._zk.change_entity_config(
+                f"topics/{topic}", plan, exists=topic_path(topic)
+            )
+        except NoSuchNode:
+            raise _unknown_topic(topic) from None
+        log.info("topic %s configuration now %s", topic, dict(written.configs) or "the defaults")
+        self._apply_topic(topic, written)
+
+    async def update(self, plan: Plan, *, per_broker: bool, validate_only: bool) -> None:
+        """Replace this broker's own dynamic layer, or the cluster-wide one, by
+        ``plan(current)`` (the same interface as the single node's DynamicConfigs)."""
+        entity = self._layer_name(per_broker)
+        if validate_only:
+            plan(dict((await self._zk.entity_config(broker_config_path(entity))).configs))
+            return
+        written = await self._zk.change_entity_config(f"brokers/{entity}", plan)
+        log.info("dynamic configuration of brokers/%s now %s", entity, dict(written.configs))
+        self._apply_layer(per_broker, written, notify=True)
+
+    # -- applying what others changed -----------------------------------------------------
+
+    def _notified(self, _children: list[str]) -> None:
+        self._pending = True
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._process_until_idle())
+
+    async def _process_until_idle(self) -> None:
+        while self._pending:
+            self._pending = False
+            try:
+                await self._process()
+            except (ZooKeeperError, SessionExpired) as exc:
+                log.warning("could not read configuration changes: %s; retrying", exc)
+                self._pending = True
+                await asyncio.sleep(RETRY_S)
+
+    async def _process(self) -> None:
+        names = await self._zk.config_changes()
+        for name in names:
+            sequence = config_change_sequence(name)
+            if sequence is None or sequence <= self._last_sequence:
+                continue
+            znode = await self._zk.read(f"{CONFIG_CHANGES}/{name}")
+            if znode is not None:
+                self._seen[name] = znode.created_ms
+                try:
+                    entity_path = decode_config_change(znode.data)
+                except (ValueError, KeyError, TypeError):
+                    log.warning("ignoring malformed config change notification %s", name)
+                else:
+                    await self._apply(entity_path)
+            self._last_sequence = sequence
+        await self._purge(set(names))
+
+    async def _apply(self, entity_path: str) -> None:
+        kind, _, name = entity_path.partition("/")
+        if kind == "topics":
+            self._apply_topic(name, await self._zk.topic_config(name))
+        elif kind == "brokers" and name in (self._entity, DEFAULT_BROKER_ENTITY):
+            per_broker = name == self._entity
+            found = await self._zk.entity_config(broker_config_path(name))
+            self._apply_layer(per_broker, found, notify=True)
+        # Other entities (other brokers, clients, users) are not this broker's to apply.
+
+    async def _purge(self, present: set[str]) -> None:
+        """Delete notifications past their expiry; forget those that are gone."""
+        expired_before = int(time.time() * 1000) - NOTIFICATION_EXPIRY_MS
+        for name, created_ms in list(self._seen.items()):
+            if name not in present:
+                del self._seen[name]
+            elif created_ms < expired_before:
+                await self._zk.delete_if_present(f"{CONFIG_CHANGES}/{name}")
+                del self._seen[name]
+
+    def _apply_topic(self, topic: str, found: EntityConfig) -> None:
+        if self._cache.set_topic_config(topic, found):
+            log.info("applying topic %s configuration %s", topic, dict(found.configs))
+            self._cache._notify(Change(configs=frozenset({topic})))
+            self._tell(frozenset({topic}))
+
+    def _apply_layer(self, per_broker: bool, found: EntityConfig, *, notify: bool) -> None:
+        if found.modified_zxid < self._layer_zxids[per_broker]:
+            return  # a read that finished after a newer one
+        self._layer_zxids[per_broker] = found.modified_zxid
+        name = self._layer_name(per_broker)
+        layer: dict[str, str] = {}
+        for key, value in found.configs.items():
+            try:
+                layer |= cfg.validate_dynamic({key: value})
+            except cfg.ConfigError as exc:
+                log.warning("ignoring dynamic config of brokers/%s in ZooKeeper: %s", name, exc)
+        if layer == self._config.dynamic(per_broker=per_broker):
+            return
+        self._config.set_dynamic(layer, per_broker=per_broker)
+        log.info("dynamic configuration of brokers/%s applied: %s", name, layer or "empty")
+        if notify:
+            self._tell(None)
+
+    def _tell(self, topics: frozenset[str] | None) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(topics)
+            except Exception:
+                log.exception("configuration listener %r failed", listener)
+
+    def _layer_name(self, per_broker: bool) -> str:
+        return self._entity if per_broker else DEFAULT_BROKER_ENTITY
+
+
+def _unknown_topic(topic: str) -> KafkaError:
+    return KafkaError(ErrorCode.unknown_topic_or_partition, f"The topic '{topic}' does not exist.")
