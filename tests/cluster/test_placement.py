@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oncelog.cluster.placement import assign_replicas, check_assignment
+from oncelog.cluster.placement import assign_new_partitions, assign_replicas, check_assignment
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 
@@ -65,3 +65,48 @@ def test_bad_assignments(assignment: dict[int, list[int]], message: str) -> None
 
 def test_good_assignment() -> None:
     assert check_assignment({1: [3, 1], 0: [1, 2]}, [1, 2, 3]) == {0: (1, 2), 1: (3, 1)}
+
+
+# -- CreatePartitions ------------------------------------------------------------------------
+
+
+def test_new_partitions_continue_the_round_robin() -> None:
+    # Worked by hand from Kafka's createNewPartitionsAssignment: partition 0 led by broker 2
+    # -> start index 1 (the first broker id >= 2) and shift 1; partition 3 starts the second
+    # round (shift 2).
+    existing = {0: (2, 3, 1), 1: (3, 1, 2), 2: (1, 2, 3)}
+    assert assign_new_partitions(existing, 6, [3, 1, 2]) == {
+        3: (2, 3, 1),
+        4: (3, 1, 2),
+        5: (1, 2, 3),
+    }
+    # A broker that left since: the round-robin goes over the live ones.
+    # No broker id >= 4: start index 0, shift 0.
+    assert assign_new_partitions({0: (4, 1)}, 3, [1, 2, 3]) == {1: (2, 3), 2: (3, 1)}
+
+
+@pytest.mark.parametrize(
+    ("count", "assignments", "code", "message"),
+    [
+        (3, None, ErrorCode.invalid_partitions, "Topic already has 3 partitions."),
+        (2, None, ErrorCode.invalid_partitions, "3 partitions, 2 would not be an increase"),
+        (5, [[1, 2]], ErrorCode.invalid_replica_assignment, "by 2 but 1 assignments provided"),
+        (4, [[1, 1]], ErrorCode.invalid_replica_assignment, "Duplicate brokers"),
+        (4, [[1, 9]], ErrorCode.broker_not_available, "available brokers: 1, 2, 3."),
+        (4, [[1]], ErrorCode.invalid_replica_assignment, "partition 0 has 2 while"),
+        (4, [[]], ErrorCode.invalid_replica_assignment, "replication factor of 0"),
+    ],
+)
+def test_new_partitions_refused_as_kafka_does(
+    count: int, assignments: list[list[int]] | None, code: ErrorCode, message: str
+) -> None:
+    existing = {0: (1, 2), 1: (2, 3), 2: (3, 1)}
+    with pytest.raises(KafkaError) as refused:
+        assign_new_partitions(existing, count, [1, 2, 3], assignments)
+    assert refused.value.code == code
+    assert message in refused.value.message
+
+
+def test_new_partitions_as_assigned() -> None:
+    got = assign_new_partitions({0: (1, 2)}, 3, [1, 2, 3], [[3, 1], [2, 3]])
+    assert got == {1: (3, 1), 2: (2, 3)}

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.cluster.elections import PartitionView, decide
 from oncelog.cluster.metadata import Change, MetadataCache
-from oncelog.cluster.zookeeper import ControllerEpoch, ControllerMoved, ZooKeeperError
+from oncelog.cluster.zookeeper import (
+    ControllerEpoch,
+    ControllerMoved,
+    TopicAssignment,
+    ZooKeeperError,
+)
 
 if TYPE_CHECKING:
     from oncelog.cluster.zookeeper import ZooKeeperSession
@@ -104,3 +110,10 @@ class Controller:
 
     async def delete_topic(self, topic: str) -> None:
         await self._zk.delete_topic(self.epoch, topic)
+
+    async def update_assignment(
+        self, topic: str, update: Callable[[TopicAssignment], TopicAssignment]
+    ) -> TopicAssignment:
+        """Rewrite a topic's assignment (new partitions), fenced by this controller's
+        epoch; the watch then brings the new partitions and reconciling elects them."""
+        return await self._zk.update_topic_assignment(self.epoch, topic, update)

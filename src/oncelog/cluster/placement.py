@@ -10,11 +10,11 @@ start and shift (Kafka draws both at random), so a test can fix them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["assign_replicas", "check_assignment"]
+__all__ = ["assign_new_partitions", "assign_replicas", "check_assignment"]
 
 
 def assign_replicas(
@@ -91,6 +91,84 @@ def check_assignment(
                 ErrorCode.invalid_replica_assignment,
                 f"partition {partition} is assigned to broker(s) {unknown}, which are not "
                 f"live (live: {sorted(live)})",
+            )
+        checked[partition] = tuple(replicas)
+    return checked
+
+
+def assign_new_partitions(
+    existing: Mapping[int, Sequence[int]],
+    count: int,
+    live_brokers: Sequence[int],
+    assignments: Sequence[Sequence[int]] | None = None,
+) -> dict[int, tuple[int, ...]]:
+    """The replicas of the partitions CreatePartitions adds to a topic with ``existing``
+    assignments to reach ``count`` (Kafka's ZooKeeper-mode ``createNewPartitionsAssignment``):
+    the client's ``assignments``, checked, or Kafka's round-robin continued from the
+    existing partitions, starting at the first broker whose id is at least partition 0's
+    first replica, with that index as the replica shift too. The new partitions keep the
+    topic's replication factor.
+
+    KafkaError as Kafka answers: INVALID_PARTITIONS (not an increase),
+    INVALID_REPLICA_ASSIGNMENT (wrong number of assignments, a broker twice, another
+    replication factor), BROKER_NOT_AVAILABLE (a broker not live),
+    INVALID_REPLICATION_FACTOR (fewer live brokers than replicas).
+    """
+    current = len(existing)
+    if count == current:
+        raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partitions.")
+    if count < current:
+        raise KafkaError(
+            ErrorCode.invalid_partitions,
+            "The number of partitions for a topic can only be increased. Topic currently has "
+            f"{current} partitions, {count} would not be an increase.",
+        )
+    added = count - current
+    first_replicas = tuple(existing[0])
+    factor = len(first_replicas)
+    if assignments is None:
+        live = sorted(live_brokers)
+        start = next((i for i, b in enumerate(live) if b >= first_replicas[0]), 0)
+        return assign_replicas(
+            live,
+            added,
+            factor,
+            start_index=start,
+            replica_shift=start,
+            first_partition=current,
+        )
+    if len(assignments) != added:
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment,
+            f"Increasing the number of partitions by {added} but {len(assignments)} "
+            "assignments provided.",
+        )
+    live_set = set(live_brokers)
+    checked = {}
+    for partition, replicas in enumerate(assignments, start=current):
+        if not replicas:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"Cannot have replication factor of 0 for partition id {partition}.",
+            )
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                "Duplicate brokers not allowed in replica assignment: "
+                f"{', '.join(map(str, replicas))} for partition id {partition}.",
+            )
+        if not set(replicas) <= live_set:
+            raise KafkaError(
+                ErrorCode.broker_not_available,
+                f"Some brokers specified for partition id {partition} are not available. "
+                f"Specified brokers: {', '.join(map(str, replicas))}, available brokers: "
+                f"{', '.join(map(str, sorted(live_set)))}.",
+            )
+        if len(replicas) != factor:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"Inconsistent replication factor between partitions, partition 0 has {factor} "
+                f"while partition {partition} has {len(replicas)}.",
             )
         checked[partition] = tuple(replicas)
     return checked

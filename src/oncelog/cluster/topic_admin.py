@@ -1,10 +1,12 @@
-"""Creating and deleting topics in a cluster: validate as the single node does, place the
-replicas (Kafka's round-robin), write the znodes; the controller gives the partitions their
-leaders and every broker's watches open (or delete) its replicas.
+"""Creating and deleting topics, and adding partitions, in a cluster: validate as the
+single node does, place the replicas (Kafka's round-robin), write the znodes; the
+controller gives the partitions their leaders and every broker's watches open (or delete)
+its replicas.
 
-As in Kafka's ZooKeeper mode, CreateTopics and DeleteTopics are the controller's
-(NOT_CONTROLLER elsewhere; clients send them to the controller named in Metadata), while a
-topic auto-created by Metadata is written by whichever broker the client asked.
+As in Kafka's ZooKeeper mode, CreateTopics, CreatePartitions and DeleteTopics are the
+controller's (NOT_CONTROLLER elsewhere; clients send them to the controller named in
+Metadata), while a topic auto-created by Metadata is written by whichever broker the
+client asked.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
 from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
-from oncelog.cluster.placement import assign_replicas, check_assignment
-from oncelog.cluster.zookeeper import NO_LEADER, TopicAssignment, TopicExists
+from oncelog.cluster.placement import assign_new_partitions, assign_replicas, check_assignment
+from oncelog.cluster.zookeeper import (
+    NO_LEADER,
+    ControllerMoved,
+    NoSuchNode,
+    TopicAssignment,
+    TopicExists,
+)
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -119,15 +127,70 @@ class TopicAdmin:
         )
         return assignment, overrides
 
-    async def wait_for_leaders(self, name: str, timeout_s: float) -> bool:
-        """Whether every partition of ``name`` has a leader in this broker's metadata
-        within ``timeout_s`` (CreateTopics answers once clients can use the topic, as
-        Kafka's DelayedCreatePartitions)."""
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        *,
+        validate_only: bool,
+    ) -> dict[int, tuple[int, ...]]:
+        """CreatePartitions on the controller: the new partitions' replicas, written into
+        the topic znode (fenced by the controller epoch, compare-and-set on the znode); the
+        controller then elects their leaders like a new topic's, and the brokers assigned
+        open them. KafkaError as Kafka answers (NOT_CONTROLLER, UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_PARTITIONS for internal topics, and placement's errors)."""
+        self.require_controller()
+        controller = self._node.controller
+        assert controller is not None
+        if name not in self._node.cache.topics:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            )
+        if is_internal(name):
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"The number of partitions for the internal topic {name} cannot be changed.",
+            )
+        live = sorted(self._node.cache.brokers)
+        added: dict[int, tuple[int, ...]] = {}
+
+        def grow(current: TopicAssignment) -> TopicAssignment:
+            added.clear()
+            added.update(assign_new_partitions(current.replicas, count, live, assignments))
+            return TopicAssignment(current.name, current.topic_id, {**current.replicas, **added})
+
+        if validate_only:
+            grow(self._node.cache.topics[name])
+            return added
+        try:
+            await controller.update_assignment(name, grow)
+        except ControllerMoved:
+            raise KafkaError(
+                ErrorCode.not_controller,
+                f"broker {self._node.broker_id} is no longer the controller",
+            ) from None
+        except NoSuchNode:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+            ) from None
+        log.info(
+            "topic %s: partitions %s added, replicas %s",
+            name,
+            sorted(added),
+            {p: list(r) for p, r in sorted(added.items())},
+        )
+        return added
+
+    async def wait_for_leaders(self, name: str, timeout_s: float, partitions: int = 1) -> bool:
+        """Whether ``name`` has at least ``partitions`` partitions, every one with a leader,
+        in this broker's metadata within ``timeout_s`` (CreateTopics and CreatePartitions
+        answer once clients can use them, as Kafka's DelayedCreatePartitions)."""
         cache = self._node.cache
 
         def led() -> bool:
             replicas = cache.partitions_of(name)
-            return bool(replicas) and all(
+            return len(replicas) >= partitions and all(
                 (state := cache.states.get((name, p))) is not None and state.leader != NO_LEADER
                 for p in replicas
             )

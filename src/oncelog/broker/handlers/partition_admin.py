@@ -19,6 +19,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.cluster.node import ClusterNode
     from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,12 @@ async def handle_create_partitions(
         try:
             if counts[wanted.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
-            _add_partitions(broker, wanted, request.validate_only)
+            if broker.cluster is not None:
+                await _add_in_cluster(
+                    broker.cluster, wanted, request.validate_only, request.timeout.total_seconds()
+                )
+            else:
+                _add_partitions(broker, wanted, request.validate_only)
         except KafkaError as exc:
             results.append(
                 {"name": wanted.name, "error_code": exc.code, "error_message": exc.message}
@@ -43,6 +49,26 @@ async def handle_create_partitions(
             continue
         results.append({"name": wanted.name, "error_code": ErrorCode.none, "error_message": None})
     return {"throttle_time": 0, "results": results}
+
+
+async def _add_in_cluster(
+    cluster: ClusterNode, wanted: Any, validate_only: bool, timeout_s: float
+) -> None:
+    """The controller writes the new assignment; the answer waits (up to the request's
+    timeout) until the new partitions have leaders, as Kafka's DelayedCreatePartitions."""
+    admin = cluster.topic_admin
+    assignments = (
+        None if wanted.assignments is None else [list(a.broker_ids) for a in wanted.assignments]
+    )
+    await admin.add_partitions(wanted.name, wanted.count, assignments, validate_only=validate_only)
+    if not validate_only and not await admin.wait_for_leaders(
+        wanted.name, timeout_s, partitions=wanted.count
+    ):
+        raise KafkaError(
+            ErrorCode.request_timed_out,
+            f"the new partitions of {wanted.name!r} had no leaders within the request "
+            f"timeout of {timeout_s:g} s",
+        )
 
 
 def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
