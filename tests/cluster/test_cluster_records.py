@@ -6,6 +6,7 @@ followers and surviving a failover, and the log cleaner on replicated partitions
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,7 +16,9 @@ from cluster_admin import TIMEOUT_S, eventually, new_topic, oncelog_cli
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka import KafkaAdminClient
+from kafka import TopicPartition as KPTopicPartition
 from kafka.admin import NewPartitions as KPNewPartitions
+from raw import fetch_batches
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
@@ -25,7 +28,8 @@ from oncelog.testing.cluster import LocalCluster
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(tmp_path_factory.mktemp("records"), brokers=3) as running:
+    config = {"log.cleaner.backoff.ms": "300"}  # the cleaner looks often: tests wait for it
+    with LocalCluster(tmp_path_factory.mktemp("records"), brokers=3, config=config) as running:
         yield running
 
 
@@ -165,3 +169,212 @@ def test_cli_topics_alter_reaches_the_controller(cluster: LocalCluster, admin: A
     )
     assert f"Topic {topic} now has 3 partitions." in out
     eventually(lambda: cluster.leader(topic, 2) is not None, "a leader of the new partition")
+
+
+# -- DeleteRecords -----------------------------------------------------------------------------
+
+
+def log_start_checkpoint(cluster: LocalCluster, broker_id: int, topic: str) -> int | None:
+    """The log start offset broker ``broker_id`` persisted for partition 0 (None if none)."""
+    path = cluster.brokers[broker_id].data_dir / f"{topic}-0" / "log-start-offset"
+    return int(path.read_text().split()[1]) if path.exists() else None
+
+
+def idempotent_producer(cluster: LocalCluster) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
+
+
+def produce_numbers(producer: Producer, topic: str, numbers: range) -> None:
+    for n in numbers:
+        producer.produce(topic, b"%d" % n, partition=0)
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def read_all(cluster: LocalCluster, topic: str) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        values: list[int] = []
+        while len(values) < high - low:
+            messages = consumer.consume(high - low - len(values), timeout=TIMEOUT_S)
+            assert messages, f"only {len(values)} of {high - low} read"
+            values += [int(m.value()) for m in messages if m.error() is None]
+        return values
+    finally:
+        consumer.close()
+
+
+def test_delete_records_reaches_the_followers_and_survives_failover(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    topic = new_topic(admin, **{"min.insync.replicas": "2", "segment.bytes": "500"})
+    producer = idempotent_producer(cluster)
+    for tens in range(0, 100, 10):  # batches of 10: a few batches per segment
+        produce_numbers(producer, topic, range(tens, tens + 10))
+    leader = cluster.wait_for_leader(topic, 0)
+
+    tp = TopicPartition(topic, 0, 60)
+    assert admin.delete_records([tp])[tp].result(TIMEOUT_S).low_watermark == 60
+    # Answered once every live replica moved its log start, and each persisted it.
+    for broker_id, broker in cluster.brokers.items():
+        assert log_start_checkpoint(cluster, broker_id, topic) == 60
+        # ... and deleted its segments wholly below it.
+        assert not (broker.data_dir / f"{topic}-0" / "00000000000000000000.log").exists()
+
+    cluster.kill(leader)
+    try:
+        new_leader = cluster.wait_for_leader(topic, 0, not_in=[leader])
+        consumer = Consumer({"bootstrap.servers": cluster.address(new_leader), "group.id": "x"})
+        try:
+            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        finally:
+            consumer.close()
+        assert low == 60  # the new leader's log starts where the records were deleted
+        # The same idempotent producer goes on (its state outlived its deleted batches).
+        produce_numbers(producer, topic, range(100, 120))
+        assert read_all(cluster, topic) == list(range(60, 120))
+    finally:
+        cluster.restart(leader)
+    cluster.wait_for_isr(topic, 0, cluster.broker_ids)
+
+
+def test_a_follower_down_during_delete_records_takes_the_log_start_when_back(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    topic = new_topic(admin, **{"min.insync.replicas": "1"})
+    produce_numbers(idempotent_producer(cluster), topic, range(50))
+    leader = cluster.wait_for_leader(topic, 0)
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    cluster.wait_for_isr(topic, 0, cluster.broker_ids)
+    cluster.terminate(follower)
+    try:
+        # kafka-python; the answer does not wait for a broker that is not live.
+        client = KafkaAdminClient(bootstrap_servers=cluster.address(leader))
+        try:
+            answer = client.delete_records({KPTopicPartition(topic, 0): 30})
+        finally:
+            client.close()
+        assert answer[KPTopicPartition(topic, 0)]["low_watermark"] == 30
+        assert log_start_checkpoint(cluster, follower, topic) is None
+    finally:
+        cluster.restart(follower)
+    eventually(
+        lambda: log_start_checkpoint(cluster, follower, topic) == 30, "the follower to follow"
+    )
+
+
+def test_delete_records_goes_to_the_leader(cluster: LocalCluster, admin: AdminClient) -> None:
+    topic = new_topic(admin)
+    produce_numbers(idempotent_producer(cluster), topic, range(20))
+    leader = cluster.wait_for_leader(topic, 0)
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    with KafkaConnection(cluster.address(follower)) as conn:
+        answer = conn.request(
+            ApiKey.DELETE_RECORDS,
+            {
+                "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 5}]}],
+                "timeout": 10_000,
+            },
+        )
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+    # The command line finds the leader from any broker.
+    out = oncelog_cli(
+        cluster.address(follower), "records", "delete", "--topic", topic, "--before", "5", "--json"
+    )
+    assert '"low_watermark": 5' in out
+
+
+# -- the log cleaner -----------------------------------------------------------------------------
+
+
+def produce_keyed(cluster: LocalCluster, topic: str, rounds: range, keys: int = 5) -> None:
+    producer = Producer({"bootstrap.servers": cluster.bootstrap_servers, "acks": "all"})
+    for r in rounds:
+        for k in range(keys):
+            producer.produce(topic, key=b"k%d" % k, value=b"%d" % r, partition=0)
+        assert producer.flush(TIMEOUT_S) == 0  # one small batch per round
+
+
+def cleaned_up_to(cluster: LocalCluster, broker_id: int, topic: str) -> int:
+    path = cluster.brokers[broker_id].data_dir / f"{topic}-0" / "cleaner-offset-checkpoint"
+    return int(path.read_text().split()[1]) if path.exists() else -1
+
+
+def test_leader_and_followers_compact_and_a_returning_follower_fetches_across_the_gaps(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    topic = new_topic(
+        admin,
+        **{
+            "cleanup.policy": "compact",
+            "segment.bytes": "400",
+            "min.cleanable.dirty.ratio": "0.01",
+            "min.insync.replicas": "1",
+        },
+    )
+    produce_keyed(cluster, topic, range(20))
+    leader = cluster.wait_for_leader(topic, 0)
+    follower = next(b for b in cluster.broker_ids if b != leader)
+    # Leader and followers each clean their own copy.
+    for broker_id in cluster.broker_ids:
+        eventually(lambda b=broker_id: cleaned_up_to(cluster, b, topic) > 0, f"{broker_id} cleans")
+
+    cluster.terminate(follower)
+    try:
+        produce_keyed(cluster, topic, range(20, 60))
+        end = 60 * 5
+        eventually(lambda: cleaned_up_to(cluster, leader, topic) > end // 2, "the leader cleans")
+    finally:
+        cluster.restart(follower)
+    # Back, the follower fetches from where it stopped, across offsets the leader's cleaner
+    # removed, and catches up (its batches start past its log end).
+    cluster.wait_for_isr(topic, 0, cluster.broker_ids)
+    with KafkaConnection(cluster.address(leader)) as conn:
+        offsets = [h.base_offset for h, _ in fetch_batches(conn, topic, 0)]
+    assert len(offsets) < 60  # compacted: fewer batches than produced
+    latest = {}
+    for key, value in read_keyed(cluster, topic):
+        latest[key] = value
+    assert latest == {b"k%d" % k: b"59" for k in range(5)}
+
+
+def read_keyed(cluster: LocalCluster, topic: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every record of partition 0 up to its high watermark."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap_servers,
+            "group.id": "x",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        found: list[tuple[bytes, bytes]] = []
+        last = -1
+        deadline = time.monotonic() + TIMEOUT_S
+        while last < high - 1:
+            assert time.monotonic() < deadline, f"read up to {last} of {high}"
+            messages = consumer.consume(100, timeout=1)
+            for m in messages:
+                if m.error() is None:
+                    found.append((m.key(), m.value()))
+                    last = m.offset()
+        return found
+    finally:
+        consumer.close()

@@ -4,6 +4,7 @@ codecs kept, and when a log is due for cleaning."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import shutil
 import threading
@@ -12,7 +13,14 @@ from pathlib import Path
 import pytest
 
 import oncelog.storage.log as log_module
-from oncelog.broker.log_cleaner import clean_now, cleaning_job, find_cleanable
+from oncelog.broker.config import BrokerConfig
+from oncelog.broker.log_cleaner import (
+    CHECKPOINT_FILE,
+    LogCleaner,
+    clean_now,
+    cleaning_job,
+    find_cleanable,
+)
 from oncelog.broker.partition import Partition, PartitionSettings
 from oncelog.producers.state import ProducerStateManager
 from oncelog.protocol.record_batch import (
@@ -27,6 +35,7 @@ from oncelog.protocol.record_batch import (
 )
 from oncelog.protocol.record_rewrite import read_raw_records, retained_batch
 from oncelog.storage import LogConfig, PartitionLog
+from oncelog.storage.checkpoint import read_checkpoint
 from oncelog.storage.cleaner import CleaningAborted, clean
 from oncelog.storage.compaction import SegmentStats, cleanable_range, group_segments
 
@@ -334,3 +343,26 @@ def test_groups_stay_within_segment_bytes() -> None:
     groups = group_segments(SEGMENTS, 250, 30)
     assert [[s.base_offset for s in g] for g in groups] == [[0, 10], [20]]
     assert len(group_segments(SEGMENTS, 1 << 20, 30)) == 1
+
+
+# --- a follower's truncation -------------------------------------------------------------
+
+
+def test_a_truncated_follower_cleans_again_from_the_cut_not_from_its_start(
+    tmp_path: Path,
+) -> None:
+    partition = history(tmp_path / "t-0")
+
+    class Hosted:
+        def partitions(self) -> list[Partition]:
+            return [partition]
+
+    cleaner = LogCleaner(Hosted(), BrokerConfig(), clock_ms=lambda: 1_000)
+    assert asyncio.run(cleaner.clean_filthiest())
+    cleaned_to = read_checkpoint(tmp_path / "t-0" / CHECKPOINT_FILE)
+    assert cleaned_to is not None and cleaned_to > 60
+    cleaner.truncated(partition, 60)  # what the replica manager calls before the cut
+    partition.truncate_to(60, 1_000, 86_400_000)
+    assert read_checkpoint(tmp_path / "t-0" / CHECKPOINT_FILE) == 60
+    found = find_cleanable(partition, 1_000)
+    assert found.first_dirty_offset == 60 and not found.checkpoint_was_reset

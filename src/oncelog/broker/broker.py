@@ -206,6 +206,11 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""
+        # The log upkeep first: a cluster broker closes its replicas when it leaves.
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        await self.cleaner.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         await self._server.stop()
@@ -213,10 +218,6 @@ class Broker:
             await self._metrics_server.stop()
         await self.transactions.stop()
         await self.groups.stop()
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-            await asyncio.gather(self._maintenance, return_exceptions=True)
-        await self.cleaner.stop()
         await self.flusher.stop()
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()

@@ -63,7 +63,7 @@ class Maintenance:
             try:
                 partition.log.maybe_roll(now_ms)
                 if retention_due:
-                    deleted = partition.log.apply_retention(now_ms)
+                    deleted = partition.log.apply_retention(now_ms, partition.high_watermark)
                     if deleted:
                         log.info("retention deleted %d segment(s) of %r", deleted, partition)
                         partition.after_retention()

@@ -292,10 +292,7 @@ class Partition:
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start up to ``offset``; the new log start (the low
         watermark). Kafka's checks: within [0, high watermark] (OFFSET_OUT_OF_RANGE), and
-        only where the cleanup policy deletes (POLICY_VIOLATION on compact-only topics).
-
-        The producer state stays (KIP-360): it is snapshotted at the log end first, so a
-        restart does not have to rebuild it from batches that are gone."""
+        only where the cleanup policy deletes (POLICY_VIOLATION on compact-only topics)."""
         if not 0 <= offset <= self.high_watermark:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
@@ -308,6 +305,13 @@ class Partition:
                 f"Records of partition {self.topic}-{self.index} can not be deleted due to the "
                 "configured policy",
             )
+        return self.move_log_start(offset)
+
+    def move_log_start(self, offset: int) -> int:
+        """Raise the log start offset to ``offset`` (DeleteRecords on a leader, or a
+        follower taking its leader's log start); the new log start. The producer state is
+        kept (KIP-360): it is snapshotted at the log end first, so a restart does not have
+        to rebuild it from batches that are gone. The caller persists the new start."""
         if offset > self.log.log_start_offset:
             self._snapshot_producers(self.log.log_end_offset)
             self.log.advance_log_start(offset)

@@ -33,6 +33,7 @@ from oncelog.storage.leader_epoch import UNDEFINED_EPOCH
 if TYPE_CHECKING:
     from oncelog.cluster.replica import Replica
     from oncelog.cluster.replica_manager import ReplicaManager
+    from oncelog.storage import PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -254,24 +255,35 @@ class ReplicaFetcher:
             },
             REQUEST_TIMEOUT_S + wait_ms / 1000,
         )
+        moved_start = []
         for topic_answer in response.responses:
             for answer in topic_answer.partitions:
                 key = (topic_answer.topic, answer.partition_index)
                 found = self._targets.get(key)
-                if found is not None and found in targets:
-                    self._apply_fetched(key, found, answer)
+                if (
+                    found is not None
+                    and found in targets
+                    and self._apply_fetched(key, found, answer)
+                ):
+                    moved_start.append(found.replica.partition.log)
+        if moved_start:
+            # Durable before the next fetch tells the leader (a DeleteRecords answer waits
+            # for it), as the leader's own is before it answers.
+            await asyncio.to_thread(_write_log_starts, moved_start)
 
-    def _apply_fetched(self, key: tuple[str, int], target: _Target, answer: Any) -> None:
+    def _apply_fetched(self, key: tuple[str, int], target: _Target, answer: Any) -> bool:
+        """Append what the leader returned and take its high watermark and log start;
+        whether the log start moved."""
         replica = target.replica
         partition = replica.partition
         code = answer.error_code
         if code == ErrorCode.offset_out_of_range:
             self._out_of_range(target, answer.log_start_offset)
-            return
+            return False
         if code != ErrorCode.none:
             log.info("broker %d refused to serve %s-%d: %s", self.leader, *key, code.name)
             self._back_off(target)
-            return
+            return False
         records = answer.records or b""
         now = wall_clock_ms()
         appended = 0
@@ -292,6 +304,7 @@ class ReplicaFetcher:
         if appended and partition.flush_due():
             self._manager.flusher.request_flush(partition)
         self._manager.follower_high_watermark(replica, answer.high_watermark)
+        return self._manager.follow_log_start(replica, answer.log_start_offset)
 
     def _out_of_range(self, target: _Target, leader_log_start: int) -> None:
         partition = target.replica.partition
@@ -306,3 +319,8 @@ class ReplicaFetcher:
             self._manager.restart_log_at(target.replica, leader_log_start)
         else:
             target.truncating = True  # our end is past the leader's: check epochs again
+
+
+def _write_log_starts(logs: list[PartitionLog]) -> None:
+    for partition_log in logs:
+        partition_log.write_log_start_checkpoint()

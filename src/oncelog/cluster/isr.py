@@ -15,11 +15,14 @@ Kafka's rules (``Partition.scala``, ``Replica.scala`` in 3.x):
 - A follower outside the ISR joins when its log end offset reaches the high watermark and
   the start of the leader's current epoch (so it cannot lead with a hole in the committed
   log).
+- Each fetch also carries the follower's log start offset; the low watermark (what
+  DeleteRecords waits for) is the smallest log start over the leader and the followers on
+  live brokers (``Partition.lowWatermarkIfLeader``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -37,6 +40,7 @@ class FollowerProgress:
     last_caught_up_ms: int = 0
     last_fetch_ms: int = 0
     last_fetch_leader_end: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +72,15 @@ class LeaderState:
     # -- events -------------------------------------------------------------------------
 
     def record_fetch(
-        self, follower: int, fetch_offset: int, now_ms: int, leader_end: int
+        self,
+        follower: int,
+        fetch_offset: int,
+        now_ms: int,
+        leader_end: int,
+        log_start_offset: int = UNKNOWN_OFFSET,
     ) -> LeaderState:
-        """A follower fetched from ``fetch_offset`` while the leader's log ended at
-        ``leader_end``."""
+        """A follower whose log starts at ``log_start_offset`` fetched from
+        ``fetch_offset`` while the leader's log ended at ``leader_end``."""
         if follower not in self.followers:
             return self
         old = self.followers[follower]
@@ -82,7 +91,11 @@ class LeaderState:
         else:
             caught_up = old.last_caught_up_ms
         progress = FollowerProgress(
-            fetch_offset, caught_up, now_ms, max(leader_end, old.last_fetch_leader_end)
+            fetch_offset,
+            caught_up,
+            now_ms,
+            max(leader_end, old.last_fetch_leader_end),
+            log_start_offset,
         )
         return replace(self, followers={**self.followers, follower: progress})
 
@@ -100,6 +113,15 @@ class LeaderState:
     def with_isr(self, isr: frozenset[int]) -> LeaderState:
         """A new ISR is in force (written to ZooKeeper): no update in flight any more."""
         return replace(self, isr=isr, adding=frozenset(), removing=frozenset())
+
+    def low_watermark(self, leader_log_start: int, live_brokers: Collection[int]) -> int:
+        """The smallest log start offset over the leader and its followers on live
+        brokers (a live follower that has not fetched yet counts as UNKNOWN_OFFSET)."""
+        low = leader_log_start
+        for replica, progress in self.followers.items():
+            if replica in live_brokers:
+                low = min(low, progress.log_start_offset)
+        return low
 
     # -- decisions ----------------------------------------------------------------------
 

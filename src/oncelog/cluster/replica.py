@@ -42,6 +42,8 @@ class LeaderRole:
     controller_epoch: int
     min_insync: int
     acks_waiting: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    # DeleteRecords waiting for every live replica's log start to reach an offset.
+    low_watermark_waiting: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
 
     @property
     def leader_epoch(self) -> int:
@@ -68,13 +70,33 @@ class LeaderRole:
                 still.append((end_offset, waiter))
         self.acks_waiting = still
 
+    def release_low_watermark(self, low_watermark: int) -> None:
+        """Answer the DeleteRecords requests whose offset every live replica's log start
+        has now reached, with that low watermark."""
+        still = []
+        for offset, waiter in self.low_watermark_waiting:
+            if waiter.done():
+                continue
+            if low_watermark >= offset:
+                waiter.set_result(low_watermark)
+            else:
+                still.append((offset, waiter))
+        self.low_watermark_waiting = still
+
+    def take_waiters(self, other: LeaderRole) -> None:
+        """Still the leader at a new epoch: the requests waiting on ``other`` wait here."""
+        self.acks_waiting, other.acks_waiting = other.acks_waiting, []
+        self.low_watermark_waiting, other.low_watermark_waiting = other.low_watermark_waiting, []
+
     def abandon(self, reason: str) -> None:
         """Leadership lost: every waiting producer gets NOT_LEADER_OR_FOLLOWER (it retries
-        on the new leader; an idempotent producer's retry is deduplicated there)."""
-        for _, waiter in self.acks_waiting:
+        on the new leader; an idempotent producer's retry is deduplicated there), and so
+        does every waiting DeleteRecords."""
+        for _, waiter in [*self.acks_waiting, *self.low_watermark_waiting]:
             if not waiter.done():
                 waiter.set_exception(KafkaError(ErrorCode.not_leader_or_follower, reason))
         self.acks_waiting = []
+        self.low_watermark_waiting = []
 
 
 @dataclass(frozen=True, slots=True)

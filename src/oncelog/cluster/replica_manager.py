@@ -164,10 +164,17 @@ class ReplicaManager:
         return waiter
 
     def follower_fetch(
-        self, topic: str, index: int, follower: int, fetch_offset: int, current_leader_epoch: int
+        self,
+        topic: str,
+        index: int,
+        follower: int,
+        fetch_offset: int,
+        current_leader_epoch: int,
+        log_start_offset: int = -1,
     ) -> Partition:
-        """A follower fetches from ``fetch_offset``: record its progress (the high watermark
-        may move, the ISR may grow) and return the partition to read from."""
+        """A follower whose log starts at ``log_start_offset`` fetches from
+        ``fetch_offset``: record its progress (the high watermark may move, the ISR may
+        grow, a DeleteRecords may be answered) and return the partition to read from."""
         replica, role = self._leading(topic, index, current_leader_epoch)
         if follower not in role.state.followers:
             raise KafkaError(
@@ -176,11 +183,52 @@ class ReplicaManager:
             )
         partition = replica.partition
         leader_end = partition.log.log_end_offset
-        role.state = role.state.record_fetch(follower, fetch_offset, wall_clock_ms(), leader_end)
+        role.state = role.state.record_fetch(
+            follower, fetch_offset, wall_clock_ms(), leader_end, log_start_offset
+        )
         self._advance_high_watermark(replica, role)
+        if role.low_watermark_waiting:
+            role.release_low_watermark(self._low_watermark(partition, role))
         if role.state.may_join(follower):
             self._submit_isr(replica, role, role.state.isr | {follower})
         return partition
+
+    # -- DeleteRecords ----------------------------------------------------------------------
+
+    def log_start_moved(self, partition: Partition) -> None:
+        """A leader's log start moved up (DeleteRecords): its leader-epoch cache forgets
+        what lies below, and the followers' long polls return now, carrying the new log
+        start to them."""
+        replica = self.replicas.get((partition.topic, partition.index))
+        if replica is not None:
+            replica.epochs.truncate_from_start(partition.log.log_start_offset)
+        partition.wake_readers()
+
+    def wait_low_watermark(self, partition: Partition, offset: int) -> asyncio.Future[int]:
+        """A future resolved with the low watermark once every live replica's log start
+        has reached ``offset`` (Kafka's DelayedDeleteRecords; NOT_LEADER_OR_FOLLOWER if
+        the leadership ends first)."""
+        role = self._leader_role(partition)
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        role.low_watermark_waiting.append((offset, waiter))
+        role.release_low_watermark(self._low_watermark(partition, role))
+        return waiter
+
+    def _low_watermark(self, partition: Partition, role: LeaderRole) -> int:
+        return role.state.low_watermark(partition.log.log_start_offset, self.node.cache.brokers)
+
+    def follow_log_start(self, replica: Replica, leader_log_start: int) -> bool:
+        """A follower takes its leader's log start when it is past its own (Kafka's
+        ``maybeIncrementLogStartOffset(LeaderOffsetIncremented)``), producer state kept;
+        whether it moved (the caller persists it)."""
+        partition = replica.partition
+        offset = min(leader_log_start, partition.log.log_end_offset)
+        if offset <= partition.log.log_start_offset:
+            return False
+        partition.move_log_start(offset)
+        replica.epochs.truncate_from_start(partition.log.log_start_offset)
+        log.info("%s-%d: log start moved to %d, as the leader's", *replica.key, offset)
+        return True
 
     def end_offset_for_epoch(
         self, topic: str, index: int, current_leader_epoch: int, epoch: int
@@ -280,8 +328,9 @@ class ReplicaManager:
         )
         if isinstance(role, LeaderRole):
             # Still the leader, at a new epoch (the controller changed the ISR): the batches
-            # waiting for acks=all stay in this log, so their producers keep waiting.
-            new_role.acks_waiting, role.acks_waiting = role.acks_waiting, []
+            # waiting for acks=all stay in this log, so their producers keep waiting, and
+            # so do DeleteRecords requests.
+            new_role.take_waiters(role)
         self._set_role(replica, new_role)
         self._advance_high_watermark(replica, new_role, force=True)
         log.info(

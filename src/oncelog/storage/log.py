@@ -212,14 +212,16 @@ class PartitionLog:
         self, batch: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int
     ) -> None:
         """Append a batch exactly as the leader stored it (offsets, leader epoch and CRC
-        included): a follower's copy must be byte-for-byte the leader's. Its base offset must
-        be the log end offset (the fetcher asked from there)."""
+        included): a follower's copy must be byte-for-byte the leader's. Its base offset is
+        the log end offset (the fetcher asked from there), or past it where the leader's
+        log cleaner removed the batches in between (offsets keep their gaps, as Kafka's
+        follower append allows); never before it."""
         with self._lock:
-            if header.base_offset != self.log_end_offset:
+            if header.base_offset < self.log_end_offset:
                 raise KafkaError(
                     ErrorCode.unknown_server_error,
-                    f"replicated batch at offset {header.base_offset} does not follow the log "
-                    f"end offset {self.log_end_offset}",
+                    f"replicated batch at offset {header.base_offset} is below the log end "
+                    f"offset {self.log_end_offset}",
                 )
             active = self._segment_for_locked(header, header.base_offset, now_ms)
             active.append(batch if isinstance(batch, bytes) else bytes(batch), header, now_ms)
@@ -399,16 +401,20 @@ class PartitionLog:
 
     # --- retention and truncation ---
 
-    def apply_retention(self, now_ms: int) -> int:
+    def apply_retention(self, now_ms: int, high_watermark: int | None = None) -> int:
         """Delete whole old segments (never the active one) past retention.ms or beyond
         retention.bytes, oldest first; the log start moves to the first kept segment.
-        Only when cleanup.policy has delete: a compacted-only log keeps every segment."""
+        Only when cleanup.policy has delete: a compacted-only log keeps every segment.
+        With a ``high_watermark`` (a replicated log), only segments wholly below it go, as
+        in Kafka: nothing a follower may still need to fetch is deleted."""
         config = self.config
         if not config.delete:
             return 0
         excess = self.size_bytes() - config.retention_bytes if config.retention_bytes >= 0 else 0
         doomed = 0
-        for segment in self._segments[:-1]:
+        for i, segment in enumerate(self._segments[:-1]):
+            if high_watermark is not None and self._bases[i + 1] > high_watermark:
+                break
             expired = config.retention_ms >= 0 and (
                 now_ms - segment.max_timestamp()[0] > config.retention_ms
             )

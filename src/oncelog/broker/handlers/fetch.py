@@ -114,7 +114,12 @@ def _lookup(
         if follower >= 0:
             assert broker.cluster.replicas is not None
             return broker.cluster.replicas.follower_fetch(
-                name, wanted.partition, follower, wanted.fetch_offset, epoch
+                name,
+                wanted.partition,
+                follower,
+                wanted.fetch_offset,
+                epoch,
+                getattr(wanted, "log_start_offset", -1),
             )
         return broker.partition_for_clients(name, wanted.partition, epoch)
     except KafkaError as exc:

@@ -4,7 +4,9 @@ CreatePartitions only ever adds partitions (existing data never moves); the inte
 topics keep their counts, since a coordinator's partition is a hash of the group or
 transactional id modulo that count. DeleteRecords moves a partition's log start offset
 (whole segments below it are deleted); the producer state stays (KIP-360), so a producer
-whose batches were deleted still continues its sequence.
+whose batches were deleted still continues its sequence. In a cluster CreatePartitions is
+the controller's (``cluster/topic_admin.py``) and DeleteRecords the leader's, answered
+once the followers' log starts have followed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
     from oncelog.cluster.node import ClusterNode
+    from oncelog.cluster.replica_manager import ReplicaManager
     from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
@@ -122,48 +126,92 @@ def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
 async def handle_delete_records(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
-    topics = []
-    persist = []
+    answers: dict[tuple[str, int], dict[str, Any]] = {}
+    moved: list[tuple[tuple[str, int], Partition, int]] = []  # key, partition, offset asked
     for wanted in request.topics:
-        partitions = []
         for asked in wanted.partitions:
+            key = (wanted.name, asked.partition_index)
             try:
-                partition = _deletable(broker, wanted.name, asked.partition_index)
-                low = partition.delete_records_before(
-                    partition.high_watermark if asked.offset == LATEST else asked.offset
-                )
-                persist.append(partition)
+                partition = _deletable(broker, *key)
+                offset = partition.high_watermark if asked.offset == LATEST else asked.offset
+                low = partition.delete_records_before(offset)
             except KafkaError as exc:
-                log.info("DeleteRecords %s-%d refused: %s", wanted.name, asked.partition_index, exc)
-                partitions.append(
-                    {
-                        "partition_index": asked.partition_index,
-                        "low_watermark": -1,
-                        "error_code": exc.code,
-                    }
-                )
+                log.info("DeleteRecords %s-%d refused: %s", *key, exc)
+                answers[key] = _deleted(key[1], -1, exc.code)
                 continue
-            partitions.append(
-                {
-                    "partition_index": asked.partition_index,
-                    "low_watermark": low,
-                    "error_code": ErrorCode.none,
-                }
-            )
-        topics.append({"name": wanted.name, "partitions": partitions})
+            if broker.cluster is not None:
+                assert broker.cluster.replicas is not None
+                broker.cluster.replicas.log_start_moved(partition)
+            moved.append((key, partition, offset))
+            answers[key] = _deleted(key[1], low, ErrorCode.none)
     # The new log start offsets are on disk before anyone is told about them.
-    await asyncio.to_thread(_persist_log_starts, persist)
-    return {"throttle_time": 0, "topics": topics}
+    await asyncio.to_thread(_persist_log_starts, [partition for _, partition, _ in moved])
+    if broker.cluster is not None and moved:
+        assert broker.cluster.replicas is not None
+        await _wait_for_replicas(
+            broker.cluster.replicas, moved, answers, request.timeout.total_seconds()
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [
+            {
+                "name": wanted.name,
+                "partitions": [
+                    answers[(wanted.name, a.partition_index)] for a in wanted.partitions
+                ],
+            }
+            for wanted in request.topics
+        ],
+    }
 
 
-def _deletable(broker: Broker, topic: str, index: int) -> Any:
+async def _wait_for_replicas(
+    replicas: ReplicaManager,
+    moved: list[tuple[tuple[str, int], Partition, int]],
+    answers: dict[tuple[str, int], dict[str, Any]],
+    timeout_s: float,
+) -> None:
+    """Kafka's DelayedDeleteRecords: answer once every live replica's log start reached
+    the offset asked (the followers take it from their next fetch), with that low
+    watermark; REQUEST_TIMED_OUT for those still behind at the request's timeout,
+    NOT_LEADER_OR_FOLLOWER where the leadership moved meanwhile."""
+    waiting: dict[asyncio.Future[int], tuple[str, int]] = {}
+    for key, partition, offset in moved:
+        try:
+            waiting[replicas.wait_low_watermark(partition, offset)] = key
+        except KafkaError as exc:
+            answers[key] = _deleted(key[1], -1, exc.code)
+    if not waiting:
+        return
+    done, pending = await asyncio.wait(waiting, timeout=timeout_s)
+    for future in pending:
+        future.cancel()
+        key = waiting[future]
+        answers[key] = {**answers[key], "error_code": ErrorCode.request_timed_out}
+    for future in done:
+        key = waiting[future]
+        error = future.exception()
+        if isinstance(error, KafkaError):
+            answers[key] = _deleted(key[1], -1, error.code)
+        elif error is not None:
+            raise error
+        else:
+            answers[key] = _deleted(key[1], future.result(), ErrorCode.none)
+
+
+def _deleted(index: int, low_watermark: int, code: ErrorCode) -> dict[str, Any]:
+    return {"partition_index": index, "low_watermark": low_watermark, "error_code": code}
+
+
+def _deletable(broker: Broker, topic: str, index: int) -> Partition:
+    """The partition whose records to delete: on its leader in a cluster."""
     if is_internal(topic):
         raise KafkaError(
             ErrorCode.invalid_topic_exception, f"Cannot delete records of internal topic {topic}"
         )
-    return broker.topics.partition(topic, index)
+    return broker.partition_for_clients(topic, index)
 
 
-def _persist_log_starts(partitions: list[Any]) -> None:
+def _persist_log_starts(partitions: list[Partition]) -> None:
     for partition in partitions:
         partition.log.write_log_start_checkpoint()
