@@ -12,7 +12,23 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioType
-from cluster_admin import (
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource as KPConfigResource
+from kafka.admin import ConfigResourceType
+
+from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.compression import GZIP, NONE
+from oncelog.testing.cluster import LocalCluster
+
+from .cluster_admin import (
     BROKER,
     DEFAULT,
     DYNAMIC_BROKER,
@@ -28,23 +44,8 @@ from cluster_admin import (
     oncelog_cli,
     znode_json,
 )
-from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
-from failover import wait_all_caught_up
-from kafka import KafkaAdminClient
-from kafka.admin import ConfigResource as KPConfigResource
-from kafka.admin import ConfigResourceType
-from raw import fetch_batches
-
-from oncelog.client.connection import KafkaConnection
-from oncelog.protocol.compression import GZIP, NONE
-from oncelog.testing.cluster import LocalCluster
+from .failover import wait_all_caught_up
+from .raw import fetch_batches
 
 
 @pytest.fixture(scope="module")

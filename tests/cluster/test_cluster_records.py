@@ -12,18 +12,19 @@ from collections.abc import Iterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewPartitions as AioNewPartitions
-from cluster_admin import TIMEOUT_S, eventually, new_topic, oncelog_cli
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KPTopicPartition
 from kafka.admin import NewPartitions as KPNewPartitions
-from raw import fetch_batches
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
+
+from .cluster_admin import TIMEOUT_S, eventually, new_topic, oncelog_cli
+from .raw import fetch_batches
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from oncelog.broker.partition import Partition
 from oncelog.cluster.isr import LeaderState
@@ -92,7 +93,9 @@ class LeaderRole:
         """Leadership lost: every waiting producer gets NOT_LEADER_OR_FOLLOWER (it retries
         on the new leader; an idempotent producer's retry is deduplicated there), and so
         does every waiting DeleteRecords."""
-        for _, waiter in [*self.acks_waiting, *self.low_watermark_waiting]:
+        waiters: list[asyncio.Future[Any]] = [w for _, w in self.acks_waiting]
+        waiters += [w for _, w in self.low_watermark_waiting]
+        for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(KafkaError(ErrorCode.not_leader_or_follower, reason))
         self.acks_waiting = []

@@ -573,8 +573,12 @@ class ZooKeeperSession:
 
     async def config_changes(self) -> list[str]:
         """The config change notifications present, oldest first."""
-        sequences = {n: config_change_sequence(n) for n in await self.children(CONFIG_CHANGES)}
-        return sorted((n for n, seq in sequences.items() if seq is not None), key=sequences.get)
+        found = []
+        for name in await self.children(CONFIG_CHANGES):
+            sequence = config_change_sequence(name)
+            if sequence is not None:
+                found.append((sequence, name))
+        return [name for _, name in sorted(found)]
 
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         znode = await self.read(partition_state_path(topic, partition))
