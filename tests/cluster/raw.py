@@ -36,6 +36,29 @@ def fetch(
     conn: KafkaConnection, topic: str, offset: int, *, partition: int = 0, leader_epoch: int = -1
 ) -> tuple[ErrorCode, int, int]:
     """(error code, high watermark, records returned) reading as a consumer."""
+    result = _fetch_partition(conn, topic, offset, partition, leader_epoch)
+    records = result.records or b""
+    count = sum(h.record_count for _, h in iter_stored_batches(records))
+    return result.error_code, result.high_watermark, count
+
+
+def fetch_batches(
+    conn: KafkaConnection, topic: str, offset: int, *, partition: int = 0
+) -> list[tuple[BatchHeader, bytes]]:
+    """The batches a consumer fetch from ``offset`` returns, headers and bytes as stored."""
+    result = _fetch_partition(conn, topic, offset, partition, -1)
+    assert result.error_code == ErrorCode.none, result.error_code
+    records = bytes(result.records or b"")
+    return [
+        (header, records[position : position + header.size])
+        for position, header in iter_stored_batches(records)
+    ]
+
+
+def _fetch_partition(
+    conn: KafkaConnection, topic: str, offset: int, partition: int, leader_epoch: int
+) -> Any:
+    """One partition's answer to a consumer Fetch (v12) from ``offset``."""
     answer = conn.request(
         ApiKey.FETCH,
         {
@@ -65,49 +88,4 @@ def fetch(
         },
         version=12,
     )
-    result: Any = answer.responses[0].partitions[0]
-    records = result.records or b""
-    count = sum(h.record_count for _, h in iter_stored_batches(records))
-    return result.error_code, result.high_watermark, count
-
-
-def fetch_batches(
-    conn: KafkaConnection, topic: str, offset: int, *, partition: int = 0
-) -> list[tuple[BatchHeader, bytes]]:
-    """The batches a consumer fetch from ``offset`` returns, headers and bytes as stored."""
-    answer = conn.request(
-        ApiKey.FETCH,
-        {
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 0,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": partition,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": offset,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-        version=12,
-    )
-    result: Any = answer.responses[0].partitions[0]
-    assert result.error_code == ErrorCode.none, result.error_code
-    records = bytes(result.records or b"")
-    return [
-        (header, records[position : position + header.size])
-        for position, header in iter_stored_batches(records)
-    ]
+    return answer.responses[0].partitions[0]

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
+from oncelog.broker.dynamic_config import Plan
 from oncelog.cluster.metadata import Change, MetadataCache
 from oncelog.cluster.zookeeper import (
     CONFIG_CHANGES,
@@ -52,14 +53,16 @@ log = logging.getLogger(__name__)
 NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000  # Kafka's ZkConfigManager changeExpirationMs
 RETRY_S = 0.5
 
-# (current overrides) -> new overrides; raises KafkaError to refuse the change.
-Plan = Callable[[dict[str, str]], dict[str, str]]
 # Told after a change is applied: the topics whose overrides changed, or None for a
 # broker layer (every topic's defaults may have moved).
 ConfigListener = Callable[[frozenset[str] | None], None]
 
 
 class ClusterConfigs:
+    """One broker's view of the cluster's configuration in ZooKeeper: it writes changes with
+    their notification, applies the notifications every broker writes, and tells its
+    listeners which topics (or broker layers) changed (see the module docstring)."""
+
     def __init__(
         self,
         zk: ZooKeeperSession,
