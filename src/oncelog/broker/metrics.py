@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from oncelog.protocol.api_versions import ApiKey
@@ -31,6 +31,7 @@ from oncelog.protocol.record_batch import iter_stored_batches
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +124,12 @@ class BrokerMetrics:
         """Fetch v13+ names topics by id."""
         if answer.get("topic"):
             return str(answer["topic"])
-        topic = self._broker.topics.by_id(answer.get("topic_id"))  # type: ignore[arg-type]
-        return topic.name if topic is not None else str(answer.get("topic_id"))
+        topic_id = answer.get("topic_id")
+        cluster = self._broker.cluster
+        if cluster is not None:
+            return cluster.cache.topic_name(topic_id) or str(topic_id)  # type: ignore[arg-type]
+        topic = self._broker.topics.by_id(topic_id)  # type: ignore[arg-type]
+        return topic.name if topic is not None else str(topic_id)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -143,7 +148,7 @@ class _StateCollector:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         broker = self._broker
         labels = ["topic", "partition"]
         offsets = {
@@ -186,22 +191,95 @@ class _StateCollector:
                 labels=labels,
             ),
         }
-        for topic in broker.topics.all():
-            for partition in topic.partitions:
-                key = [topic.name, str(partition.index)]
-                offsets["logstartoffset"].add_metric(key, partition.log_start_offset)
-                offsets["logendoffset"].add_metric(key, partition.log.log_end_offset)
-                offsets["highwatermark"].add_metric(key, partition.high_watermark)
-                offsets["laststableoffset"].add_metric(key, partition.last_stable_offset)
-                offsets["size"].add_metric(key, partition.log.size_bytes())
-                offsets["segments"].add_metric(key, len(partition.log.segments()))
-                producers = partition.producers
-                offsets["producers"].add_metric(key, len(producers.entries))
-                offsets["open"].add_metric(key, len(producers.open_transactions))
+        for partition in broker.hosted.partitions():
+            key = [partition.topic, str(partition.index)]
+            offsets["logstartoffset"].add_metric(key, partition.log_start_offset)
+            offsets["logendoffset"].add_metric(key, partition.log.log_end_offset)
+            offsets["highwatermark"].add_metric(key, partition.high_watermark)
+            offsets["laststableoffset"].add_metric(key, partition.last_stable_offset)
+            offsets["size"].add_metric(key, partition.log.size_bytes())
+            offsets["segments"].add_metric(key, len(partition.log.segments()))
+            producers = partition.producers
+            offsets["producers"].add_metric(key, len(producers.entries))
+            offsets["open"].add_metric(key, len(producers.open_transactions))
         yield from offsets.values()
+        yield from self._replication()
         yield from self._transactions()
         yield from self._cleaner()
         yield from self._coordinators()
+
+    def _replication(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """Kafka's ReplicaManager and KafkaController gauges. A single node leads every
+        partition it has, with itself as the only replica (so none is under-replicated; it
+        does not enforce min.insync.replicas), and is its own controller."""
+        broker = self._broker
+        cluster = broker.cluster
+        led: list[tuple[Partition, tuple[int, ...], frozenset[int], int]]
+        if cluster is None:
+            led = [
+                (p, (broker.node_id,), frozenset({broker.node_id}), 1)
+                for p in broker.hosted.partitions()
+            ]
+            shrinks = expands = 0
+            controller = True
+        else:
+            replicas = cluster.replicas
+            led = [] if replicas is None else replicas.led()
+            shrinks = 0 if replicas is None else replicas.isr_shrinks
+            expands = 0 if replicas is None else replicas.isr_expands
+            controller = cluster.controller is not None
+        under = GaugeMetricFamily(
+            "kafka_cluster_partition_underreplicated",
+            "1 if this broker leads the partition and its ISR is smaller than its replicas, "
+            "else 0 (UnderReplicated; a follower reports 0, as in Kafka).",
+            labels=["topic", "partition"],
+        )
+        under_replicated = {
+            (p.topic, p.index) for p, replicas_of, isr, _ in led if len(isr) < len(replicas_of)
+        }
+        for partition in broker.hosted.partitions():
+            flag = (partition.topic, partition.index) in under_replicated
+            under.add_metric([partition.topic, str(partition.index)], int(flag))
+        yield under
+        under_count = len(under_replicated)
+        under_min = sum(1 for _, _, isr, min_insync in led if len(isr) < min_insync)
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Partitions this broker leads whose ISR is smaller than their replicas "
+            "(UnderReplicatedPartitions).",
+            value=under_count,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Partitions this broker leads with fewer in-sync replicas than min.insync.replicas "
+            "(UnderMinIsrPartitionCount).",
+            value=under_min,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_leadercount",
+            "Partitions this broker leads (LeaderCount).",
+            value=len(led),
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_partitioncount",
+            "Partitions this broker hosts, leading or following (PartitionCount).",
+            value=len(broker.hosted.partitions()),
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "ISR shrinks this broker wrote as leader (IsrShrinksPerSec).",
+            value=shrinks,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "ISR expansions this broker wrote as leader (IsrExpandsPerSec).",
+            value=expands,
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the broker that is the active controller, 0 elsewhere (ActiveControllerCount).",
+            value=int(controller),
+        )
 
     def _transactions(self) -> Iterator[GaugeMetricFamily]:
         """Open transactions and those open longer than transaction.max.timeout.ms
@@ -210,7 +288,7 @@ class _StateCollector:
         now = broker.now_ms()
         late_after = broker.config.transaction_max_timeout_ms
         open_total = late = 0
-        for partition in broker.topics.partitions():
+        for partition in broker.hosted.partitions():
             producers = partition.producers
             for producer_id in producers.open_transactions:
                 open_total += 1

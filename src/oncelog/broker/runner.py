@@ -37,7 +37,8 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     if ready_file is not None:
-        ready_file.write_text(f"{broker.port}\n")
+        metrics = "" if broker.metrics_port is None else f" {broker.metrics_port}"
+        ready_file.write_text(f"{broker.port}{metrics}\n")
     log.info(
         "oncelog broker %d serving %s from %s", broker.node_id, broker.bootstrap_servers, data_dir
     )

@@ -63,7 +63,8 @@ def main(verbose: int) -> None:
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the listening port to this file once the broker serves.",
+    help="Write the listening port (then the metrics port, if any) to this file once the"
+    " broker serves.",
 )
 @click.option(
     "--metrics-port",

@@ -79,6 +79,10 @@ class ReplicaManager:
         self._listeners: list[LeadershipListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_updates: set[asyncio.Task[None]] = set()
+        # ISR changes this broker wrote as leader (Kafka's IsrShrinksPerSec, IsrExpandsPerSec;
+        # the controller's removal of a dead broker is not counted, as in Kafka)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -109,6 +113,15 @@ class ReplicaManager:
     def partitions(self) -> list[Partition]:
         """Every hosted partition (for the maintenance task: rolls, retention, flushes)."""
         return [r.partition for r in self.replicas.values()]
+
+    def led(self) -> list[tuple[Partition, tuple[int, ...], frozenset[int], int]]:
+        """Each partition this broker leads: (partition, its replicas, its ISR, its
+        min.insync.replicas), for the replica manager's gauges."""
+        return [
+            (r.partition, r.role.state.replicas, r.role.state.isr, r.role.min_insync)
+            for r in self.replicas.values()
+            if isinstance(r.role, LeaderRole)
+        ]
 
     def refresh_settings(self, topics: frozenset[str] | None) -> None:
         """The overrides of ``topics`` (None: every topic's defaults) changed: the hosted
@@ -408,12 +421,12 @@ class ReplicaManager:
         proposal = PartitionState(
             self.broker_id, role.leader_epoch, ordered, role.controller_epoch, role.zk_version
         )
-        task = asyncio.create_task(self._write_isr(replica, role, proposal))
+        task = asyncio.create_task(self._write_isr(replica, role, proposal, bool(removed)))
         self._isr_updates.add(task)
         task.add_done_callback(self._isr_updates.discard)
 
     async def _write_isr(
-        self, replica: Replica, role: LeaderRole, proposal: PartitionState
+        self, replica: Replica, role: LeaderRole, proposal: PartitionState, shrink: bool
     ) -> None:
         topic, index = replica.key
         try:
@@ -427,6 +440,10 @@ class ReplicaManager:
             role.state = role.state.with_isr(role.state.isr)  # nothing in flight any more
             return
         log.info("%s-%d ISR %s -> %s", topic, index, sorted(role.state.isr), sorted(written.isr))
+        if shrink:  # as Kafka marks IsrShrinksPerSec and IsrExpandsPerSec once written
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
         role.zk_version = written.version
         role.state = role.state.with_isr(frozenset(written.isr))
         self._advance_high_watermark(replica, role)

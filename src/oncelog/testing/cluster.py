@@ -68,6 +68,7 @@ class LocalCluster(Lifecycle):
         config: Mapping[str, str] | None = None,
         *,
         proxied: bool = False,
+        metrics: bool = False,
         start_timeout_s: float = 60.0,
     ) -> None:
         if brokers < 1:
@@ -76,6 +77,7 @@ class LocalCluster(Lifecycle):
         self.broker_ids = tuple(range(1, brokers + 1))
         self.config = {**TEST_BROKER_CONFIG, **(config or {})}
         self.proxied = proxied
+        self.metrics = metrics  # each broker serves Prometheus metrics (BrokerProcess.metrics_port)
         self.start_timeout_s = start_timeout_s
         self.zookeeper = ZooKeeperServer(self.base_dir / "zookeeper")
         self.brokers: dict[int, BrokerProcess] = {}
@@ -271,7 +273,9 @@ class LocalCluster(Lifecycle):
             config["advertised.listeners"] = kafka_proxy.advertised_listener
             zookeeper = zk_proxy.bootstrap_servers
         config["zookeeper.connect"] = zookeeper
-        return BrokerProcess(self.base_dir / f"broker-{broker_id}", config)
+        return BrokerProcess(
+            self.base_dir / f"broker-{broker_id}", config, metrics_port=0 if self.metrics else None
+        )
 
     def _id_of(self, broker: BrokerProcess) -> int:
         return next(i for i, b in self.brokers.items() if b is broker)

@@ -61,6 +61,7 @@ class BrokerProcess(ManagedChild):
         stop_timeout_s: float = 30.0,
         python: str = sys.executable,
         extra_args: tuple[str, ...] = (),
+        metrics_port: int | None = None,
     ) -> None:
         super().__init__()
         self.data_dir = Path(data_dir)
@@ -72,6 +73,8 @@ class BrokerProcess(ManagedChild):
         self._extra_args = tuple(extra_args)
         self._requested_port = port
         self._port: int | None = None
+        self._requested_metrics_port = metrics_port
+        self.metrics_port: int | None = None  # where the running broker serves Prometheus
         self._starts = 0
         self._log_start = 0  # where the current run's output begins in the log file
         self.returncode: int | None = None  # of the last process stopped
@@ -184,6 +187,8 @@ class BrokerProcess(ManagedChild):
         ]
         for key, value in self.config.items():
             command += ["--set", f"{key}={value}"]
+        if self._requested_metrics_port is not None:
+            command += ["--metrics-port", str(self._requested_metrics_port)]
         return command + list(self._extra_args)
 
     def _spawn(self, port: int) -> None:
@@ -211,18 +216,18 @@ class BrokerProcess(ManagedChild):
         # broker behind.
         self._adopt(proc)
         try:
-            self._port = self._wait_ready(proc)
+            self._port, self.metrics_port = self._wait_ready(proc)
         except BaseException:
             self.kill()
             raise
         log.info("broker process %d serving %s", proc.pid, self.bootstrap_servers)
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> int:
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> tuple[int, int | None]:
         deadline = time.monotonic() + self.start_timeout_s
         while True:
-            port = _read_port(self.ready_path)
-            if port is not None:
-                return port
+            ports = _read_ports(self.ready_path)
+            if ports is not None:
+                return ports
             status = proc.poll()
             if status is not None:
                 raise BrokerProcessError(
@@ -241,8 +246,9 @@ class BrokerProcess(ManagedChild):
         return "broker log:\n" + "\n".join("  " + line for line in tail)
 
 
-def _read_port(path: Path) -> int | None:
-    """The port once the ready file is completely written (it ends with a newline)."""
+def _read_ports(path: Path) -> tuple[int, int | None] | None:
+    """The port and the metrics port (None: no metrics) once the ready file is completely
+    written (it ends with a newline)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -250,6 +256,7 @@ def _read_port(path: Path) -> int | None:
     if not text.endswith("\n"):
         return None
     try:
-        return int(text.strip())
+        port, *metrics = (int(field) for field in text.split())
     except ValueError:
         return None
+    return port, (metrics[0] if metrics else None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.handlers.metadata import NO_AUTHORIZED_OPERATIONS
+from oncelog.broker.handlers.metadata import NO_AUTHORIZED_OPERATIONS, cluster_view
 from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -27,22 +27,19 @@ CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 async def handle_describe_cluster(
     broker: Broker, header: RequestHeader, request: Any
 ) -> dict[str, Any]:
-    host, port = broker.advertised_address
+    """The live brokers and the controller (in a cluster: as this broker's metadata cache
+    knows them, like Kafka's ZooKeeper-mode brokers answer)."""
+    view = cluster_view(broker)
     answer: dict[str, Any] = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
         "endpoint_type": ENDPOINT_BROKERS,
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "cluster_id": view.cluster_id,
+        "controller_id": view.controller_id,
         "brokers": [
-            {
-                "broker_id": broker.node_id,
-                "host": host,
-                "port": port,
-                "rack": None,
-                "is_fenced": False,
-            }
+            {"broker_id": node_id, "host": host, "port": port, "rack": None, "is_fenced": False}
+            for node_id, host, port in view.brokers
         ],
         "cluster_authorized_operations": (
             CLUSTER_OPERATIONS

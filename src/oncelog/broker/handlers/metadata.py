@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.topic_names import is_internal
@@ -30,6 +31,47 @@ ZERO_UUID = uuid.UUID(int=0)
 FIRST_VERSION_WITH_TOPIC_IDS = 12
 
 
+@dataclass(frozen=True)
+class ClusterView:
+    """What Metadata and DescribeCluster say of the cluster: the broker itself on a single
+    node; in a cluster, the live brokers and controller this broker's cache knows."""
+
+    cluster_id: str
+    controller_id: int  # -1: none known
+    brokers: list[tuple[int, str, int]]  # (id, host, port), by id
+
+
+def cluster_view(broker: Broker) -> ClusterView:
+    """The live brokers and the controller, as this broker knows them now."""
+    if broker.cluster is None:
+        host, port = broker.advertised_address
+        return ClusterView(broker.cluster_id, broker.node_id, [(broker.node_id, host, port)])
+    cache = broker.cluster.cache
+    return ClusterView(
+        broker.cluster.cluster_id,
+        -1 if cache.controller_id is None else cache.controller_id,
+        [
+            (b.broker_id, b.host, b.port)
+            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
+        ],
+    )
+
+
+def _answer(view: ClusterView, topics: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "brokers": [
+            {"node_id": node_id, "host": host, "port": port, "rack": None}
+            for node_id, host, port in view.brokers
+        ],
+        "cluster_id": view.cluster_id,
+        "controller_id": view.controller_id,
+        "topics": topics,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+        "error_code": ErrorCode.none,
+    }
+
+
 async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
     if broker.cluster is not None:
         return await _handle_in_cluster(broker, broker.cluster, header, request)
@@ -41,16 +83,7 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         topics = [_lookup(broker, t, allow_create) for t in requested]
-    host, port = broker.advertised_address
-    return {
-        "throttle_time": 0,
-        "brokers": [{"node_id": broker.node_id, "host": host, "port": port, "rack": None}],
-        "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
-        "topics": topics,
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        "error_code": ErrorCode.none,
-    }
+    return _answer(cluster_view(broker), topics)
 
 
 def _misuses_topic_ids(header: RequestHeader, requested: Any) -> bool:
@@ -147,18 +180,7 @@ async def _handle_in_cluster(
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         topics = [await _lookup_in_cluster(broker, cluster, t, allow_create) for t in requested]
-    return {
-        "throttle_time": 0,
-        "brokers": [
-            {"node_id": b.broker_id, "host": b.host, "port": b.port, "rack": None}
-            for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
-        ],
-        "cluster_id": cluster.cluster_id,
-        "controller_id": -1 if cache.controller_id is None else cache.controller_id,
-        "topics": topics,
-        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
-        "error_code": ErrorCode.none,
-    }
+    return _answer(cluster_view(broker), topics)
 
 
 async def _lookup_in_cluster(
