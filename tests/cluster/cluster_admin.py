@@ -44,6 +44,24 @@ def describe(
     cluster: LocalCluster, broker_id: int, kind: int, name: str
 ) -> dict[str, tuple[str | None, int]]:
     """Each key's (value, source) as broker ``broker_id`` answers DescribeConfigs."""
+    result = _describe_configs(cluster, broker_id, kind, name)
+    assert result.error_code == ErrorCode.none, (broker_id, name, result.error_message)
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+def describe_once_known(
+    cluster: LocalCluster, broker_id: int, kind: int, name: str
+) -> dict[str, tuple[str | None, int]] | None:
+    """As :func:`describe`, or None while the broker does not know the resource yet (a
+    restarted broker is registered a moment before its metadata has every topic)."""
+    result = _describe_configs(cluster, broker_id, kind, name)
+    if result.error_code == ErrorCode.unknown_topic_or_partition:
+        return None
+    assert result.error_code == ErrorCode.none, (broker_id, name, result.error_message)
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+def _describe_configs(cluster: LocalCluster, broker_id: int, kind: int, name: str) -> Any:
     with KafkaConnection(cluster.address(broker_id)) as conn:
         response = conn.request(
             ApiKey.DESCRIBE_CONFIGS,
@@ -56,8 +74,7 @@ def describe(
             },
         )
     (result,) = response.results
-    assert result.error_code == ErrorCode.none, (broker_id, name, result.error_message)
-    return {c.name: (c.value, c.config_source) for c in result.configs}
+    return result
 
 
 def on_every_broker(

@@ -38,6 +38,7 @@ from .cluster_admin import (
     TOPIC_CONFIG,
     config_changes,
     describe,
+    describe_once_known,
     eventually,
     new_topic,
     on_every_broker,
@@ -226,7 +227,9 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_survive_a_restart(
     admin.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
     cluster.restart(3)
     cluster.wait_for_brokers([3])
-    after = describe(cluster, 3, TOPIC, topic)
+    after = eventually(
+        lambda: describe_once_known(cluster, 3, TOPIC, topic), "broker 3 to know the topic"
+    )
     assert after["segment.ms"] == ("1200000", TOPIC_CONFIG)
     assert after["retention.ms"] == ("5400000", DYNAMIC_BROKER)
     assert not (cluster.brokers[3].data_dir / "dynamic-broker-configs.json").exists()

@@ -175,6 +175,15 @@ def test_cli_topics_alter_reaches_the_controller(cluster: LocalCluster, admin: A
 # -- DeleteRecords -----------------------------------------------------------------------------
 
 
+def watermark_low(consumer: Consumer, topic: str) -> int | None:
+    """Partition 0's log start offset, or None while the client cannot tell it yet."""
+    try:
+        low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)
+    except KafkaException:
+        return None
+    return int(low)
+
+
 def log_start_checkpoint(cluster: LocalCluster, broker_id: int, topic: str) -> int | None:
     """The log start offset broker ``broker_id`` persisted for partition 0 (None if none)."""
     path = cluster.brokers[broker_id].data_dir / f"{topic}-0" / "log-start-offset"
@@ -242,7 +251,8 @@ def test_delete_records_reaches_the_followers_and_survives_failover(
         new_leader = cluster.wait_for_leader(topic, 0, not_in=[leader])
         consumer = Consumer({"bootstrap.servers": cluster.address(new_leader), "group.id": "x"})
         try:
-            low, _ = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT_S)
+            # Asked until the client's metadata has the new leader (UNKNOWN_PARTITION before).
+            low = eventually(lambda: watermark_low(consumer, topic), "the new leader's offsets")
         finally:
             consumer.close()
         assert low == 60  # the new leader's log starts where the records were deleted
