@@ -73,6 +73,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "decode_records",
         "parse_header",
     ],
+    "oncelog.security": ["ANONYMOUS", "KafkaPrincipal"],
     "oncelog.spark": [
         "AT_LEAST_ONCE",
         "EXACTLY_ONCE",

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from oncelog.broker.config import ConfigError
+from oncelog.broker.broker import Broker
+from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.listeners import Endpoint, ListenerPlan, SecurityProtocol, plan_listeners
 
 P = SecurityProtocol
@@ -84,3 +87,35 @@ def test_bad_protocol_map_is_refused() -> None:
         plan("A://127.0.0.1:1", protocol_map="A:TLS")
     with pytest.raises(ConfigError, match="mapped twice"):
         plan("A://127.0.0.1:1", protocol_map="A:SSL,a:SSL")
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        (
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            },
+            "listeners",
+        ),
+        (
+            {
+                "listeners": "PLAINTEXT://127.0.0.1:0",
+                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+            },
+            "authorizer.class.name",
+        ),
+    ],
+)
+def test_a_cluster_broker_refuses_security_it_cannot_keep_consistent(
+    settings: dict[str, str], key: str, tmp_path: Path
+) -> None:
+    """Peers would replicate without authenticating and each broker would keep its own
+    ACLs: refused before anything starts (the same settings start a single node)."""
+    cluster = {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1"}
+    with pytest.raises(ConfigError) as refused:
+        Broker(BrokerConfig.load(None, cluster | settings), tmp_path / "cluster")
+    assert refused.value.key == key
+    single = Broker(BrokerConfig.load(None, settings), tmp_path / "single")
+    assert single.config.cluster_mode is False

@@ -4,22 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import handlers
+from oncelog.broker.acl_store import FileAclStore
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.dynamic_config import DynamicConfigs, DynamicConfigStore
 from oncelog.broker.group_coordinator import GroupCoordinator, OffsetExpiry
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.broker.listener_security import (
+    ListenerSecurity,
+    authenticator_factory,
+    listener_security,
+)
+from oncelog.broker.listeners import Endpoint, ListenerPlan, SecurityProtocol, listener_plan
 from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.metrics import BrokerMetrics, MetricsServer
-from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer
+from oncelog.broker.request_context import RequestContext
+from oncelog.broker.scram_store import FileScramStore
+from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer, Listener
 from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
 from oncelog.broker.txn_markers import LocalMarkerWriter
@@ -30,6 +40,8 @@ from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import BatchHeader
+from oncelog.security.acl import AclAuthorizer
+from oncelog.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
@@ -40,7 +52,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_MARKER = ".oncelog_cleanshutdown"
 CLUSTER_ID = "oncelog-single-node"
 
-Handler = Callable[["Broker", RequestHeader, Any], Awaitable[Any]]
+Handler = Callable[["Broker", RequestContext, Any], Awaitable[Any]]
 
 
 class Broker:
@@ -50,16 +62,26 @@ class Broker:
         self,
         config: BrokerConfig,
         data_dir: Path,
-        host: str = "127.0.0.1",
-        port: int = 9092,
-        advertised_host: str | None = None,
-        advertised_port: int | None = None,
+        host: str | None = None,
+        port: int | None = None,
         metrics_port: int | None = None,
     ) -> None:
-        """``metrics_port``: serve Prometheus metrics there (on ``host``; 0 picks a free
-        port); None serves none (they are still kept in ``metrics``)."""
+        """``host`` and ``port``: one PLAINTEXT listener there (127.0.0.1:9092 when both
+        are None), unless the configuration has ``listeners``. ``metrics_port``: serve
+        Prometheus metrics there (on the first listener's host; 0 picks a free port);
+        None serves none (they are still kept in ``metrics``)."""
         self.config = config
         self.data_dir = data_dir
+        self.listeners = listener_plan(config, host, port)
+        if config.cluster_mode:
+            _refuse_security_in_a_cluster(config, self.listeners)
+        self.listener_security = {
+            e.listener: listener_security(config, e) for e in self.listeners.listeners
+        }
+        self.scram = FileScramStore(data_dir)
+        self.acls = FileAclStore(data_dir)
+        self._authorizer_settings = _authorizer_settings(config)
+        self._authorizer: AclAuthorizer | None = None
         self.node_id: int = config.broker_id
         self.cluster_id = CLUSTER_ID
         # Cluster mode (zookeeper.connect set); None: a single node, none of it started.
@@ -97,16 +119,19 @@ class Broker:
             self.cluster.on_truncation(self.cleaner.truncated)
         self.metrics = BrokerMetrics(self)
         self.flusher.on_fsync = self.metrics.fsync_time.observe
+        first_host = self.listeners.listeners[0].host
         self._metrics_server = (
-            None if metrics_port is None else MetricsServer(self.metrics, host, metrics_port)
+            None
+            if metrics_port is None
+            else MetricsServer(self.metrics, first_host or "0.0.0.0", metrics_port)
         )
-        self._server = KafkaServer(self, host, port, ConnectionLimits.from_config(config))
-        self._host = host
-        if advertised_host is None and advertised_port is None and config.advertised_listeners:
-            advertised_host, advertised_port = _parse_advertised_listener(
-                config.advertised_listeners
-            )
-        self._advertised = (advertised_host, advertised_port)
+        self._server = KafkaServer(
+            self,
+            [self._server_listener(s) for s in self.listener_security.values()],
+            ConnectionLimits.from_config(config),
+        )
+        # Addresses set at run time in front of a listener (a fault-injection proxy).
+        self._advertised_overrides: dict[str, tuple[str, int]] = {}
         self._handlers: dict[int, Handler] = handlers.by_api_key()
         self._maintenance: asyncio.Task[None] | None = None
         missing = set(SUPPORTED_VERSIONS) - set(self._handlers)
@@ -119,28 +144,87 @@ class Broker:
         assert self.producer_ids is not None, "producer ids are allocated once started"
         return self.producer_ids.allocate()
 
+    def _server_listener(self, security: ListenerSecurity) -> Listener:
+        endpoint, sasl = security.endpoint, security.sasl
+        tls_principal = security.ssl_context is not None and sasl is None
+        return Listener(
+            name=endpoint.listener,
+            host=endpoint.host,
+            port=endpoint.port,
+            ssl_context=security.ssl_context,
+            principal_of=security.principal_from_certificate if tls_principal else None,
+            new_authenticator=(
+                None if sasl is None else authenticator_factory(sasl, self.scram.credential)
+            ),
+            failed_authentication_delay_s=security.failed_authentication_delay_ms / 1000,
+        )
+
+    @property
+    def authorizer(self) -> AclAuthorizer | None:
+        """The ACL authorizer over the current ACLs; None without ``authorizer.class.name``
+        (everything is allowed)."""
+        if self._authorizer_settings is None:
+            return None
+        if self._authorizer is None or self._authorizer.table is not self.acls.table:
+            super_users, allow_everyone = self._authorizer_settings
+            self._authorizer = AclAuthorizer(self.acls.table, super_users, allow_everyone)
+        return self._authorizer
+
     # -- addresses -----------------------------------------------------------------------
 
     @property
     def port(self) -> int:
+        """The port of the first listener."""
         return self._server.port
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The port of each listener, by name."""
+        return self._server.ports
 
     @property
     def server(self) -> KafkaServer:
         return self._server
 
+    def bound_endpoint(self, listener: str) -> Endpoint:
+        """A listener as it is bound (port 0 replaced by the port it got)."""
+        endpoint = self.listeners.listener(listener)
+        return Endpoint(endpoint.listener, endpoint.protocol, endpoint.host, self.ports[listener])
+
+    def advertised_address_for(self, listener: str) -> tuple[str, int]:
+        """What Metadata tells a client that came in on ``listener``: the advertised
+        address of that listener (its bound address by default; an empty host is the
+        listener's own); a fault-injection proxy can stand in front."""
+        if listener in self._advertised_overrides:
+            return self._advertised_overrides[listener]
+        bound = self.bound_endpoint(listener)
+        advertised = self.listeners.advertised_for(listener) or bound
+        port = advertised.port or bound.port  # listeners advertised as bound: port 0 is set
+        if advertised.host:
+            return advertised.host, port
+        if bound.host in _EVERY_INTERFACE:
+            return socket.getfqdn(), port  # Kafka's canonical host name
+        return bound.host, port
+
     @property
     def advertised_address(self) -> tuple[str, int]:
-        """What Metadata tells clients; a fault-injection proxy can stand in front."""
-        host, port = self._advertised
-        return host or self._host, port or self.port
+        """The first listener's advertised address."""
+        return self.advertised_address_for(self.listeners.listeners[0].listener)
 
-    def advertise(self, host: str, port: int) -> None:
-        self._advertised = (host, port)
+    def advertise(self, host: str, port: int, listener: str | None = None) -> None:
+        """Advertise ``host``:``port`` for ``listener`` (default: the first one)."""
+        self._advertised_overrides[listener or self.listeners.listeners[0].listener] = (host, port)
+
+    def bootstrap_servers_for(self, listener: str) -> str:
+        """An address a client on this machine can connect to ``listener`` at."""
+        endpoint = self.bound_endpoint(listener)
+        host = _connectable(endpoint.host)
+        return f"[{host}]:{endpoint.port}" if ":" in host else f"{host}:{endpoint.port}"
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"{self._host}:{self.port}"
+        """The first listener's address."""
+        return self.bootstrap_servers_for(self.listeners.listeners[0].listener)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -158,6 +242,8 @@ class Broker:
         marker.unlink(missing_ok=True)
         assert isinstance(self.dynamic_configs, DynamicConfigs)
         self.dynamic_configs.load()
+        self.scram.load()
+        self.acls.load()
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
@@ -254,7 +340,16 @@ class Broker:
     def dispatch(
         self, header: RequestHeader, request: Any, connection: ConnectionInfo
     ) -> Awaitable[Any]:
-        handling = self._handlers[header.api_key](self, header, request)
+        context = RequestContext(
+            header.api_key,
+            header.api_version,
+            header.correlation_id,
+            header.client_id,
+            principal=connection.principal,
+            client_address=connection.client_address,
+            listener=connection.listener,
+        )
+        handling = self._handlers[header.api_key](self, context, request)
         return self._measured(header.api_key, request, handling)
 
     async def _measured(self, api_key: int, request: Any, handling: Awaitable[Any]) -> Any:
@@ -347,21 +442,51 @@ def _transaction_coordinator(
     )
 
 
-def _parse_advertised_listener(listeners: list[str]) -> tuple[str | None, int]:
-    """The one `advertised.listeners` entry, ``PLAINTEXT://host:port``, as (host, port).
+def _authorizer_settings(
+    config: BrokerConfig,
+) -> tuple[frozenset[KafkaPrincipal], bool] | None:
+    """``super.users`` and ``allow.everyone.if.no.acl.found`` when an authorizer is set."""
+    if not config.get("authorizer.class.name"):
+        return None
+    raw = config.get("super.users") or ""
+    try:
+        super_users = frozenset(
+            KafkaPrincipal.parse(p.strip()) for p in raw.split(";") if p.strip()
+        )
+    except ValueError as exc:
+        raise ConfigError("super.users", raw, str(exc)) from None
+    return super_users, config.get("allow.everyone.if.no.acl.found")
 
-    oncelog has a single plaintext listener, so exactly one entry is accepted. An empty
-    host (``PLAINTEXT://:9093``) keeps the listen host, as Kafka uses its default there;
-    a port is required and cannot be 0 (clients cannot connect to port 0)."""
-    raw = ",".join(listeners)
-    if len(listeners) != 1:
-        raise ConfigError("advertised.listeners", raw, "oncelog has one listener: give one entry")
-    name, sep, address = listeners[0].partition("://")
-    host, colon, port_text = address.rpartition(":")
-    if not sep or name.upper() != "PLAINTEXT" or not colon:
-        raise ConfigError("advertised.listeners", raw, "expected PLAINTEXT://host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]  # an IPv6 address
-    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
-        raise ConfigError("advertised.listeners", raw, "the port must be 1..65535")
-    return host or None, int(port_text)
+
+def _refuse_security_in_a_cluster(config: BrokerConfig, plan: ListenerPlan) -> None:
+    """A cluster broker serves PLAINTEXT only, without an authorizer, for now: its peers
+    replicate and send markers without authenticating, ZooKeeper holds one PLAINTEXT
+    address per broker, and SCRAM credentials and ACLs live in each broker's data
+    directory, where brokers would disagree about them. Refusing to start says so, where
+    starting would let one broker deny what another allows."""
+    secured = [str(e) for e in plan.listeners if e.protocol is not SecurityProtocol.PLAINTEXT]
+    if secured:
+        raise ConfigError(
+            "listeners",
+            ",".join(secured),
+            "a cluster broker (zookeeper.connect) serves "
+            "PLAINTEXT only: TLS and SASL are not supported in cluster mode yet",
+        )
+    if config.get("authorizer.class.name"):
+        raise ConfigError(
+            "authorizer.class.name",
+            config.get("authorizer.class.name"),
+            "ACLs are not supported in cluster mode yet "
+            "(they would be kept per broker, not in ZooKeeper)",
+        )
+
+
+_EVERY_INTERFACE = ("", "0.0.0.0", "::")
+
+
+def _connectable(host: str) -> str:
+    """A host a local client can reach: a listener on every interface is reachable at
+    127.0.0.1 (or ::1 when bound to IPv6's every-interface address)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    return "::1" if host == "::" else host

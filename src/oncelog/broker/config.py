@@ -158,6 +158,213 @@ _FLUSH_MESSAGES_DOC = (
     "flushed once N messages are unflushed, and no produce waits for it."
 )
 
+
+_CLIENT_AUTH = OneOf(("required", "requested", "none"))
+_PEM_ONLY = "oncelog reads PEM only: set PEM (JKS and PKCS12 stores are not supported)."
+
+# Security: listeners, TLS, SASL, authorization (Kafka's keys). The ssl.*, sasl.* and
+# connections.max.reauth.ms keys may also be given per listener as
+# listener.name.<listener>.<key> and, for the SASL ones, per mechanism as
+# listener.name.<listener>.<mechanism>.<key> (BrokerConfig.listener_value).
+SECURITY_DEFS: tuple[ConfigDef, ...] = (
+    ConfigDef(
+        "listener.security.protocol.map",
+        T.LIST,
+        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+        "NAME:PROTOCOL pairs giving each listener name its security protocol.",
+    ),
+    ConfigDef(
+        "inter.broker.listener.name",
+        T.STRING,
+        None,
+        "The listener other brokers connect to (replication). Exclusive with "
+        "security.inter.broker.protocol. oncelog: validated; a cluster broker serves "
+        "PLAINTEXT only for now, so peers connect without authenticating.",
+    ),
+    ConfigDef(
+        "security.inter.broker.protocol",
+        T.STRING,
+        "PLAINTEXT",
+        "The security protocol of the inter-broker listener, when "
+        "inter.broker.listener.name is unset: the listener of that name is used.",
+        OneOf(("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ),
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        T.LIST,
+        ["GSSAPI"],
+        "SASL mechanisms a SASL listener offers. oncelog supports PLAIN, SCRAM-SHA-256 and "
+        "SCRAM-SHA-512 (not GSSAPI or OAUTHBEARER), so a SASL listener needs this key.",
+    ),
+    ConfigDef(
+        "sasl.mechanism.inter.broker.protocol",
+        T.STRING,
+        "GSSAPI",
+        "The SASL mechanism a broker uses to connect to others over a SASL inter-broker "
+        "listener. oncelog: accepted, not used (a cluster broker serves PLAINTEXT only).",
+    ),
+    ConfigDef(
+        "sasl.jaas.config",
+        T.PASSWORD,
+        None,
+        "A JAAS login module with options, e.g. org.apache.kafka.common.security.plain."
+        'PlainLoginModule required username="admin" password="s" user_alice="a-s"; '
+        "Usually given per listener and mechanism: listener.name.sasl_ssl.plain."
+        "sasl.jaas.config. For PLAIN, user_<name> options are the accepted users; "
+        "username and password are the broker's own credentials for inter-broker "
+        "connections. oncelog reads the unprefixed key as a fallback for every listener and "
+        "mechanism (Kafka reads a JAAS file there).",
+    ),
+    ConfigDef(
+        "sasl.server.max.receive.size",
+        T.INT,
+        524_288,
+        "Largest frame accepted from a client before it has authenticated; a larger one "
+        "closes the connection.",
+        Range(1),
+    ),
+    ConfigDef(
+        "connections.max.reauth.ms",
+        T.LONG,
+        0,
+        "When positive, a SASL session lasts this long: the client must re-authenticate "
+        "on its connection (KIP-368) before sending anything else, or it is closed.",
+        Range(0),
+    ),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        T.INT,
+        100,
+        "How long a connection whose authentication failed stays open (answered, read no "
+        "more) before it is closed, which slows down password guessing.",
+        Range(0),
+    ),
+    ConfigDef(
+        "ssl.keystore.type",
+        T.STRING,
+        "JKS",
+        "Format of the key store. " + _PEM_ONLY,
+    ),
+    ConfigDef(
+        "ssl.keystore.location",
+        T.STRING,
+        None,
+        "PEM file with the private key and the certificate chain of the broker.",
+    ),
+    ConfigDef("ssl.keystore.password", T.PASSWORD, None, "Accepted; PEM stores need none."),
+    ConfigDef(
+        "ssl.key.password",
+        T.PASSWORD,
+        None,
+        "Password of an encrypted private key.",
+    ),
+    ConfigDef(
+        "ssl.keystore.key",
+        T.PASSWORD,
+        None,
+        "The private key in PEM, inline (instead of ssl.keystore.location).",
+    ),
+    ConfigDef(
+        "ssl.keystore.certificate.chain",
+        T.PASSWORD,
+        None,
+        "The certificate chain in PEM, inline (with ssl.keystore.key).",
+    ),
+    ConfigDef(
+        "ssl.truststore.type",
+        T.STRING,
+        "JKS",
+        "Format of the trust store. " + _PEM_ONLY,
+    ),
+    ConfigDef(
+        "ssl.truststore.location",
+        T.STRING,
+        None,
+        "PEM file with the certificates of the authorities whose client (and, between "
+        "brokers, server) certificates are trusted.",
+    ),
+    ConfigDef("ssl.truststore.password", T.PASSWORD, None, "Accepted; PEM stores need none."),
+    ConfigDef(
+        "ssl.truststore.certificates",
+        T.PASSWORD,
+        None,
+        "Trusted certificates in PEM, inline (instead of ssl.truststore.location).",
+    ),
+    ConfigDef(
+        "ssl.client.auth",
+        T.STRING,
+        "none",
+        "Whether TLS clients must (required), may (requested) or do not (none) present a "
+        "certificate signed by a trusted authority. On SSL listeners the principal is the "
+        "certificate's subject, mapped by ssl.principal.mapping.rules (User:ANONYMOUS "
+        "without one).",
+        _CLIENT_AUTH,
+    ),
+    ConfigDef(
+        "ssl.enabled.protocols",
+        T.LIST,
+        ["TLSv1.2", "TLSv1.3"],
+        "TLS versions accepted.",
+        OneOf(("TLSv1.2", "TLSv1.3")),
+    ),
+    ConfigDef(
+        "ssl.protocol",
+        T.STRING,
+        "TLSv1.3",
+        "Accepted for compatibility; ssl.enabled.protocols decides the versions.",
+    ),
+    ConfigDef(
+        "ssl.cipher.suites",
+        T.LIST,
+        None,
+        "OpenSSL cipher names for TLS 1.2 (TLS 1.3 suites are OpenSSL's defaults); unset: "
+        "OpenSSL's defaults.",
+    ),
+    ConfigDef(
+        "ssl.endpoint.identification.algorithm",
+        T.STRING,
+        "https",
+        "https: a broker connecting to another checks that the certificate names the host; "
+        "empty: it does not. oncelog: accepted, not used (brokers connect to each other "
+        "over PLAINTEXT only).",
+    ),
+    ConfigDef(
+        "ssl.principal.mapping.rules",
+        T.STRING,
+        "DEFAULT",
+        "Rules from a client certificate's subject to a principal name: DEFAULT and "
+        "RULE:pattern/replacement/[LU], comma-separated, first match wins.",
+    ),
+    ConfigDef(
+        "authorizer.class.name",
+        T.STRING,
+        "",
+        "Empty: no authorization (the ACL APIs answer SECURITY_DISABLED). "
+        "kafka.security.authorizer.AclAuthorizer or org.apache.kafka.metadata.authorizer."
+        "StandardAuthorizer: ACLs are enforced, stored in the data "
+        "directory (a single node only: a cluster broker refuses an authorizer for now).",
+        OneOf(
+            (
+                "",
+                "kafka.security.authorizer.AclAuthorizer",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            )
+        ),
+    ),
+    ConfigDef(
+        "super.users",
+        T.STRING,
+        None,
+        "Principals allowed everything, separated by semicolons: User:admin;User:CN=broker.",
+    ),
+    ConfigDef(
+        "allow.everyone.if.no.acl.found",
+        T.BOOLEAN,
+        False,
+        "Whether a resource that no ACL names is open to everyone.",
+    ),
+)
+
 BROKER_DEFS: tuple[ConfigDef, ...] = (
     ConfigDef(
         "node.id",
@@ -250,14 +457,20 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "listeners",
         T.LIST,
         ["PLAINTEXT://:9092"],
-        "Comma-separated URIs to listen on, e.g. PLAINTEXT://127.0.0.1:9092.",
+        "NAME://host:port entries to listen on, e.g. "
+        "PLAINTEXT://127.0.0.1:9092,SASL_SSL://0.0.0.0:9093 (an empty host: every interface; "
+        "port 0: a free port). oncelog: when unset, one PLAINTEXT listener at the command "
+        "line's --host/--port (127.0.0.1:9092), which cannot be combined with this key.",
     ),
     ConfigDef(
         "advertised.listeners",
         T.LIST,
         None,
-        "Addresses given to clients in Metadata, if different from listeners.",
+        "Addresses given to clients in Metadata, per listener name (a client gets those of "
+        "the listener it connected to); by default the listeners. An empty host means the "
+        "listener's.",
     ),
+    *SECURITY_DEFS,
     ConfigDef(
         "log.dir", T.STRING, "/tmp/kafka-logs", "Data directory, used when log.dirs is unset."
     ),
@@ -810,6 +1023,37 @@ _CHAINS: dict[str, tuple[ConfigDef, ...]] = {
 assert all(_CHAINS.values()), "every topic key needs a broker default"
 
 
+_LISTENER_PREFIX = "listener.name."
+# Keys a listener may set for itself, and those it may set per SASL mechanism (Kafka's
+# listener-prefixed and mechanism-prefixed broker configs).
+_LISTENER_KEYS = frozenset(
+    k for k in (d.key for d in SECURITY_DEFS) if k.startswith(("ssl.", "sasl."))
+) | {"connections.max.reauth.ms"}
+_MECHANISM_KEYS = frozenset({"sasl.jaas.config", "connections.max.reauth.ms"})
+
+
+def _base_key(key: str) -> str:
+    """The key a listener-prefixed key overrides."""
+    rest = key[len(_LISTENER_PREFIX) :].partition(".")[2]
+    return rest if rest in _LISTENER_KEYS else rest.partition(".")[2]
+
+
+def _per_listener_key(key: str) -> str | None:
+    """``key`` normalised (listener and mechanism lower-cased) if it is a
+    listener-prefixed override of a key that allows one; else None."""
+    if not key.startswith(_LISTENER_PREFIX):
+        return None
+    listener, _, rest = key[len(_LISTENER_PREFIX) :].partition(".")
+    if not listener:
+        return None
+    if rest in _LISTENER_KEYS:
+        return f"{_LISTENER_PREFIX}{listener.lower()}.{rest}"
+    mechanism, _, base = rest.partition(".")
+    if mechanism and base in _MECHANISM_KEYS:
+        return f"{_LISTENER_PREFIX}{listener.lower()}.{mechanism.lower()}.{base}"
+    return None
+
+
 def topic_def(key: str) -> ConfigDef | None:
     return _TOPIC.get(key)
 
@@ -929,9 +1173,14 @@ class BrokerConfig:
         self._values: dict[str, Any] = {}
         self._unknown: dict[str, str] = {}
         self._dynamic: dict[bool, dict[str, Any]] = {True: {}, False: {}}  # per broker?
+        # listener.name.<listener>[.<mechanism>].<key>, listener and mechanism lower-cased
+        self._per_listener: dict[str, Any] = {}
         for key, raw in (values or {}).items():
             d = _BROKER.get(key)
-            if d is None:
+            per_listener = _per_listener_key(key)
+            if per_listener is not None:
+                self._per_listener[per_listener] = parse_value(_BROKER[_base_key(key)], raw)
+            elif d is None:
                 log.warning("unknown configuration %s=%r is ignored", key, raw)
                 self._unknown[key] = str(raw)
             else:
@@ -962,6 +1211,17 @@ class BrokerConfig:
 
     def is_set(self, key: str) -> bool:
         return key in self._values or any(key in layer for layer in self._dynamic.values())
+
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """``key`` as a listener (and a SASL mechanism) sees it: Kafka's
+        ``listener.name.<listener>.<mechanism>.<key>``, then
+        ``listener.name.<listener>.<key>``, then ``key`` itself."""
+        prefix = f"{_LISTENER_PREFIX}{listener.lower()}."
+        candidates = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        for candidate in [*candidates, prefix + key]:
+            if candidate in self._per_listener:
+                return self._per_listener[candidate]
+        return self.get(key)
 
     def layers(self, key: str) -> list[tuple[ConfigSource, Any]]:
         """Every value set for ``key``, highest precedence first (DescribeConfigs synonyms)."""

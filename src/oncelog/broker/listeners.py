@@ -23,13 +23,14 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from oncelog.broker.config import ConfigError
+from oncelog.broker.config import BrokerConfig, ConfigError
 
 __all__ = [
     "DEFAULT_PROTOCOL_MAP",
     "Endpoint",
     "ListenerPlan",
     "SecurityProtocol",
+    "listener_plan",
     "parse_endpoints",
     "parse_protocol_map",
     "plan_listeners",
@@ -37,6 +38,8 @@ __all__ = [
 
 
 class SecurityProtocol(enum.Enum):
+    """Kafka's four security protocols, each as (uses TLS, uses SASL)."""
+
     PLAINTEXT = (False, False)
     SSL = (True, False)
     SASL_PLAINTEXT = (False, True)
@@ -75,6 +78,8 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True)
 class ListenerPlan:
+    """The listeners to bind, what Metadata advertises for each, and the inter-broker one."""
+
     listeners: tuple[Endpoint, ...]
     advertised: tuple[Endpoint, ...]  # same order as listeners where both exist
     inter_broker_listener: str
@@ -193,3 +198,33 @@ def _inter_broker_listener(
     if chosen not in names:
         raise ConfigError(key, chosen, "must name a listener in advertised.listeners")
     return chosen
+
+
+def listener_plan(config: BrokerConfig, host: str | None, port: int | None) -> ListenerPlan:
+    """The broker's listeners from its configuration. Without ``listeners``, one PLAINTEXT
+    listener at ``host``:``port`` (127.0.0.1:9092 by default: oncelog listens on loopback
+    unless told otherwise); with it, ``host`` and ``port`` must not be given too."""
+    if config.is_set("listeners"):
+        if host is not None or port is not None:
+            raise ConfigError(
+                "listeners",
+                ",".join(config.listeners),
+                "give the addresses either in listeners or as --host/--port, not both",
+            )
+        entries = list(config.listeners)
+    else:
+        default = Endpoint(
+            "PLAINTEXT",
+            SecurityProtocol.PLAINTEXT,
+            host or "127.0.0.1",
+            9092 if port is None else port,
+        )
+        entries = [str(default)]
+    inter_protocol = "security.inter.broker.protocol"
+    return plan_listeners(
+        entries,
+        config.advertised_listeners,
+        config.get("listener.security.protocol.map"),
+        config.get("inter.broker.listener.name"),
+        config.get(inter_protocol) if config.is_set(inter_protocol) else None,
+    )

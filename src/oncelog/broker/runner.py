@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -22,11 +23,22 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+def write_ready_file(path: Path, ports: dict[str, int], metrics_port: int | None) -> None:
+    """One ``LISTENER PORT`` line per listener, first listener first, then ``metrics PORT``
+    when metrics are served; replaced atomically so that a reader never sees half of it."""
+    lines = [f"{name} {port}\n" for name, port in ports.items()]
+    if metrics_port is not None:
+        lines.append(f"metrics {metrics_port}\n")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
+
+
 async def serve(
     config: BrokerConfig,
     data_dir: Path,
-    host: str,
-    port: int,
+    host: str | None,
+    port: int | None,
     ready_file: Path | None = None,
     metrics_port: int | None = None,
 ) -> None:
@@ -37,8 +49,7 @@ async def serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stopping.set)
     if ready_file is not None:
-        metrics = "" if broker.metrics_port is None else f" {broker.metrics_port}"
-        ready_file.write_text(f"{broker.port}{metrics}\n")
+        write_ready_file(ready_file, broker.ports, broker.metrics_port)
     log.info(
         "oncelog broker %d serving %s from %s", broker.node_id, broker.bootstrap_servers, data_dir
     )
@@ -52,8 +63,8 @@ async def serve(
 def run_forever(
     config: BrokerConfig,
     data_dir: Path,
-    host: str,
-    port: int,
+    host: str | None,
+    port: int | None,
     ready_file: Path | None = None,
     metrics_port: int | None = None,
 ) -> None:

@@ -22,22 +22,34 @@ What connections may cost is bounded, with Kafka's keys where Kafka has one:
   answers, and a Fetch, whose answer may be as large as `fetch.max.bytes`, starts only
   once every earlier answer on its connection is written, so a connection holds at most
   one such answer.
+
+Each :class:`Listener` is one address with its security: TLS (the handshake completes
+before the first byte is read; the client certificate, if any, names the principal) and
+SASL, whose authentication state (security/sasl.py) sees every frame of its connection
+first: until it succeeds only ApiVersions reaches the broker, frames are limited to
+``sasl.server.max.receive.size``, and a failure is answered, then the connection closed
+after ``connection.failed.authentication.delay.ms``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Mapping
+import ssl
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection_quota import ConnectionQuota, parse_overrides, resolve_overrides
 from oncelog.broker.memory_pool import RequestMemoryPool
+from oncelog.clock import wall_clock_ms
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey, is_supported
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.principal import ANONYMOUS, KafkaPrincipal
+from oncelog.security.sasl import Authenticated, Refuse, SaslServerAuthenticator, Send
 
 log = logging.getLogger(__name__)
 
@@ -96,24 +108,62 @@ class Dispatcher(Protocol):
         """Start handling one request; await the result for its response (None: none)."""
 
 
+@dataclass(frozen=True)
+class Listener:
+    """One address the server listens on, and what its connections must do first.
+
+    ``principal_of`` names a TLS connection's principal from the client certificate's DER
+    bytes (None: no certificate); it raises to refuse the connection.
+    ``new_authenticator`` makes the SASL state of a new connection.
+    """
+
+    name: str
+    host: str
+    port: int
+    ssl_context: ssl.SSLContext | None = None
+    principal_of: Callable[[bytes | None], KafkaPrincipal] | None = None
+    new_authenticator: Callable[[], SaslServerAuthenticator] | None = None
+    failed_authentication_delay_s: float = 0.1
+
+
 class ConnectionInfo:
     """What a handler may know about the connection a request came on."""
 
-    __slots__ = ("connection_id", "peer")
+    __slots__ = ("client_address", "connection_id", "listener", "peer", "principal")
 
-    def __init__(self, peer: str, connection_id: int) -> None:
+    def __init__(
+        self,
+        peer: str,
+        connection_id: int,
+        listener: str = "PLAINTEXT",
+        client_address: str = "127.0.0.1",
+        principal: KafkaPrincipal = ANONYMOUS,
+    ) -> None:
         self.peer = peer
         self.connection_id = connection_id
+        self.listener = listener
+        self.client_address = client_address
+        self.principal = principal  # set again when SASL authentication succeeds
 
 
 class ProtocolViolation(Exception):
     """The client broke the protocol; its connection is closed."""
 
 
+class AuthenticationEnded(ProtocolViolation):
+    """Authentication failed: ``reply`` (if any) is sent, then, after the listener's
+    ``failed_authentication_delay_s``, the connection is closed."""
+
+    def __init__(self, reason: str, reply: bytes | None = None) -> None:
+        super().__init__(reason)
+        self.reply = reply
+
+
 class _Connection:
     """What the watchdog knows of one connection (times from the loop's clock)."""
 
     __slots__ = (
+        "authenticator",
         "ip",
         "last_activity",
         "peer",
@@ -125,6 +175,7 @@ class _Connection:
 
     def __init__(self, task: asyncio.Task[None], peer: str, ip: str, now: float) -> None:
         self.task = task
+        self.authenticator: SaslServerAuthenticator | None = None  # SASL listeners only
         self.peer = peer
         self.ip = ip
         self.last_activity = now  # a frame read or an answer written
@@ -155,27 +206,37 @@ class KafkaServer:
     docstring); it only moves frames, the dispatcher handles requests."""
 
     def __init__(
-        self, dispatcher: Dispatcher, host: str, port: int, limits: ConnectionLimits
+        self, dispatcher: Dispatcher, listeners: Sequence[Listener], limits: ConnectionLimits
     ) -> None:
         self._dispatcher = dispatcher
-        self._host = host
-        self._port = port
+        self._listeners = tuple(listeners)
         self._limits = limits
         self._quota = ConnectionQuota(limits.max_connections, limits.max_connections_per_ip, {})
         self._pool = RequestMemoryPool(limits.queued_max_request_bytes)
-        self._server: asyncio.Server | None = None
+        self._servers: dict[str, asyncio.Server] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._next_connection_id = 0
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.sockets[0].getsockname()[1]
+        """The port of the first listener."""
+        return self.ports[self._listeners[0].name]
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The port each listener is bound to, by listener name."""
+        assert self._servers, "server not started"
+        return {name: s.sockets[0].getsockname()[1] for name, s in self._servers.items()}
 
     @property
     def connection_count(self) -> int:
         return len(self._connections)
+
+    @property
+    def connections_opened(self) -> int:
+        """Connections accepted since the start (a test can tell a reconnection)."""
+        return self._next_connection_id
 
     @property
     def memory_pool(self) -> RequestMemoryPool:
@@ -183,28 +244,41 @@ class KafkaServer:
 
     async def start(self) -> None:
         self._quota.per_ip_overrides = resolve_overrides(self._limits.per_ip_overrides)
-        self._server = await asyncio.start_server(
-            self._serve_connection,
-            self._host,
-            self._port,
-            reuse_address=True,
-            limit=READ_BUFFER_BYTES,
-        )
+        try:
+            for listener in self._listeners:
+                tls = listener.ssl_context is not None
+                self._servers[listener.name] = await asyncio.start_server(
+                    functools.partial(self._serve_connection, listener),
+                    listener.host or None,  # empty: every interface, as in Kafka
+                    listener.port,
+                    reuse_address=True,
+                    limit=READ_BUFFER_BYTES,
+                    ssl=listener.ssl_context,
+                    ssl_handshake_timeout=self._limits.read_timeout_s if tls else None,
+                )
+                log.info(
+                    "listening on %s://%s:%d",
+                    listener.name,
+                    listener.host,
+                    self.ports[listener.name],
+                )
+        except BaseException:
+            await self.stop()
+            raise
         self._watchdog = asyncio.create_task(self._watch_connections(), name="connection-watchdog")
-        log.info("listening on %s:%d", self._host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, then close every connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         if self._watchdog is not None:
             self._watchdog.cancel()
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, *filter(None, [self._watchdog]), return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers.values():
+            await server.wait_closed()
 
     async def _watch_connections(self) -> None:
         """Close connections past their read or idle timeout."""
@@ -219,7 +293,7 @@ class KafkaServer:
                     connection.task.cancel()
 
     async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -230,10 +304,20 @@ class KafkaServer:
             log.info("refusing connection from %s: %s", peer, refusal)
             writer.close()
             return
+        try:
+            principal = _certificate_principal(listener, writer)
+        except Exception as exc:  # no mapping rule for the certificate, or it is unreadable
+            log.info("failed authentication of %s on %s: %s", peer, listener.name, exc)
+            self._quota.release(ip)
+            writer.close()
+            return
         connection = _Connection(task, peer, ip, asyncio.get_running_loop().time())
+        if listener.new_authenticator is not None:
+            connection.authenticator = listener.new_authenticator()
         self._connections[task] = connection
         self._next_connection_id += 1
-        info = ConnectionInfo(peer, self._next_connection_id)
+        info = ConnectionInfo(peer, self._next_connection_id, listener.name, ip, principal)
+        close_delay_s = 0.0
         pending: asyncio.Queue[PendingAnswer] = asyncio.Queue(MAX_PIPELINED_REQUESTS)
         responder = asyncio.create_task(self._write_responses(pending, writer, connection))
         # A responder that stops on its own could not write to the client: stop reading too
@@ -242,6 +326,9 @@ class KafkaServer:
         try:
             try:
                 await self._read_requests(reader, pending, connection, info)
+            except AuthenticationEnded as exc:
+                log.info("failed authentication of %s on %s: %s", peer, listener.name, exc)
+                close_delay_s = listener.failed_authentication_delay_s
             except ProtocolViolation as exc:
                 log.warning("closing connection from %s: %s", peer, exc)
             # Whether the peer closed its side or broke the protocol, the requests read
@@ -249,6 +336,8 @@ class KafkaServer:
             # pipelined produce that was appended gets its acknowledgement, as it would
             # from Kafka (which reads one request at a time per connection).
             await _all_answered(pending, responder)
+            if close_delay_s:
+                await asyncio.sleep(close_delay_s)  # slows down password guessing
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
@@ -278,20 +367,36 @@ class KafkaServer:
                 return  # clean close between requests
             connection.last_activity = loop.time()
             size = int.from_bytes(size_bytes, "big", signed=True)
-            if size < 8 or size > self._limits.max_request_bytes:
-                raise ProtocolViolation(
-                    f"request size {size} is outside 8..{self._limits.max_request_bytes}"
-                    " (socket.request.max.bytes)"
-                )
+            self._check_size(size, connection.authenticator)
             await self._pool.reserve(size)
             try:
                 answer = await self._read_and_start(reader, size, pending, connection, info)
+            except AuthenticationEnded as ended:
+                self._pool.release(size)
+                if ended.reply is not None:
+                    connection.unanswered += 1
+                    await pending.put((0, None, ended.reply))
+                raise
             except BaseException:
                 self._pool.release(size)
                 raise
             _release_when_handled(answer[2], self._pool, size)
             connection.unanswered += 1
             await pending.put(answer)
+
+    def _check_size(self, size: int, authenticator: SaslServerAuthenticator | None) -> None:
+        if authenticator is not None and authenticator.authenticating:
+            limit = authenticator.max_frame_bytes
+            if limit is not None and not 0 <= size <= limit:
+                raise AuthenticationEnded(
+                    f"Failing SASL authentication due to invalid receive size {size} "
+                    f"(sasl.server.max.receive.size {limit})"
+                )
+        elif size < 8 or size > self._limits.max_request_bytes:
+            raise ProtocolViolation(
+                f"request size {size} is outside 8..{self._limits.max_request_bytes}"
+                " (socket.request.max.bytes)"
+            )
 
     async def _read_and_start(
         self,
@@ -312,6 +417,10 @@ class KafkaServer:
             ) from exc
         connection.reading_since = None
         connection.last_activity = loop.time()
+        if connection.authenticator is not None:
+            reply = _authenticate(connection.authenticator, frame, info)
+            if reply is not None:
+                return 0, None, reply
         if codec.peek_api(frame)[0] == ApiKey.FETCH:
             await pending.join()  # one Fetch answer at a time per connection
         return self._start_request(frame, info)
@@ -370,6 +479,39 @@ class KafkaServer:
             finally:
                 connection.unanswered -= 1
                 pending.task_done()
+
+
+def _authenticate(
+    authenticator: SaslServerAuthenticator, frame: bytes, info: ConnectionInfo
+) -> bytes | None:
+    """Let the connection's SASL state see a frame first: the bytes to answer when it takes
+    the frame itself, None when the broker is to handle it as a request."""
+    decision = authenticator.receive(frame, wall_clock_ms())
+    if isinstance(decision, Refuse):
+        raise AuthenticationEnded(decision.reason, decision.frame)
+    if isinstance(decision, Authenticated):
+        if info.principal != decision.principal:
+            log.debug(
+                "%s authenticated as %s with %s on %s",
+                info.peer,
+                decision.principal,
+                decision.mechanism,
+                info.listener,
+            )
+        info.principal = decision.principal
+        return decision.frame
+    if isinstance(decision, Send):
+        return decision.frame
+    return None
+
+
+def _certificate_principal(listener: Listener, writer: asyncio.StreamWriter) -> KafkaPrincipal:
+    """The principal a TLS client's certificate names (ANONYMOUS without one)."""
+    if listener.principal_of is None:
+        return ANONYMOUS
+    tls = writer.get_extra_info("ssl_object")
+    der = tls.getpeercert(binary_form=True) if tls is not None else None
+    return listener.principal_of(der)
 
 
 class _Unanswerable(Exception):

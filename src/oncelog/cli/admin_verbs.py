@@ -25,6 +25,7 @@ from oncelog.cli.output import (
     reports_errors,
 )
 from oncelog.client.admin import Admin, ConfigResourceType, OffsetSpec
+from oncelog.client.connection import Bootstrap
 from oncelog.protocol.errors import ErrorCode
 
 RESOURCE_TYPES = {"topics": ConfigResourceType.TOPIC, "brokers": ConfigResourceType.BROKER}
@@ -58,7 +59,7 @@ def configs() -> None:
 @json_option
 @reports_errors
 def describe_configs(
-    bootstrap: str, entity_type: str, entity_name: str, show_all: bool, as_json: bool
+    bootstrap: Bootstrap, entity_type: str, entity_name: str, show_all: bool, as_json: bool
 ) -> None:
     """Each key's value and where it comes from (topic override, dynamic, static, default)."""
     with Admin.connect(bootstrap) as admin:
@@ -103,7 +104,7 @@ _SOURCES: dict[int, str] = {
 @json_option
 @reports_errors
 def alter_configs(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     entity_type: str,
     entity_name: str,
     additions: tuple[str, ...],
@@ -142,7 +143,7 @@ def alter_configs(
 )
 @json_option
 @reports_errors
-def alter_topic(bootstrap: str, topic: str, partitions: int, as_json: bool) -> None:
+def alter_topic(bootstrap: Bootstrap, topic: str, partitions: int, as_json: bool) -> None:
     """Add partitions to a topic (CreatePartitions; existing data does not move)."""
     with Admin.connect(bootstrap) as admin:
         admin.create_partitions(topic, partitions)
@@ -175,7 +176,7 @@ def records() -> None:
 @json_option
 @reports_errors
 def delete_records(
-    bootstrap: str, topic: str, partitions: tuple[int, ...], offset: int, as_json: bool
+    bootstrap: Bootstrap, topic: str, partitions: tuple[int, ...], offset: int, as_json: bool
 ) -> None:
     """Move the log start offset of partitions up (DeleteRecords)."""
     with Admin.connect(bootstrap) as admin:
@@ -200,7 +201,7 @@ def delete_records(
 @click.option("--group", "group_ids", multiple=True, required=True, help="Group (repeatable).")
 @json_option
 @reports_errors
-def delete_groups(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -> None:
+def delete_groups(bootstrap: Bootstrap, group_ids: tuple[str, ...], as_json: bool) -> None:
     """Delete Empty groups and their committed offsets (DeleteGroups)."""
     with Admin.connect(bootstrap) as admin:
         outcomes = admin.delete_groups(group_ids)
@@ -222,7 +223,7 @@ def delete_groups(bootstrap: str, group_ids: tuple[str, ...], as_json: bool) -> 
 @json_option
 @reports_errors
 def delete_offsets(
-    bootstrap: str, group_id: str, topic: str, partitions: tuple[int, ...], as_json: bool
+    bootstrap: Bootstrap, group_id: str, topic: str, partitions: tuple[int, ...], as_json: bool
 ) -> None:
     """Delete a group's committed offsets of a topic (OffsetDelete)."""
     with Admin.connect(bootstrap) as admin:
@@ -249,7 +250,7 @@ def delete_offsets(
 @json_option
 @reports_errors
 def reset_offsets(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     group_id: str,
     topic: str,
     partitions: tuple[int, ...],

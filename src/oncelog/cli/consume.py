@@ -29,6 +29,7 @@ from oncelog.cli.output import (
     render_bytes,
     reports_errors,
 )
+from oncelog.client.connection import Bootstrap
 
 METADATA_TIMEOUT_S = 10.0
 POLL_S = 0.2
@@ -71,7 +72,7 @@ POLL_S = 0.2
 )
 @reports_errors
 def consume(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     topic: str,
     from_beginning: bool,
     isolation_level: str,

@@ -15,6 +15,7 @@ from oncelog.cli.output import (
     reports_errors,
 )
 from oncelog.client.admin import Admin
+from oncelog.client.connection import Bootstrap
 from oncelog.client.group_lag import describe_group_lag
 
 COLUMNS = [
@@ -52,7 +53,7 @@ def groups() -> None:
 @bootstrap_option
 @json_option
 @reports_errors
-def list_command(bootstrap: str, as_json: bool) -> None:
+def list_command(bootstrap: Bootstrap, as_json: bool) -> None:
     """Every group the broker's coordinator knows, with its protocol type and state."""
     with Admin.connect(bootstrap) as admin:
         found = admin.list_groups()
@@ -73,7 +74,7 @@ def list_command(bootstrap: str, as_json: bool) -> None:
 @click.option("--group", "group_id", required=True, help="Group to describe.")
 @json_option
 @reports_errors
-def describe(bootstrap: str, group_id: str, as_json: bool) -> None:
+def describe(bootstrap: Bootstrap, group_id: str, as_json: bool) -> None:
     """State, members and, per partition, the committed offset, the high watermark (HW),
     the last stable offset (LSO) and two lags.
 

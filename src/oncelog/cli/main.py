@@ -24,6 +24,7 @@ from oncelog.cli.groups import groups
 from oncelog.cli.output import parse_key_values
 from oncelog.cli.produce import produce
 from oncelog.cli.producers import producers
+from oncelog.cli.security import acls, users
 from oncelog.cli.topics import topics
 from oncelog.cli.transactions import transactions
 
@@ -43,9 +44,16 @@ def main(verbose: int) -> None:
     required=True,
     help="Directory holding the partition logs and broker state.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
-    "--port", default=9092, show_default=True, type=int, help="Port (0 picks a free one)."
+    "--host",
+    default=None,
+    help="Address of the PLAINTEXT listener [default: 127.0.0.1]; not with `listeners`.",
+)
+@click.option(
+    "--port",
+    default=None,
+    type=int,
+    help="Its port (0 picks a free one) [default: 9092]; not with `listeners`.",
 )
 @click.option(
     "--config",
@@ -63,8 +71,8 @@ def main(verbose: int) -> None:
 @click.option(
     "--ready-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the listening port (then the metrics port, if any) to this file once the"
-    " broker serves.",
+    help="Once the broker serves, write `LISTENER PORT` lines to this file (then"
+    " `metrics PORT` when it serves metrics).",
 )
 @click.option(
     "--metrics-port",
@@ -74,8 +82,8 @@ def main(verbose: int) -> None:
 )
 def broker(
     data_dir: Path,
-    host: str,
-    port: int,
+    host: str | None,
+    port: int | None,
     config_file: Path | None,
     overrides: tuple[str, ...],
     ready_file: Path | None,
@@ -94,6 +102,8 @@ def broker(
         raise click.UsageError(str(exc)) from exc
     try:
         run_forever(config, data_dir, host, port, ready_file, metrics_port)
+    except ConfigError as exc:  # listeners, TLS and SASL keys are checked as the broker starts
+        raise click.UsageError(str(exc)) from exc
     except ZooKeeperError as exc:
         raise click.ClickException(f"cannot join the cluster: {exc}") from exc
 
@@ -110,6 +120,8 @@ for command in (
     configs,
     records,
     cluster,
+    users,
+    acls,
 ):
     main.add_command(command)
 topics.add_command(alter_topic)

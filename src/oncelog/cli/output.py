@@ -11,14 +11,17 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from oncelog.broker.config import parse_properties
 from oncelog.client.admin import AdminError
-from oncelog.client.connection import ProtocolClientError
+from oncelog.client.connection import Bootstrap, ProtocolClientError
+from oncelog.client.security import ClientSecurity, ClientSecurityError
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -34,14 +37,41 @@ json_option = click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (stable keys) instead of a table."
 )
 
-bootstrap_option = click.option(
-    "--bootstrap-server",
-    "bootstrap",
-    default=DEFAULT_BOOTSTRAP,
-    show_default=True,
-    metavar="HOST:PORT",
-    help="Broker to connect to.",
-)
+
+def bootstrap_option(command: Callable[..., R]) -> Callable[..., R]:
+    """``--bootstrap-server`` and ``--command-config``, given to the command as one
+    ``bootstrap`` (a :class:`Bootstrap`): where the broker is and how to reach it."""
+
+    @click.option(
+        "--bootstrap-server",
+        "bootstrap",
+        default=DEFAULT_BOOTSTRAP,
+        show_default=True,
+        metavar="HOST:PORT",
+        help="Broker to connect to.",
+    )
+    @click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False, exists=True, path_type=Path),
+        help="Client properties file, as Kafka's tools take it: security.protocol, "
+        "sasl.mechanism, sasl.jaas.config or sasl.username/sasl.password, ssl.* "
+        "(Kafka's or librdkafka's names).",
+    )
+    @functools.wraps(command)
+    def wrapper(*args: Any, bootstrap: str, command_config: Path | None, **kwargs: Any) -> R:
+        return command(*args, bootstrap=_bootstrap(bootstrap, command_config), **kwargs)
+
+    return wrapper
+
+
+def _bootstrap(servers: str, command_config: Path | None) -> Bootstrap:
+    if command_config is None:
+        return Bootstrap(servers)
+    properties = parse_properties(command_config.read_text(encoding="utf-8"))
+    try:
+        return Bootstrap(servers, ClientSecurity.from_properties(properties))
+    except ClientSecurityError as exc:
+        raise click.BadParameter(str(exc), param_hint="--command-config") from None
 
 
 class _LibrdkafkaLog:
@@ -54,9 +84,15 @@ class _LibrdkafkaLog:
         self._log.log(min(level, logging.INFO), message, *args)
 
 
-def client_config(bootstrap: str, **settings: Any) -> dict[str, Any]:
+def client_config(bootstrap: str | Bootstrap, **settings: Any) -> dict[str, Any]:
     """confluent-kafka configuration shared by the console producer and consumer."""
-    return {"bootstrap.servers": bootstrap, "logger": _LibrdkafkaLog(), **settings}
+    security = bootstrap.security.librdkafka() if isinstance(bootstrap, Bootstrap) else {}
+    return {
+        "bootstrap.servers": str(bootstrap),
+        "logger": _LibrdkafkaLog(),
+        **security,
+        **settings,
+    }
 
 
 def reports_errors(command: Callable[P, R]) -> Callable[P, R]:

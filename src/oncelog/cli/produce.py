@@ -10,6 +10,7 @@ import click
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from oncelog.cli.output import CliError, bootstrap_option, client_config, reports_errors
+from oncelog.client.connection import Bootstrap
 
 
 class _Deliveries:
@@ -75,7 +76,7 @@ def _records(lines: IO[bytes], separator: bytes | None) -> Iterator[tuple[bytes 
 )
 @reports_errors
 def produce(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     topic: str,
     key_separator: str | None,
     acks: str,

@@ -18,6 +18,7 @@ from oncelog.cli.output import (
     reports_errors,
 )
 from oncelog.client.admin import Admin
+from oncelog.client.connection import Bootstrap
 
 COLUMNS = [
     "Partition",
@@ -49,7 +50,7 @@ def producers() -> None:
 )
 @json_option
 @reports_errors
-def describe(bootstrap: str, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
+def describe(bootstrap: Bootstrap, topic: str, partitions: tuple[int, ...], as_json: bool) -> None:
     """Producer id, epoch, last sequence and timestamp of each producer, per partition.
 
     The broker answers from its producer state (DescribeProducers, KIP-664): every

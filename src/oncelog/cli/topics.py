@@ -17,6 +17,7 @@ from oncelog.cli.output import (
     reports_errors,
 )
 from oncelog.client.admin import Admin, TopicDescription
+from oncelog.client.connection import Bootstrap
 
 NUMBER_COLUMNS = [
     "Partition",
@@ -59,7 +60,7 @@ def topics() -> None:
 @json_option
 @reports_errors
 def create(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     topic: str,
     partitions: int | None,
     replication_factor: int,
@@ -83,7 +84,7 @@ def create(
 @bootstrap_option
 @json_option
 @reports_errors
-def list_topics(bootstrap: str, as_json: bool) -> None:
+def list_topics(bootstrap: Bootstrap, as_json: bool) -> None:
     """List every topic, internal ones included."""
     with Admin.connect(bootstrap) as admin:
         found = admin.list_topics()
@@ -109,7 +110,7 @@ def list_topics(bootstrap: str, as_json: bool) -> None:
 )
 @json_option
 @reports_errors
-def describe(bootstrap: str, topic: str, data_dir: Path | None, as_json: bool) -> None:
+def describe(bootstrap: Bootstrap, topic: str, data_dir: Path | None, as_json: bool) -> None:
     """Offsets, segments and bytes of each partition; replicas and ISR in a cluster.
 
     Per partition: leader, log start offset, high watermark, last stable offset, log end
@@ -208,7 +209,7 @@ def _count_segments(data_dir: Path, topic: str, partition: int) -> int:
 @click.option("--topic", required=True, help="Topic to delete, with all its data.")
 @json_option
 @reports_errors
-def delete(bootstrap: str, topic: str, as_json: bool) -> None:
+def delete(bootstrap: Bootstrap, topic: str, as_json: bool) -> None:
     """Delete a topic and its data."""
     with Admin.connect(bootstrap) as admin:
         topic_id = admin.delete_topic(topic)

@@ -23,6 +23,7 @@ from oncelog.cli.output import (
     reports_errors,
 )
 from oncelog.client.admin import Admin, AdminError, Transaction, TransactionListing
+from oncelog.client.connection import Bootstrap
 from oncelog.client.hanging import (
     HANGING,
     WAITING_FOR_MARKERS,
@@ -88,7 +89,7 @@ def transactions() -> None:
 @json_option
 @reports_errors
 def list_command(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     states: tuple[str, ...],
     producer_ids: tuple[int, ...],
     duration_filter: int | None,
@@ -143,7 +144,7 @@ def list_command(
 @click.option("--transactional-id", required=True, help="Transactional id to describe.")
 @json_option
 @reports_errors
-def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
+def describe(bootstrap: Bootstrap, transactional_id: str, as_json: bool) -> None:
     """State, producer id and epoch, timeout, start time and the partitions of the current
     transaction (while it is open: those still waiting for their marker)."""
     with Admin.connect(bootstrap) as admin:
@@ -211,7 +212,7 @@ def describe(bootstrap: str, transactional_id: str, as_json: bool) -> None:
 @json_option
 @reports_errors
 def find_hanging(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     max_transaction_timeout: int,
     topic: str | None,
     partition: int | None,
@@ -323,7 +324,7 @@ def find_hanging(
 @json_option
 @reports_errors
 def abort(
-    bootstrap: str,
+    bootstrap: Bootstrap,
     topic: str,
     partition: int,
     start_offset: int | None,

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.client.connection import Bootstrap, KafkaConnection, ProtocolClientError
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.describe_transactions import (
@@ -232,8 +232,9 @@ class Admin:
 
     @classmethod
     @contextmanager
-    def connect(cls, bootstrap: str) -> Iterator[Admin]:
-        """An admin client on a new connection to ``bootstrap``, closed on exit."""
+    def connect(cls, bootstrap: str | Bootstrap) -> Iterator[Admin]:
+        """An admin client on a new connection to ``bootstrap``, closed on exit; the
+        connections it opens to other brokers are secured the same way."""
         with KafkaConnection(bootstrap) as connection:
             yield cls(connection)
 
@@ -303,7 +304,7 @@ class Admin:
             if leader not in addresses:
                 offsets.update(dict.fromkeys(indexes, (-1, -1, -1, None, -1)))
                 continue
-            with KafkaConnection(addresses[leader], client_id=self._conn.client_id) as conn:
+            with self._connect_to(addresses[leader]) as conn:
                 leader_admin = Admin(conn)
                 where = {name: indexes}
                 start = leader_admin.list_offsets(where, OffsetSpec.EARLIEST)
@@ -442,9 +443,7 @@ class Admin:
         if len(addresses) <= 1 or response.controller_id not in addresses:
             yield self._conn
             return
-        with KafkaConnection(
-            addresses[response.controller_id], client_id=self._conn.client_id
-        ) as controller:
+        with self._connect_to(addresses[response.controller_id]) as controller:
             yield controller
 
     @contextmanager
@@ -462,8 +461,14 @@ class Admin:
         if len(addresses) == 1:
             yield self._conn
             return
-        with KafkaConnection(addresses[broker_id], client_id=self._conn.client_id) as conn:
+        with self._connect_to(addresses[broker_id]) as conn:
             yield conn
+
+    def _connect_to(self, address: str) -> KafkaConnection:
+        """Another broker of the cluster, reached with this client's id and security."""
+        return KafkaConnection(
+            address, client_id=self._conn.client_id, security=self._conn.security
+        )
 
     def _metadata(self, names: Sequence[str] | None) -> Any:
         response = self._metadata_response(names)

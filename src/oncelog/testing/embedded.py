@@ -30,14 +30,19 @@ class EmbeddedBroker(Lifecycle):
         self,
         config: Mapping[str, str] | None = None,
         data_dir: Path | str | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        host: str | None = None,
+        port: int | None = None,
         metrics_port: int | None = None,
     ) -> None:
+        """``host`` and ``port``: the PLAINTEXT listener (127.0.0.1 and a free port by
+        default); with ``listeners`` in ``config`` (several listeners, TLS, SASL) leave
+        them out."""
         self._overrides = dict(config or {})
         self._metrics_port = metrics_port
         self._owns_data_dir = data_dir is None
         self._data_dir = None if data_dir is None else Path(data_dir)
+        if "listeners" not in self._overrides:
+            host, port = host or "127.0.0.1", 0 if port is None else port
         self._host = host
         self._port = port
         self._loop_thread = LoopThread("oncelog-embedded-broker", START_TIMEOUT_S)
@@ -56,8 +61,15 @@ class EmbeddedBroker(Lifecycle):
             raise RuntimeError("the broker is not running")
         return self.broker.bootstrap_servers
 
+    def bootstrap_servers_for(self, listener: str) -> str:
+        """The address of one listener (``SASL_SSL``, ...) for a client on this machine."""
+        if self.broker is None:
+            raise RuntimeError("the broker is not running")
+        return self.broker.bootstrap_servers_for(listener.upper())
+
     @property
     def port(self) -> int:
+        """The first listener's port."""
         if self.broker is None:
             raise RuntimeError("the broker is not running")
         return self.broker.port
@@ -104,10 +116,15 @@ class EmbeddedBroker(Lifecycle):
             self._data_dir = None
 
     def restart(self) -> None:
-        """Stop cleanly and start again on the same data directory and port."""
-        port = self.port
+        """Stop cleanly and start again on the same data directory and ports."""
+        assert self.broker is not None, "the broker is not running"
+        plan, port = self.broker.listeners, self.port
+        bound = [str(self.broker.bound_endpoint(e.listener)) for e in plan.listeners]
         owns, self._owns_data_dir = self._owns_data_dir, False
         self.stop()
         self._owns_data_dir = owns
-        self._port = port
+        if "listeners" in self._overrides:
+            self._overrides["listeners"] = ",".join(bound)
+        else:
+            self._port = port
         self.start()

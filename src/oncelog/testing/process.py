@@ -72,7 +72,7 @@ class BrokerProcess(ManagedChild):
         self._python = python
         self._extra_args = tuple(extra_args)
         self._requested_port = port
-        self._port: int | None = None
+        self._ports: dict[str, int] | None = None  # of the running (or last) process
         self._requested_metrics_port = metrics_port
         self.metrics_port: int | None = None  # where the running broker serves Prometheus
         self._starts = 0
@@ -83,13 +83,23 @@ class BrokerProcess(ManagedChild):
 
     @property
     def port(self) -> int:
-        if self._port is None:
+        """The port of the first listener."""
+        return next(iter(self.ports.values()))
+
+    @property
+    def ports(self) -> dict[str, int]:
+        """The port of each listener, by name, first listener first."""
+        if self._ports is None:
             raise BrokerProcessError("the broker process has not started")
-        return self._port
+        return dict(self._ports)
 
     @property
     def bootstrap_servers(self) -> str:
+        """The first listener's address."""
         return f"{self.host}:{self.port}"
+
+    def bootstrap_servers_for(self, listener: str) -> str:
+        return f"{self.host}:{self.ports[listener.upper()]}"
 
     @property
     def log_path(self) -> Path:
@@ -115,7 +125,7 @@ class BrokerProcess(ManagedChild):
         if self._proc is not None:
             raise BrokerProcessError(f"the broker process {self._proc.pid} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._spawn(self._requested_port)
+        self._spawn(None)
         return self
 
     def restart(self, *, reuse_port: bool = True) -> BrokerProcess:
@@ -123,17 +133,17 @@ class BrokerProcess(ManagedChild):
         cleanly (use :meth:`kill` before to simulate a crash)."""
         if self._proc is not None:
             self.terminate()
-        if self._port is None or not reuse_port:
+        if self._ports is None or not reuse_port:
             return self.start()
-        old = self._port
+        old = self._ports
         self.data_dir.mkdir(parents=True, exist_ok=True)
         try:
             self._spawn(old)
         except BrokerProcessError:
             if "address already in use" not in self.read_log(current_run=True).lower():
                 raise
-            log.warning("port %d was taken while the broker was down; using a new one", old)
-            self._spawn(0)
+            log.warning("ports %s were taken while the broker was down; using new ones", old)
+            self._spawn(None)
         return self
 
     def kill(self) -> int:
@@ -170,7 +180,7 @@ class BrokerProcess(ManagedChild):
 
     # -- internals ------------------------------------------------------------------------
 
-    def _command(self, port: int) -> list[str]:
+    def _command(self, ports: Mapping[str, int] | None) -> list[str]:
         command = [
             self._python,
             "-m",
@@ -178,10 +188,6 @@ class BrokerProcess(ManagedChild):
             "broker",
             "--data-dir",
             str(self.data_dir),
-            "--host",
-            self.host,
-            "--port",
-            str(port),
             "--ready-file",
             str(self.ready_path),
         ]
@@ -189,12 +195,23 @@ class BrokerProcess(ManagedChild):
             command += ["--set", f"{key}={value}"]
         if self._requested_metrics_port is not None:
             command += ["--metrics-port", str(self._requested_metrics_port)]
-        return command + list(self._extra_args)
+        return command + self._address_args(ports) + list(self._extra_args)
 
-    def _spawn(self, port: int) -> None:
+    def _address_args(self, ports: Mapping[str, int] | None) -> list[str]:
+        """``--host``/``--port``, or, with ``listeners`` configured, those listeners at the
+        ports ``ports`` names (the last run's: a later ``--set`` wins)."""
+        listeners = self.config.get("listeners")
+        if listeners is None:
+            port = self._requested_port if ports is None else next(iter(ports.values()))
+            return ["--host", self.host, "--port", str(port)]
+        if ports is None:
+            return []
+        return ["--set", f"listeners={_with_ports(listeners, ports)}"]
+
+    def _spawn(self, ports: Mapping[str, int] | None) -> None:
         self.ready_path.unlink(missing_ok=True)
         self._starts += 1
-        command = self._command(port)
+        command = self._command(ports)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log_path, "ab") as log_file:
             self._log_start = log_file.tell()
@@ -216,13 +233,13 @@ class BrokerProcess(ManagedChild):
         # broker behind.
         self._adopt(proc)
         try:
-            self._port, self.metrics_port = self._wait_ready(proc)
+            self._ports, self.metrics_port = self._wait_ready(proc)
         except BaseException:
             self.kill()
             raise
         log.info("broker process %d serving %s", proc.pid, self.bootstrap_servers)
 
-    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> tuple[int, int | None]:
+    def _wait_ready(self, proc: subprocess.Popen[bytes]) -> tuple[dict[str, int], int | None]:
         deadline = time.monotonic() + self.start_timeout_s
         while True:
             ports = _read_ports(self.ready_path)
@@ -246,17 +263,28 @@ class BrokerProcess(ManagedChild):
         return "broker log:\n" + "\n".join("  " + line for line in tail)
 
 
-def _read_ports(path: Path) -> tuple[int, int | None] | None:
-    """The port and the metrics port (None: no metrics) once the ready file is completely
-    written (it ends with a newline)."""
+def _read_ports(path: Path) -> tuple[dict[str, int], int | None] | None:
+    """The listeners' ports and the metrics port (None: no metrics) of the ready file
+    (``LISTENER PORT`` lines, then ``metrics PORT``), once it exists (it is replaced
+    atomically, never seen half written)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
         return None
-    if not text.endswith("\n"):
-        return None
-    try:
-        port, *metrics = (int(field) for field in text.split())
-    except ValueError:
-        return None
-    return port, (metrics[0] if metrics else None)
+    ports: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, port = line.partition(" ")
+        ports[name] = int(port)
+    metrics = ports.pop("metrics", None)
+    return (ports, metrics) if ports else None
+
+
+def _with_ports(listeners: str, ports: Mapping[str, int]) -> str:
+    """``listeners`` with each listener's port replaced by the one ``ports`` gives it."""
+    entries = []
+    for entry in listeners.split(","):
+        name, sep, address = entry.strip().partition("://")
+        host = address.rpartition(":")[0]
+        port = ports.get(name.upper())
+        entries.append(entry.strip() if port is None else f"{name}{sep}{host}:{port}")
+    return ",".join(entries)

@@ -1,6 +1,7 @@
 """Request handlers, one module per API family.
 
-A handler is `async def handle(broker, header, request) -> dict | None`: it reads the
+A handler is `async def handle(broker, header, request) -> dict | None`, where `header`
+is the request's RequestContext (header, principal, client address, listener): it reads the
 versioned kio request and returns the response as a plain dict holding the newest
 version's fields; the codec keeps the ones the client's version has. Handlers that change
 state do so before their first `await`, so pipelined requests on one connection take
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.handlers import (
+    acls,
     admin,
     api_versions,
     cluster,
@@ -28,6 +30,8 @@ from oncelog.broker.handlers import (
     partition_admin,
     produce,
     producers,
+    sasl,
+    scram_users,
     transactions,
     txn_admin,
 )
@@ -37,10 +41,10 @@ __all__ = ["by_api_key"]
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 
-def by_api_key() -> dict[int, Callable[[Broker, RequestHeader, Any], Awaitable[Any]]]:
+def by_api_key() -> dict[int, Callable[[Broker, RequestContext, Any], Awaitable[Any]]]:
     return {
         ApiKey.API_VERSIONS: api_versions.handle,
         ApiKey.METADATA: metadata.handle,
@@ -75,9 +79,13 @@ def by_api_key() -> dict[int, Callable[[Broker, RequestHeader, Any], Awaitable[A
         ApiKey.CREATE_PARTITIONS: partition_admin.handle_create_partitions,
         ApiKey.DELETE_RECORDS: partition_admin.handle_delete_records,
         ApiKey.DESCRIBE_CLUSTER: cluster.handle_describe_cluster,
-        ApiKey.DESCRIBE_ACLS: cluster.handle_describe_acls,
-        ApiKey.CREATE_ACLS: cluster.handle_create_acls,
-        ApiKey.DELETE_ACLS: cluster.handle_delete_acls,
+        ApiKey.DESCRIBE_ACLS: acls.handle_describe_acls,
+        ApiKey.CREATE_ACLS: acls.handle_create_acls,
+        ApiKey.DELETE_ACLS: acls.handle_delete_acls,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.handle_describe_user_scram_credentials,
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_users.handle_alter_user_scram_credentials,
         ApiKey.DELETE_GROUPS: group_admin.handle_delete_groups,
         ApiKey.OFFSET_DELETE: group_admin.handle_offset_delete,
+        ApiKey.SASL_HANDSHAKE: sasl.handle_sasl_handshake,
+        ApiKey.SASL_AUTHENTICATE: sasl.handle_sasl_authenticate,
     }

@@ -2,6 +2,13 @@
 
 In cluster mode CreateTopics and DeleteTopics go through the cluster's TopicAdmin (the
 controller's job, as in Kafka's ZooKeeper mode) and topic configurations come from ZooKeeper.
+
+Authorization, as in Kafka: creating needs Create on the cluster or on the topic (the
+topic's configurations are returned only with DescribeConfigs on it); deleting needs
+Delete on the topic (and Describe, when the topic is named by id); describing
+configurations needs DescribeConfigs on the topic, or on the cluster for a broker. Each
+refusal is TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED for that resource
+alone, decided before its existence is looked at.
 """
 
 from __future__ import annotations
@@ -11,12 +18,14 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
+from oncelog.broker.authorization import authorize, authorize_cluster
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.request_context import RequestContext
     from oncelog.cluster.node import ClusterNode
-    from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -25,20 +34,41 @@ RESOURCE_BROKER = 4
 
 
 async def handle_create_topics(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
-    if broker.cluster is not None:
-        timeout_s = request.timeout.total_seconds()
-        created = [
-            await _create_in_cluster(broker, broker.cluster, t, validate_only, timeout_s)
-            for t in request.topics
-        ]
-        return {"throttle_time": 0, "topics": created}
-    return {
-        "throttle_time": 0,
-        "topics": [_create(broker, t, validate_only) for t in request.topics],
-    }
+    create_any = authorize(
+        broker, header, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
+    )
+    created = []
+    for wanted in request.topics:
+        if not (
+            create_any
+            or authorize(broker, header, AclOperation.CREATE, ResourceType.TOPIC, wanted.name)
+        ):
+            refusal = KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
+            created.append(_create_failed(wanted.name, refusal))
+        elif broker.cluster is not None:
+            timeout_s = request.timeout.total_seconds()
+            created.append(
+                await _create_in_cluster(broker, broker.cluster, wanted, validate_only, timeout_s)
+            )
+        else:
+            created.append(_create(broker, wanted, validate_only))
+    for answer in created:
+        if answer["error_code"] == ErrorCode.none and not authorize(
+            broker,
+            header,
+            AclOperation.DESCRIBE_CONFIGS,
+            ResourceType.TOPIC,
+            answer["name"],
+            log_denial=False,
+        ):
+            answer |= {
+                "configs": [],
+                "topic_config_error_code": ErrorCode.topic_authorization_failed,
+            }
+    return {"throttle_time": 0, "topics": created}
 
 
 async def _create_in_cluster(
@@ -153,12 +183,12 @@ def _partition_count(broker: Broker, wanted: Any) -> int:
 
 
 async def handle_delete_topics(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     wanted = getattr(request, "topics", None)
     if wanted is None:  # versions 0-5 list names only
         wanted = [_ByName(name) for name in request.topic_names]
-    return {"throttle_time": 0, "responses": [await _delete(broker, t) for t in wanted]}
+    return {"throttle_time": 0, "responses": [await _delete(broker, header, t) for t in wanted]}
 
 
 class _ByName:
@@ -167,7 +197,7 @@ class _ByName:
         self.topic_id = None
 
 
-async def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
+async def _delete(broker: Broker, header: RequestContext, wanted: Any) -> dict[str, Any]:
     name, topic_id = wanted.name, wanted.topic_id
     if name is None and topic_id is not None:
         name = _name_of(broker, topic_id)
@@ -178,7 +208,16 @@ async def _delete(broker: Broker, wanted: Any) -> dict[str, Any]:
                 "error_code": ErrorCode.unknown_topic_id,
                 "error_message": f"no topic with id {topic_id}",
             }
+        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+            return {  # the name stays hidden
+                "name": None,
+                "topic_id": topic_id,
+                "error_code": ErrorCode.topic_authorization_failed,
+                "error_message": None,
+            }
     try:
+        if not authorize(broker, header, AclOperation.DELETE, ResourceType.TOPIC, name):
+            raise KafkaError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
         if not broker.config.delete_topic_enable:
             raise KafkaError(ErrorCode.topic_deletion_disabled, "delete.topic.enable is false")
         topic_id = await _delete_topic(broker, name)
@@ -214,14 +253,30 @@ async def _delete_topic(broker: Broker, name: str) -> uuid.UUID:
 
 
 async def handle_describe_configs(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     synonyms = getattr(request, "include_synonyms", False)
     documentation = getattr(request, "include_documentation", False)
     return {
         "throttle_time": 0,
-        "results": [_describe(broker, r, synonyms, documentation) for r in request.resources],
+        "results": [
+            _describe(broker, header, r, synonyms, documentation) for r in request.resources
+        ],
     }
+
+
+def _describe_configs_refusal(
+    broker: Broker, header: RequestContext, resource: Any
+) -> ErrorCode | None:
+    if resource.resource_type == RESOURCE_TOPIC and not authorize(
+        broker, header, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, resource.resource_name
+    ):
+        return ErrorCode.topic_authorization_failed
+    if resource.resource_type == RESOURCE_BROKER and not authorize_cluster(
+        broker, header, AclOperation.DESCRIBE_CONFIGS
+    ):
+        return ErrorCode.cluster_authorization_failed
+    return None
 
 
 def _topic_overrides(broker: Broker, name: str) -> dict[str, str] | None:
@@ -232,12 +287,17 @@ def _topic_overrides(broker: Broker, name: str) -> dict[str, str] | None:
     return None if topic is None else topic.configs
 
 
-def _describe(broker: Broker, resource: Any, synonyms: bool, documentation: bool) -> dict[str, Any]:
+def _describe(
+    broker: Broker, header: RequestContext, resource: Any, synonyms: bool, documentation: bool
+) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "resource_type": resource.resource_type,
         "resource_name": resource.resource_name,
         "configs": [],
     }
+    refusal = _describe_configs_refusal(broker, header, resource)
+    if refusal is not None:
+        return {**answer, "error_code": refusal, "error_message": None}
     if resource.resource_type == RESOURCE_TOPIC:
         overrides = _topic_overrides(broker, resource.resource_name)
         if overrides is None:

@@ -9,10 +9,10 @@ from oncelog.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "error_code": ErrorCode.none,
         "api_keys": [

@@ -13,7 +13,9 @@ Errors are Kafka 4.x's: a resource named twice, duplicate keys, null values, unk
 operations, a broker id that is not this node, a key that cannot change at run time:
 INVALID_REQUEST; an unknown topic: UNKNOWN_TOPIC_OR_PARTITION; a bad topic key or value:
 INVALID_CONFIG. AlterConfigs replaces all of a resource's settings; the incremental API
-changes only the keys it names.
+changes only the keys it names. Changing a topic needs AlterConfigs on it
+(TOPIC_AUTHORIZATION_FAILED), changing a broker AlterConfigs on the cluster
+(CLUSTER_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
+from oncelog.broker.authorization import authorize
 from oncelog.broker.config_changes import (
     RESOURCE_BROKER,
     RESOURCE_TOPIC,
@@ -33,10 +36,11 @@ from oncelog.broker.config_changes import (
     preflight,
 )
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ Plan = Callable[[dict[str, str]], dict[str, str]]
 
 
 async def handle_incremental_alter_configs(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     resources = [
         (
@@ -55,21 +59,22 @@ async def handle_incremental_alter_configs(
         )
         for r in request.resources
     ]
-    return await _alter(broker, resources, request.validate_only, incremental=True)
+    return await _alter(broker, header, resources, request.validate_only, incremental=True)
 
 
 async def handle_alter_configs(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     resources = [
         (r.resource_type, r.resource_name, [ConfigChange(c.name, c.value) for c in r.configs])
         for r in request.resources
     ]
-    return await _alter(broker, resources, request.validate_only, incremental=False)
+    return await _alter(broker, header, resources, request.validate_only, incremental=False)
 
 
 async def _alter(
     broker: Broker,
+    header: RequestContext,
     resources: list[tuple[int, str, list[ConfigChange]]],
     validate_only: bool,
     *,
@@ -83,6 +88,7 @@ async def _alter(
                 raise KafkaError(
                     ErrorCode.invalid_request, "Each resource must appear at most once."
                 )
+            _check_permission(broker, header, kind, name)
             preflight(changes)
             if kind == RESOURCE_TOPIC:
                 await _alter_topic(broker, name, changes, validate_only, incremental)
@@ -96,6 +102,17 @@ async def _alter(
             continue
         answers.append(_answer(kind, name, ErrorCode.none, None))
     return {"throttle_time": 0, "responses": answers}
+
+
+def _check_permission(broker: Broker, header: RequestContext, kind: int, name: str) -> None:
+    if kind == RESOURCE_TOPIC and not authorize(
+        broker, header, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name
+    ):
+        raise KafkaError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+    if kind == RESOURCE_BROKER and not authorize(
+        broker, header, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME
+    ):
+        raise KafkaError(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
 
 
 def _answer(kind: int, name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:

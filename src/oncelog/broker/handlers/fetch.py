@@ -8,32 +8,47 @@ Byte limits follow KIP-74: partitions are filled in request order, each up to it
 partition_max_bytes and the response up to max_bytes (capped by the broker's
 fetch.max.bytes, as Kafka does), except that the first batch
 found is returned whole even when it is larger, so a consumer can always make progress.
+
+Authorization, as in Kafka: a consumer needs Read on each topic (else
+TOPIC_AUTHORIZATION_FAILED for its partitions); a follower needs ClusterAction on the
+cluster (else every partition is refused).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize, authorize_cluster
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import iter_stored_batches
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 READ_COMMITTED = 1
 TOPIC_IDS_FROM_VERSION = 13
 CONSUMER = -1
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + request.max_wait.total_seconds()
     by_id = header.api_version >= TOPIC_IDS_FROM_VERSION
+    if _replica_id(request) >= 0:
+        follower_allowed = authorize_cluster(broker, header, AclOperation.CLUSTER_ACTION)
+        may_read: Callable[[str], bool] = lambda _: follower_allowed  # noqa: E731
+    else:
+        may_read = functools.cache(
+            lambda name: authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, name)
+        )
     while True:
-        responses, total_bytes, partitions = _read_all(broker, request, by_id)
+        responses, total_bytes, partitions = _read_all(broker, request, by_id, may_read)
         remaining = deadline - loop.time()
         if total_bytes >= request.min_bytes or remaining <= 0 or not partitions:
             return {
@@ -59,7 +74,7 @@ async def _wait_for_append(partitions: list[Partition], timeout_s: float) -> Non
 
 
 def _read_all(
-    broker: Broker, request: Any, by_id: bool
+    broker: Broker, request: Any, by_id: bool, may_read: Callable[[str], bool]
 ) -> tuple[list[dict[str, Any]], int, list[Partition]]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     # Kafka caps the response size a client asks for with the broker's fetch.max.bytes.
@@ -71,7 +86,7 @@ def _read_all(
     for fetch_topic in request.topics:
         answers = []
         for wanted in fetch_topic.partitions:
-            found = _lookup(broker, fetch_topic, wanted, by_id, follower)
+            found = _lookup(broker, fetch_topic, wanted, by_id, follower, may_read)
             if not isinstance(found, Partition):
                 answers.append(_error(wanted.partition, found))
                 continue
@@ -92,21 +107,33 @@ def _read_all(
 
 
 def _lookup(
-    broker: Broker, fetch_topic: Any, wanted: Any, by_id: bool, follower: int
+    broker: Broker,
+    fetch_topic: Any,
+    wanted: Any,
+    by_id: bool,
+    follower: int,
+    may_read: Callable[[str], bool],
 ) -> Partition | ErrorCode:
-    """The partition to read, or the error code to answer with."""
+    """The partition to read, or the error code to answer with. Permission is checked
+    before existence (a name refused reveals nothing); an unknown topic id has no name to
+    check, as in Kafka."""
     missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
     if broker.cluster is None:
-        topic = (
-            broker.topics.by_id(fetch_topic.topic_id)
-            if by_id
-            else broker.topics.get(fetch_topic.topic)
-        )
+        if by_id:
+            by_id_topic = broker.topics.by_id(fetch_topic.topic_id)
+            name = None if by_id_topic is None else by_id_topic.name
+        else:
+            name = fetch_topic.topic
+        if name is not None and not may_read(name):
+            return ErrorCode.topic_authorization_failed
+        topic = None if name is None else broker.topics.get(name)
         if topic is None or not 0 <= wanted.partition < len(topic.partitions):
             return missing
         return topic.partitions[wanted.partition]
     cache = broker.cluster.cache
     name = cache.topic_name(fetch_topic.topic_id) if by_id else fetch_topic.topic
+    if name is not None and not may_read(name):
+        return ErrorCode.topic_authorization_failed
     if name is None or name not in cache.topics:
         return missing
     epoch = getattr(wanted, "current_leader_epoch", -1)

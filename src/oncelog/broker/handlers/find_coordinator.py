@@ -1,37 +1,57 @@
 """FindCoordinator: on one node this broker coordinates every group and transactional id.
 
 Finding a coordinator creates the internal topic it keeps its state in, as Kafka does.
+A group key needs Describe on the group (GROUP_AUTHORIZATION_FAILED), a transactional id
+Describe on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 GROUP = 0
 TRANSACTION = 1
 BATCHED_FROM_VERSION = 4
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP)
     if header.api_version >= BATCHED_FROM_VERSION:
         keys = list(request.coordinator_keys)
     else:
         keys = [request.key]
-    answers = [await _find(broker, key_type, key) for key in keys]
+    answers = [
+        await _find(broker, key_type, key, header.listener)
+        if _may_describe(broker, header, key_type, key)
+        else _refusal(key_type, key)
+        for key in keys
+    ]
     if header.api_version >= BATCHED_FROM_VERSION:
         return {"throttle_time": 0, "coordinators": answers}
     (answer,) = answers
     return {"throttle_time": 0, **{k: v for k, v in answer.items() if k != "key"}}
 
 
-async def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+def _may_describe(broker: Broker, header: RequestContext, key_type: int, key: str) -> bool:
+    resource = {GROUP: ResourceType.GROUP, TRANSACTION: ResourceType.TRANSACTIONAL_ID}.get(key_type)
+    return resource is None or authorize(broker, header, AclOperation.DESCRIBE, resource, key)
+
+
+def _refusal(key_type: int, key: str) -> dict[str, Any]:
+    if key_type == TRANSACTION:
+        return _failed(key, ErrorCode.transactional_id_authorization_failed, "")
+    return _failed(key, ErrorCode.group_authorization_failed, "")
+
+
+async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
     if broker.cluster is not None:
         # Coordinators that move with their partitions' leadership are issue 11's work.
         return _failed(
@@ -39,7 +59,7 @@ async def _find(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
             ErrorCode.coordinator_not_available,
             "cluster mode has no transaction or group coordinator yet",
         )
-    host, port = broker.advertised_address
+    host, port = broker.advertised_address_for(listener)
     found = {
         "key": key,
         "node_id": broker.node_id,

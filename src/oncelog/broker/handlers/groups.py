@@ -3,12 +3,26 @@ OffsetCommit, OffsetFetch, TxnOffsetCommit, ListGroups, DescribeGroups.
 
 Each handler turns the versioned request into the group core's request, runs it on the
 group's shard, and writes the answer back in the version's layout.
+
+Authorization, as in Kafka: joining, syncing, heartbeats, leaving and committing need Read
+on the group (GROUP_AUTHORIZATION_FAILED); committing also needs Read on each topic
+(TOPIC_AUTHORIZATION_FAILED for its partitions, the others are committed); a transactional
+commit first needs Write on the transactional id. Fetching offsets and describing need
+Describe on the group (fetching all offsets lists only the topics the principal may
+Describe); listing shows every group to Describe on the cluster, else the groups the
+principal may Describe.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import (
+    authorize,
+    authorize_cluster,
+    authorized_operations,
+)
 from oncelog.broker.coordinator_runtime import CoordinatorError
 from oncelog.groups import (
     HeartbeatRequest,
@@ -22,20 +36,41 @@ from oncelog.groups import (
     TxnOffsetCommitRequest,
 )
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 BATCHED_LEAVE_FROM = 3
 BATCHED_OFFSET_FETCH_FROM = 8
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _may(broker: Broker, header: RequestContext, operation: AclOperation, group_id: str) -> bool:
+    return authorize(broker, header, operation, ResourceType.GROUP, group_id)
+
+
+def _split_by_topic_read(
+    broker: Broker, header: RequestContext, topics: Any
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The topics the principal may Read, and the refused ones' answers."""
+    readable = [
+        t
+        for t in topics
+        if authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, t.name)
+    ]
+    refused = [t for t in topics if t not in readable]
+    return readable, _uniform_errors(refused, ErrorCode.topic_authorization_failed)
 
 
 def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000)
 
 
-async def handle_join_group(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle_join_group(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        return _join_error(ErrorCode.group_authorization_failed)
     rebalance = getattr(request, "rebalance_timeout", None)
     join = JoinGroupRequest(
         group_id=request.group_id,
@@ -90,7 +125,9 @@ def _join_error(code: ErrorCode) -> dict[str, Any]:
     }
 
 
-async def handle_sync_group(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle_sync_group(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        return _sync_error(ErrorCode.group_authorization_failed)
     sync = SyncGroupRequest(
         group_id=request.group_id,
         generation_id=request.generation_id,
@@ -105,13 +142,7 @@ async def handle_sync_group(broker: Broker, header: RequestHeader, request: Any)
             request.group_id, lambda s, rid, now: s.sync_group(sync, rid, now)
         )
     except CoordinatorError as failed:
-        return {
-            "throttle_time": 0,
-            "error_code": failed.code,
-            "protocol_type": None,
-            "protocol_name": None,
-            "assignment": b"",
-        }
+        return _sync_error(failed.code)
     return {
         "throttle_time": 0,
         "error_code": answer.error_code,
@@ -121,7 +152,19 @@ async def handle_sync_group(broker: Broker, header: RequestHeader, request: Any)
     }
 
 
-async def handle_heartbeat(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+def _sync_error(code: ErrorCode) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": code,
+        "protocol_type": None,
+        "protocol_name": None,
+        "assignment": b"",
+    }
+
+
+async def handle_heartbeat(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     beat = HeartbeatRequest(
         request.group_id,
         request.generation_id,
@@ -135,8 +178,16 @@ async def handle_heartbeat(broker: Broker, header: RequestHeader, request: Any) 
     return {"throttle_time": 0, "error_code": code}
 
 
-async def handle_leave_group(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle_leave_group(
+    broker: Broker, header: RequestContext, request: Any
+) -> dict[str, Any]:
     batched = header.api_version >= BATCHED_LEAVE_FROM
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.group_authorization_failed,
+            "members": [],
+        }
     if batched:
         members = tuple(
             LeavingMember(m.member_id, m.group_instance_id, getattr(m, "reason", None))
@@ -203,11 +254,17 @@ def _uniform_errors(topics: Any, code: ErrorCode) -> list[dict[str, Any]]:
 
 
 async def handle_offset_commit(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        refused = _uniform_errors(request.topics, ErrorCode.group_authorization_failed)
+        return {"throttle_time": 0, "topics": refused}
+    readable, refused = _split_by_topic_read(broker, header, request.topics)
+    if not readable:
+        return {"throttle_time": 0, "topics": refused}
     commit = OffsetCommitRequest(
         group_id=request.group_id,
-        partitions=_commit_partitions(request.topics),
+        partitions=_commit_partitions(readable),
         generation_id=request.generation_id_or_member_epoch,  # every version kio reads (2+)
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -218,19 +275,30 @@ async def handle_offset_commit(
             request.group_id, lambda s, now: s.commit_offsets(commit, now)
         )
     except CoordinatorError as failed:
-        return {"throttle_time": 0, "topics": _uniform_errors(request.topics, failed.code)}
-    return {"throttle_time": 0, "topics": _partition_errors(answer)}
+        return {"throttle_time": 0, "topics": _uniform_errors(readable, failed.code) + refused}
+    return {"throttle_time": 0, "topics": _partition_errors(answer) + refused}
 
 
 async def handle_txn_offset_commit(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
+    if not authorize(
+        broker, header, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id
+    ):
+        code = ErrorCode.transactional_id_authorization_failed
+        return {"throttle_time": 0, "topics": _uniform_errors(request.topics, code)}
+    if not _may(broker, header, AclOperation.READ, request.group_id):
+        code = ErrorCode.group_authorization_failed
+        return {"throttle_time": 0, "topics": _uniform_errors(request.topics, code)}
+    readable, refused = _split_by_topic_read(broker, header, request.topics)
+    if not readable:
+        return {"throttle_time": 0, "topics": refused}
     commit = TxnOffsetCommitRequest(
         transactional_id=request.transactional_id,
         group_id=request.group_id,
         producer_id=request.producer_id,
         producer_epoch=request.producer_epoch,
-        partitions=_commit_partitions(request.topics),
+        partitions=_commit_partitions(readable),
         generation_id=getattr(request, "generation_id", -1),
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -240,26 +308,33 @@ async def handle_txn_offset_commit(
             request.group_id, lambda s, now: s.commit_transactional_offsets(commit, now)
         )
     except CoordinatorError as failed:
-        return {"throttle_time": 0, "topics": _uniform_errors(request.topics, failed.code)}
-    return {"throttle_time": 0, "topics": _partition_errors(answer)}
+        return {"throttle_time": 0, "topics": _uniform_errors(readable, failed.code) + refused}
+    return {"throttle_time": 0, "topics": _partition_errors(answer) + refused}
 
 
 async def handle_offset_fetch(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     require_stable = getattr(request, "require_stable", False)
     if header.api_version >= BATCHED_OFFSET_FETCH_FROM:
         groups = [
-            await _fetch(broker, g.group_id, g.topics, require_stable) for g in request.groups
+            await _fetch(broker, header, g.group_id, g.topics, require_stable)
+            for g in request.groups
         ]
         return {"throttle_time": 0, "groups": groups, "error_code": ErrorCode.none}
-    answer = await _fetch(broker, request.group_id, request.topics, require_stable)
+    answer = await _fetch(broker, header, request.group_id, request.topics, require_stable)
     return {"throttle_time": 0, "topics": answer["topics"], "error_code": answer["error_code"]}
 
 
 async def _fetch(
-    broker: Broker, group_id: str, topics: Any, require_stable: bool
+    broker: Broker, header: RequestContext, group_id: str, topics: Any, require_stable: bool
 ) -> dict[str, Any]:
+    if not _may(broker, header, AclOperation.DESCRIBE, group_id):
+        return {
+            "group_id": group_id,
+            "error_code": ErrorCode.group_authorization_failed,
+            "topics": [],
+        }
     wanted = None if topics is None else {t.name: list(t.partition_indexes) for t in topics}
     await broker.groups.ready()
     try:
@@ -267,7 +342,21 @@ async def _fetch(
     except CoordinatorError as exc:
         return {"group_id": group_id, "error_code": exc.code, "topics": []}
     by_topic: dict[str, list[dict[str, Any]]] = {}
+    describable = functools.cache(
+        lambda topic: authorize(
+            broker,
+            header,
+            AclOperation.DESCRIBE,
+            ResourceType.TOPIC,
+            topic,
+            log_denial=wanted is not None,  # fetching all offsets only filters
+        )
+    )
     for p in answer.partitions:
+        if not describable(p.topic):
+            if wanted is not None:
+                by_topic.setdefault(p.topic, []).append(_refused_offset(p.partition))
+            continue
         by_topic.setdefault(p.topic, []).append(
             {
                 "partition_index": p.partition,
@@ -284,10 +373,35 @@ async def _fetch(
     }
 
 
-async def handle_list_groups(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+def _refused_offset(partition: int) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": -1,
+        "committed_leader_epoch": -1,
+        "metadata": None,
+        "error_code": ErrorCode.topic_authorization_failed,
+    }
+
+
+async def handle_list_groups(
+    broker: Broker, header: RequestContext, request: Any
+) -> dict[str, Any]:
     await broker.groups.ready()
     states = tuple(getattr(request, "states_filter", ()) or ())
     listed = [g for shard in broker.groups.shards.values() for g in shard.list_groups(states)]
+    if not authorize_cluster(broker, header, AclOperation.DESCRIBE):
+        listed = [
+            g
+            for g in listed
+            if authorize(
+                broker,
+                header,
+                AclOperation.DESCRIBE,
+                ResourceType.GROUP,
+                g.group_id,
+                log_denial=False,
+            )
+        ]
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
@@ -304,11 +418,15 @@ async def handle_list_groups(broker: Broker, header: RequestHeader, request: Any
 
 
 async def handle_describe_groups(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     await broker.groups.ready()
     described = []
+    include_operations = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
+        if not _may(broker, header, AclOperation.DESCRIBE, group_id):
+            described.append(_described_error(group_id, ErrorCode.group_authorization_failed))
+            continue
         try:
             (group,) = broker.groups.shard_for(group_id).describe_groups([group_id])
         except CoordinatorError as exc:
@@ -332,7 +450,11 @@ async def handle_describe_groups(
                     }
                     for m in group.members
                 ],
-                "authorized_operations": -(2**31),
+                "authorized_operations": (
+                    authorized_operations(broker, header, ResourceType.GROUP, group_id)
+                    if include_operations
+                    else NO_AUTHORIZED_OPERATIONS
+                ),
             }
         )
     return {"throttle_time": 0, "groups": described}
@@ -346,5 +468,5 @@ def _described_error(group_id: str, code: ErrorCode) -> dict[str, Any]:
         "protocol_type": "",
         "protocol_data": "",
         "members": [],
-        "authorized_operations": -(2**31),
+        "authorized_operations": NO_AUTHORIZED_OPERATIONS,
     }

@@ -1,15 +1,18 @@
-"""ListOffsets: earliest, latest, max timestamp, or the first offset at a timestamp."""
+"""ListOffsets: earliest, latest, max timestamp, or the first offset at a timestamp.
+Each topic needs Describe (else TOPIC_AUTHORIZATION_FAILED), as in Kafka."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 LATEST = -1
 EARLIEST = -2
@@ -19,13 +22,18 @@ EARLIEST_PENDING_UPLOAD = -5
 READ_COMMITTED = 1
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         answers = []
+        describable = authorize(
+            broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name
+        )
         for wanted in topic.partitions:
             try:
+                if not describable:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 partition = broker.partition_for_clients(
                     topic.name, wanted.partition_index, getattr(wanted, "current_leader_epoch", -1)
                 )

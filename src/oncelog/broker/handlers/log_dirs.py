@@ -6,6 +6,9 @@ Kafka's ``kafka-log-dirs.sh``) read them from here. Following Kafka's
 requested partitions this broker does not host are left out rather than reported as
 errors. A single node has no replica lag and no future logs; a cluster broker reports the
 replicas it hosts, each with its log end's lag behind the high watermark.
+
+It needs Describe on the cluster; without it the answer is empty (with
+CLUSTER_AUTHORIZATION_FAILED from v3 on), as in Kafka.
 """
 
 from __future__ import annotations
@@ -13,15 +16,20 @@ from __future__ import annotations
 import shutil
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize_cluster
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import AclOperation
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if not authorize_cluster(broker, header, AclOperation.DESCRIBE):
+        refused = ErrorCode.cluster_authorization_failed
+        return {"throttle_time": 0, "error_code": refused, "results": []}
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for partition in _wanted(broker, request.topics):
         by_topic.setdefault(partition.topic, []).append(

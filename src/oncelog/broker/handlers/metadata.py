@@ -4,23 +4,33 @@ internal ones: their coordinators create them).
 A single node describes itself; a cluster broker answers from its copy of ZooKeeper (the
 metadata cache): every live broker, the controller, and each partition's leader, leader
 epoch, replicas, ISR and offline replicas.
+
+Authorization, as in Kafka: a topic the principal may not Describe is left out of an
+all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when asked for by name, before
+its existence is looked at (nothing about it is disclosed); auto-creation needs Create on
+the cluster or on the topic (else TOPIC_AUTHORIZATION_FAILED). The authorized operations
+(KIP-430) are filled in when the client asks for them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize, authorized_operations
 from oncelog.broker.topic_names import is_internal
 from oncelog.broker.topics import Topic
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.request_context import RequestContext
     from oncelog.cluster.node import ClusterNode
-    from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +44,18 @@ FIRST_VERSION_WITH_TOPIC_IDS = 12
 @dataclass(frozen=True)
 class ClusterView:
     """What Metadata and DescribeCluster say of the cluster: the broker itself on a single
-    node; in a cluster, the live brokers and controller this broker's cache knows."""
+    node (at the address advertised for the client's listener); in a cluster, the live
+    brokers and controller this broker's cache knows."""
 
     cluster_id: str
     controller_id: int  # -1: none known
     brokers: list[tuple[int, str, int]]  # (id, host, port), by id
 
 
-def cluster_view(broker: Broker) -> ClusterView:
+def cluster_view(broker: Broker, listener: str) -> ClusterView:
     """The live brokers and the controller, as this broker knows them now."""
     if broker.cluster is None:
-        host, port = broker.advertised_address
+        host, port = broker.advertised_address_for(listener)
         return ClusterView(broker.cluster_id, broker.node_id, [(broker.node_id, host, port)])
     cache = broker.cluster.cache
     return ClusterView(
@@ -72,21 +83,69 @@ def _answer(view: ClusterView, topics: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+class _Access:
+    """What the request's principal may see and create, each answer asked once."""
+
+    def __init__(self, broker: Broker, header: RequestContext) -> None:
+        self.describe: Callable[[str], bool] = functools.cache(
+            lambda name: authorize(broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+        )
+        self.listed: Callable[[str], bool] = functools.cache(
+            lambda name: authorize(
+                broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, name, log_denial=False
+            )
+        )
+        create_any = functools.cache(
+            lambda: authorize(
+                broker,
+                header,
+                AclOperation.CREATE,
+                ResourceType.CLUSTER,
+                CLUSTER_NAME,
+                log_denial=False,
+            )
+        )
+        self.create: Callable[[str], bool] = lambda name: (
+            create_any() or authorize(broker, header, AclOperation.CREATE, ResourceType.TOPIC, name)
+        )
+
+
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    access = _Access(broker, header)
     if broker.cluster is not None:
-        return await _handle_in_cluster(broker, broker.cluster, header, request)
+        answer = await _handle_in_cluster(broker, broker.cluster, header, request, access)
+        return _with_authorized_operations(broker, header, request, answer)
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
-        topics = [_describe(broker, t) for t in broker.topics.all()]
+        topics = [_describe(broker, t) for t in broker.topics.all() if access.listed(t.name)]
     elif _misuses_topic_ids(header, requested):
         topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
-        topics = [_lookup(broker, t, allow_create) for t in requested]
-    return _answer(cluster_view(broker), topics)
+        topics = [_lookup(broker, t, allow_create, access) for t in requested]
+    answer = _answer(cluster_view(broker, header.listener), topics)
+    return _with_authorized_operations(broker, header, request, answer)
 
 
-def _misuses_topic_ids(header: RequestHeader, requested: Any) -> bool:
+def _with_authorized_operations(
+    broker: Broker, header: RequestContext, request: Any, answer: dict[str, Any]
+) -> dict[str, Any]:
+    """KIP-430: the operations the principal may do on each topic and on the cluster, for
+    a client that asks (v8+)."""
+    if getattr(request, "include_topic_authorized_operations", False):
+        for topic in answer["topics"]:
+            if topic["error_code"] == ErrorCode.none:
+                topic["topic_authorized_operations"] = authorized_operations(
+                    broker, header, ResourceType.TOPIC, topic["name"]
+                )
+    if getattr(request, "include_cluster_authorized_operations", False):
+        answer["cluster_authorized_operations"] = authorized_operations(
+            broker, header, ResourceType.CLUSTER, CLUSTER_NAME
+        )
+    return answer
+
+
+def _misuses_topic_ids(header: RequestContext, requested: Any) -> bool:
     """A v10/v11 request naming a topic id or a null name."""
     return header.api_version < FIRST_VERSION_WITH_TOPIC_IDS and any(
         t.name is None or _topic_id(t) is not None for t in requested
@@ -105,22 +164,28 @@ def _topic_id(requested: Any) -> uuid.UUID | None:
     return None if topic_id in (None, ZERO_UUID) else topic_id
 
 
-def _lookup(broker: Broker, requested: Any, allow_create: bool) -> dict[str, Any]:
+def _lookup(broker: Broker, requested: Any, allow_create: bool, access: _Access) -> dict[str, Any]:
     name = requested.name
     topic_id = _topic_id(requested)
     if topic_id is not None:  # v12+: the id wins, as in Kafka
         topic = broker.topics.by_id(topic_id)
         if topic is None:
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
+        if not access.describe(topic.name):  # ids are not secret, as in Kafka
+            return _missing(ErrorCode.topic_authorization_failed, None, topic_id)
         return _describe(broker, topic)
     if name is None:  # v12+: neither a name nor an id
         return _missing(ErrorCode.invalid_request, None, None)
+    if not access.describe(name):
+        return _missing(ErrorCode.topic_authorization_failed, name, None)
     topic = broker.topics.get(name)
     if topic is not None:
         return _describe(broker, topic)
     if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
         # Internal topics are created by their coordinators alone, with their own counts.
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
+    if not access.create(name):
+        return _missing(ErrorCode.topic_authorization_failed, name, None)
     try:
         topic = broker.topics.create(name, -1, {}, broker.now_ms())
     except KafkaError as exc:
@@ -169,22 +234,28 @@ NO_LEADER = -1
 
 
 async def _handle_in_cluster(
-    broker: Broker, cluster: ClusterNode, header: RequestHeader, request: Any
+    broker: Broker, cluster: ClusterNode, header: RequestContext, request: Any, access: _Access
 ) -> dict[str, Any]:
     cache = cluster.cache
     requested = request.topics
     if requested is None or (header.api_version == 0 and not requested):
-        topics = [_describe_in_cluster(cluster, name) for name in sorted(cache.topics)]
+        topics = [
+            _describe_in_cluster(cluster, name)
+            for name in sorted(cache.topics)
+            if access.listed(name)
+        ]
     elif _misuses_topic_ids(header, requested):
         topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
-        topics = [await _lookup_in_cluster(broker, cluster, t, allow_create) for t in requested]
-    return _answer(cluster_view(broker), topics)
+        topics = [
+            await _lookup_in_cluster(broker, cluster, t, allow_create, access) for t in requested
+        ]
+    return _answer(cluster_view(broker, header.listener), topics)
 
 
 async def _lookup_in_cluster(
-    broker: Broker, cluster: ClusterNode, requested: Any, allow_create: bool
+    broker: Broker, cluster: ClusterNode, requested: Any, allow_create: bool, access: _Access
 ) -> dict[str, Any]:
     name = requested.name
     topic_id = _topic_id(requested)
@@ -192,12 +263,18 @@ async def _lookup_in_cluster(
         name = cluster.cache.topic_name(topic_id)
         if name is None:
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
+        if not access.describe(name):
+            return _missing(ErrorCode.topic_authorization_failed, None, topic_id)
     if name is None:  # v12+: neither a name nor an id
         return _missing(ErrorCode.invalid_request, None, None)
+    if not access.describe(name):
+        return _missing(ErrorCode.topic_authorization_failed, name, None)
     if name in cluster.cache.topics:
         return _describe_in_cluster(cluster, name)
     if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
+    if not access.create(name):
+        return _missing(ErrorCode.topic_authorization_failed, name, None)
     try:
         await cluster.topic_admin.create(name, -1, -1, {})
     except KafkaError as exc:

@@ -7,6 +7,9 @@ transactional id modulo that count. DeleteRecords moves a partition's log start 
 whose batches were deleted still continues its sequence. In a cluster CreatePartitions is
 the controller's (``cluster/topic_admin.py``) and DeleteRecords the leader's, answered
 once the followers' log starts have followed.
+
+CreatePartitions needs Alter on the topic, DeleteRecords Delete on it
+(TOPIC_AUTHORIZATION_FAILED), as in Kafka.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize
 from oncelog.broker.topic_names import is_internal
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
+    from oncelog.broker.request_context import RequestContext
     from oncelog.cluster.node import ClusterNode
     from oncelog.cluster.replica_manager import ReplicaManager
-    from oncelog.protocol.codec import RequestHeader
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +37,7 @@ LATEST = -1  # DeleteRecords: up to the high watermark
 
 
 async def handle_create_partitions(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -40,6 +45,8 @@ async def handle_create_partitions(
         try:
             if counts[wanted.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request, "Duplicate topic in request.")
+            if not authorize(broker, header, AclOperation.ALTER, ResourceType.TOPIC, wanted.name):
+                raise KafkaError(ErrorCode.topic_authorization_failed, "Authorization failed.")
             if broker.cluster is not None:
                 await _add_in_cluster(
                     broker.cluster, wanted, request.validate_only, request.timeout.total_seconds()
@@ -124,14 +131,17 @@ def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
 
 
 async def handle_delete_records(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     moved: list[tuple[tuple[str, int], Partition, int]] = []  # key, partition, offset asked
     for wanted in request.topics:
+        deletable = authorize(broker, header, AclOperation.DELETE, ResourceType.TOPIC, wanted.name)
         for asked in wanted.partitions:
             key = (wanted.name, asked.partition_index)
             try:
+                if not deletable:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 partition = _deletable(broker, *key)
                 offset = partition.high_watermark if asked.offset == LATEST else asked.offset
                 low = partition.delete_records_before(offset)

@@ -6,6 +6,11 @@ records at fault where Produce v8+ carries them; the other partitions are append
 Internal topics are written by their coordinators only: a client's batch for one is
 refused with INVALID_TOPIC_EXCEPTION, as Kafka does.
 
+Authorization, as in Kafka's KafkaApis: a request carrying transactional batches needs
+Write on its transactional id (else every partition gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is appended); each topic needs Write
+(else TOPIC_AUTHORIZATION_FAILED, checked before the topic's existence).
+
 acks=0 gets no response, acks=1 is answered after the append, acks=-1 after the append
 is durable when the partition fsyncs before acknowledging (see durability.py) and, in a
 cluster, once every in-sync replica holds it (NOT_ENOUGH_REPLICAS before the append when
@@ -19,31 +24,53 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize
 from oncelog.broker.topic_names import is_internal
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.protocol.record_batch import InvalidRecordBatch, RecordErrors
+from oncelog.protocol.record_batch import (
+    HEADER_SIZE,
+    InvalidRecordBatch,
+    RecordErrors,
+    parse_header,
+)
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 log = logging.getLogger(__name__)
 
 VALID_ACKS = (-1, 0, 1)
 
 
-async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any] | None:
+async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any] | None:
     now = broker.now_ms()
     acks = request.acks
     replication = broker.cluster.replicas if broker.cluster is not None else None
     waits: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
+    transactional_id = request.transactional_id
+    if _has_transactional_batches(request) and not (
+        transactional_id is not None
+        and authorize(
+            broker, header, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        )
+    ):
+        return None if acks == 0 else _refuse_all(request)
+    writable = {
+        name: authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
+        for name in {t.name for t in request.topic_data}
+    }
     topics = []
     for topic_data in request.topic_data:
         answers = []
         for partition_data in topic_data.partition_data:
+            if not writable[topic_data.name]:
+                answers.append(_error(partition_data.index, *_TOPIC_REFUSED))
+                continue
             answer, partition, end_offset = _append(
-                broker, topic_data.name, partition_data, acks, request.transactional_id, now
+                broker, topic_data.name, partition_data, acks, transactional_id, now
             )
             answers.append(answer)
             if partition is None:
@@ -65,6 +92,38 @@ async def handle(broker: Broker, header: RequestHeader, request: Any) -> dict[st
         timeout_s = None if replication is None else request.timeout.total_seconds()
         await _await_all(waits, timeout_s)
     return {"responses": topics, "throttle_time": 0}
+
+
+_TOPIC_REFUSED = (ErrorCode.topic_authorization_failed, "Topic authorization failed.")
+
+
+def _has_transactional_batches(request: Any) -> bool:
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: the first batch of any partition
+    is transactional."""
+    return any(
+        p.records is not None
+        and len(p.records) >= HEADER_SIZE
+        and parse_header(p.records).is_transactional
+        for t in request.topic_data
+        for p in t.partition_data
+    )
+
+
+def _refuse_all(request: Any) -> dict[str, Any]:
+    code, message = (
+        ErrorCode.transactional_id_authorization_failed,
+        ("Transactional Id authorization failed."),
+    )
+    return {
+        "responses": [
+            {
+                "name": t.name,
+                "partition_responses": [_error(p.index, code, message) for p in t.partition_data],
+            }
+            for t in request.topic_data
+        ],
+        "throttle_time": 0,
+    }
 
 
 async def _await_all(

@@ -1,25 +1,31 @@
-"""DescribeProducers (KIP-664): the producer state each partition holds."""
+"""DescribeProducers (KIP-664): the producer state each partition holds. Each topic needs
+Read (TOPIC_AUTHORIZATION_FAILED), as in Kafka."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 
 async def handle_describe_producers(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         answers = []
+        readable = authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
             try:
+                if not readable:
+                    raise KafkaError(ErrorCode.topic_authorization_failed)
                 partition = broker.topics.partition(topic.name, index)
             except KafkaError as exc:
                 answers.append(

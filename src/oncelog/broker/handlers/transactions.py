@@ -1,24 +1,57 @@
 """The transaction APIs a producer calls: InitProducerId (with a transactional id),
-AddPartitionsToTxn, AddOffsetsToTxn and EndTxn. The coordinator does the work."""
+AddPartitionsToTxn, AddOffsetsToTxn and EndTxn. The coordinator does the work.
+
+Authorization, as in Kafka: each needs Write on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), so a principal without it can neither start,
+fence (InitProducerId bumps the epoch) nor end another's transaction. A producer id without
+a transactional id needs IdempotentWrite on the cluster or Write on some topic (KIP-679;
+else CLUSTER_AUTHORIZATION_FAILED). AddPartitionsToTxn also needs Write on each topic
+(TOPIC_AUTHORIZATION_FAILED; the other partitions then get OPERATION_NOT_ATTEMPTED), and
+AddOffsetsToTxn Read on the group (GROUP_AUTHORIZATION_FAILED).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import (
+    authorize,
+    authorize_by_resource_type,
+    authorize_cluster,
+)
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.transactions.coordinator import client_error
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 BATCHED_ADD_PARTITIONS_FROM = 4
 
 
+def _may_use(broker: Broker, header: RequestContext, transactional_id: str) -> bool:
+    return authorize(
+        broker, header, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    )
+
+
+def _refused(code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+
 async def handle_init_producer_id(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
+    if request.transactional_id is not None:
+        if not _may_use(broker, header, request.transactional_id):
+            return _refused(ErrorCode.transactional_id_authorization_failed)
+    elif not (
+        authorize_cluster(broker, header, AclOperation.IDEMPOTENT_WRITE)
+        or authorize_by_resource_type(broker, header, AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        return _refused(ErrorCode.cluster_authorization_failed)
     if request.transactional_id is None:
         # No transactional id: always a new producer id at epoch 0, as Kafka does; in a
         # cluster from a block reserved in ZooKeeper, so no other broker hands it out.
@@ -48,7 +81,7 @@ async def handle_init_producer_id(
 
 
 async def handle_add_partitions(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     if header.api_version >= BATCHED_ADD_PARTITIONS_FROM:
         results = [
@@ -85,7 +118,7 @@ async def handle_add_partitions(
 
 async def _add_partitions(
     broker: Broker,
-    header: RequestHeader,
+    header: RequestContext,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -93,11 +126,22 @@ async def _add_partitions(
     verify_only: bool,
 ) -> list[dict[str, Any]]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    missing = [(t, p) for t, p in wanted if not _exists(broker, t, p)]
-    if missing:
-        # Kafka refuses the whole request: unknown partitions get their own error, the
-        # others OPERATION_NOT_ATTEMPTED.
-        codes = dict.fromkeys(missing, ErrorCode.unknown_topic_or_partition)
+    if not _may_use(broker, header, transactional_id):
+        return _by_topic(wanted, lambda tp: ErrorCode.transactional_id_authorization_failed)
+    writable = {
+        name: authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
+        for name in {t for t, _ in wanted}
+    }
+    codes = {
+        (t, p): ErrorCode.topic_authorization_failed
+        if not writable[t]
+        else ErrorCode.unknown_topic_or_partition
+        for t, p in wanted
+        if not writable[t] or not _exists(broker, t, p)
+    }
+    if codes:
+        # Kafka refuses the whole request: refused and unknown partitions get their own
+        # error, the others OPERATION_NOT_ATTEMPTED.
         return _by_topic(wanted, lambda tp: codes.get(tp, ErrorCode.operation_not_attempted))
     if verify_only:
         code = _verify(broker, transactional_id, producer_id, producer_epoch, wanted)
@@ -140,7 +184,13 @@ def _by_topic(wanted: list[tuple[str, int]], code_of: Any) -> list[dict[str, Any
     return [{"name": name, "results_by_partition": parts} for name, parts in topics.items()]
 
 
-async def handle_add_offsets(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle_add_offsets(
+    broker: Broker, header: RequestContext, request: Any
+) -> dict[str, Any]:
+    if not _may_use(broker, header, request.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
+    if not authorize(broker, header, AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     answer = await broker.transactions.add_offsets(
         request.transactional_id, request.producer_id, request.producer_epoch, request.group_id
     )
@@ -150,7 +200,9 @@ async def handle_add_offsets(broker: Broker, header: RequestHeader, request: Any
     }
 
 
-async def handle_end_txn(broker: Broker, header: RequestHeader, request: Any) -> dict[str, Any]:
+async def handle_end_txn(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if not _may_use(broker, header, request.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     answer = await broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed
     )

@@ -6,6 +6,12 @@ WriteTxnMarkers is the cluster-internal API a transaction coordinator sends to p
 leaders; Kafka's admin `abortTransaction` sends it too, to end a hanging transaction on one
 partition. On one node the coordinator writes its markers in-process, so here the API
 serves the admin tools (and a future cluster).
+
+Authorization, as in Kafka: ListTransactions shows only the transactional ids the
+principal may Describe; DescribeTransactions needs Describe on each id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED) and lists only the topics the principal may
+Describe; WriteTxnMarkers needs ClusterAction on the cluster (CLUSTER_AUTHORIZATION_FAILED
+for every partition): a client cannot abort a transaction by writing markers itself.
 """
 
 from __future__ import annotations
@@ -14,15 +20,17 @@ import asyncio
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.authorization import authorize, authorize_cluster
 from oncelog.broker.internal_topics import TRANSACTION_STATE
 from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.transactions.coordinator import TxnDescription
 from oncelog.transactions.state import TxnState
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
-    from oncelog.protocol.codec import RequestHeader
+    from oncelog.broker.request_context import RequestContext
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
@@ -40,7 +48,7 @@ async def _coordinator_loaded(broker: Broker) -> bool:
 
 
 async def handle_list_transactions(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     states = tuple(request.state_filters or ())
     producer_ids = tuple(request.producer_id_filters or ())
@@ -61,6 +69,14 @@ async def handle_list_transactions(
             rows += [
                 {"transactional_id": tid, "producer_id": pid, "transaction_state": state}
                 for tid, pid, state in listing.transactions
+                if authorize(
+                    broker,
+                    header,
+                    AclOperation.DESCRIBE,
+                    ResourceType.TRANSACTIONAL_ID,
+                    tid,
+                    log_denial=False,
+                )
             ]
     else:
         unknown = tuple(s for s in states if not _known_state(s))
@@ -80,12 +96,14 @@ def _known_state(name: str) -> bool:
 
 
 async def handle_describe_transactions(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     loaded = await _coordinator_loaded(broker)
     states = []
     for tid in request.transactional_ids:
-        if not loaded:
+        if not authorize(broker, header, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            found = TxnDescription(tid, ErrorCode.transactional_id_authorization_failed)
+        elif not loaded:
             code = ErrorCode.invalid_request if not tid else ErrorCode.transactional_id_not_found
             found = TxnDescription(tid, code)
         else:
@@ -95,11 +113,19 @@ async def handle_describe_transactions(
                 found = TxnDescription(tid, ErrorCode.coordinator_not_available)
             else:
                 (found,) = shard.describe([tid])
-        states.append(_description(found))
+        states.append(_description(found, header, broker))
     return {"throttle_time": 0, "transaction_states": states}
 
 
-def _description(d: TxnDescription) -> dict[str, Any]:
+def _description(d: TxnDescription, header: RequestContext, broker: Broker) -> dict[str, Any]:
+    """The answer for one id, listing only the topics the principal may Describe."""
+    topics = {
+        topic: partitions
+        for topic, partitions in d.topics.items()
+        if authorize(
+            broker, header, AclOperation.DESCRIBE, ResourceType.TOPIC, topic, log_denial=False
+        )
+    }
     return {
         "error_code": d.error,
         "transactional_id": d.transactional_id,
@@ -108,7 +134,7 @@ def _description(d: TxnDescription) -> dict[str, Any]:
         "transaction_start_time": _timestamp(d.start_time_ms),
         "producer_id": d.producer_id,
         "producer_epoch": d.producer_epoch,
-        "topics": [{"topic": t, "partitions": list(ps)} for t, ps in sorted(d.topics.items())],
+        "topics": [{"topic": t, "partitions": list(ps)} for t, ps in sorted(topics.items())],
     }
 
 
@@ -123,12 +149,19 @@ def _timestamp(ms: int) -> datetime.datetime:
 
 
 async def handle_write_txn_markers(
-    broker: Broker, header: RequestHeader, request: Any
+    broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     """Write each marker to each listed partition, then answer once every written marker
     is durable. Markers take effect in request order (each one's appends happen before
     the next one's). Errors are per partition, as Kafka's (UNKNOWN_TOPIC_OR_PARTITION,
     INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, ...)."""
+    if not authorize_cluster(broker, header, AclOperation.CLUSTER_ACTION):
+        refused = ErrorCode.cluster_authorization_failed
+        outcomes = [
+            {(t.name, i): refused for t in marker.topics for i in t.partition_indexes}
+            for marker in request.markers
+        ]
+        return _markers_answer(request, outcomes)
     outcomes = await asyncio.gather(
         *(
             broker.markers.write(
@@ -141,6 +174,10 @@ async def handle_write_txn_markers(
             for marker in request.markers
         )
     )
+    return _markers_answer(request, outcomes)
+
+
+def _markers_answer(request: Any, outcomes: Any) -> dict[str, Any]:
     return {
         "markers": [
             {
