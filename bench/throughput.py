@@ -149,8 +149,8 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
             text = self.ready_file.read_text() if self.ready_file.exists() else ""
-            if text.endswith("\n"):
-                self.port = int(text)
+            if text.endswith("\n"):  # `LISTENER PORT` lines: the first listener's port
+                self.port = int(text.splitlines()[0].split()[-1])
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker not ready after {timeout_s} s:\n{self.log_tail()}")

@@ -108,3 +108,48 @@ def test_replay_digest_ignores_order_but_not_content() -> None:
     for row in [*rows[:-1], ("t", -1, b"k4", b"changed", None)]:
         c.add(*row)
     assert a.hex == b.hex and a.hex != c.hex and a.count == 5
+
+
+def test_security_options_in_kafkas_java_names_reach_librdkafka() -> None:
+    jaas = (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="alice" password="a-secret";'
+    )
+    options = parse_read_options(
+        {
+            **BOOT,
+            "subscribe": "t",
+            "kafka.client.id": "x",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "SCRAM-SHA-512",
+            "kafka.sasl.jaas.config": jaas,
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": "/etc/ca.pem",
+        },
+        streaming=False,
+    )
+    assert options.client == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "client.id": "x",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "a-secret",
+        "ssl.ca.location": "/etc/ca.pem",
+        "ssl.endpoint.identification.algorithm": "https",
+    }
+
+
+@pytest.mark.parametrize(
+    ("security", "message"),
+    [
+        ({"kafka.security.protocol": "SASL_SSL"}, "GSSAPI"),
+        ({"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN"}, "password"),
+        ({"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "JKS"}, "PEM"),
+    ],
+)
+def test_incomplete_security_options_are_refused_on_the_driver(
+    security: dict[str, str], message: str
+) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_write_options({**BOOT, "topic": "t", "sink.id": "s", **security})

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from oncelog.client.security import ClientSecurityError, librdkafka_config
+
 LATEST = -1
 EARLIEST = -2
 
@@ -96,13 +98,18 @@ def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int
 
 
 def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
-    """Every `kafka.*` option, prefix removed: the client configuration."""
+    """Every `kafka.*` option, prefix removed: the client configuration, its security
+    settings (`kafka.security.protocol`, `kafka.sasl.*`, `kafka.ssl.*`, in Kafka's Java
+    names as Spark's Kafka connector takes them, or librdkafka's) in librdkafka's names."""
     config = {
         k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")
     }
     if "bootstrap.servers" not in config:
         raise OptionError("option kafka.bootstrap.servers is required")
-    return config
+    try:
+        return librdkafka_config(config)
+    except ClientSecurityError as exc:
+        raise OptionError(f"kafka.* security options: {exc}") from None
 
 
 ClientConfig = dict[str, str | int | float | bool]  # what confluent-kafka's clients take
