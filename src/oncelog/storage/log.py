@@ -30,6 +30,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
 from oncelog.storage.cleaner import CLEANED_SUFFIX, CleanedGroup, SegmentSource
 from oncelog.storage.compaction import SegmentStats
+from oncelog.storage.fsync import fsync_together
 from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
 from oncelog.storage.txn_index import AbortedTxn
@@ -276,8 +277,7 @@ class PartitionLog:
                 s.dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
-            for fd in fds:
-                os.fsync(fd)
+            fsync_together(fds)
             if dir_dirty:
                 fsync_directory(self.directory)
         except BaseException:

@@ -9,10 +9,10 @@ were dropped, since nothing after a hole can be trusted.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
 from oncelog.protocol.record_batch import crc_is_valid
+from oncelog.storage.fsync import fsync_together
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 __all__ = ["RecoveryReport", "SegmentRecovery", "recover_segment"]
@@ -52,8 +52,7 @@ def recover_segment(segment: LogSegment, recovery_point: int | None = None) -> S
         log.warning("%s: the batch at trusted position %d is damaged", segment.path, start)
         result = _validate_from(segment, 0)
         assert result is not None
-    for fd in segment.sync_fds():  # the index too: the next recovery starts from it
-        os.fsync(fd)
+    fsync_together(segment.sync_fds())  # the index too: the next recovery starts from it
     segment.dirty = False
     return result
 
