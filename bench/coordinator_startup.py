@@ -67,8 +67,10 @@ def write_history(
 ) -> None:
     registry = TopicRegistry(data_dir, broker_config)
     now = int(time.time() * 1000)
-    offsets = ensure_internal_topic(
-        registry, CONSUMER_OFFSETS, broker_config.offsets_topic_num_partitions, now
+    offsets = asyncio.run(
+        ensure_internal_topic(
+            registry, CONSUMER_OFFSETS, broker_config.offsets_topic_num_partitions, now
+        )
     )
     for i in range(commits):
         group = f"group-{i % groups}"
@@ -79,8 +81,10 @@ def write_history(
         key, value = record.encode()
         partition = offsets.partitions[partition_for(group, len(offsets.partitions))]
         partition.append_from_coordinator(build_batch([Record(key, value)], timestamp_ms=now), now)
-    state = ensure_internal_topic(
-        registry, TRANSACTION_STATE, broker_config.transaction_state_log_num_partitions, now
+    state = asyncio.run(
+        ensure_internal_topic(
+            registry, TRANSACTION_STATE, broker_config.transaction_state_log_num_partitions, now
+        )
     )
     for i in range(transactions):
         txn_id = f"txn-{i % ids}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -189,9 +188,7 @@ def test_coordinator_tracked_transaction_is_not_hanging_and_abort_needs_force(
 def _wipe_transaction_state(data_dir: Path) -> None:
     """Lose the coordinator's state, as a restored backup without __transaction_state would:
     the partitions still hold the open transaction, no coordinator will ever end it."""
-    catalogue = data_dir / "topics.json"
-    entries = json.loads(catalogue.read_text())
-    catalogue.write_text(json.dumps([e for e in entries if e["name"] != "__transaction_state"]))
+    (data_dir / "topic-metadata" / "__transaction_state.json").unlink()
     for directory in data_dir.glob("__transaction_state-*"):
         shutil.rmtree(directory)
 

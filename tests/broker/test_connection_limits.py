@@ -22,8 +22,9 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
 
+from .raw_requests import FETCH_BY_NAME, create_topics, fetch_body, produce
+
 IO_TIMEOUT_S = 10.0
-FETCH_BY_NAME = 12  # the last Fetch version naming topics (13+ use topic ids)
 
 
 def connect(broker: EmbeddedBroker) -> socket.socket:
@@ -173,7 +174,8 @@ def test_fetch_max_bytes_caps_what_a_client_asks_for(make_broker: Any) -> None:
     with KafkaConnection(broker.bootstrap_servers, timeout_s=IO_TIMEOUT_S) as conn:
         create_topic(conn, "capped")
         for i in range(10):
-            produce(conn, "capped", build_batch([Record(None, b"%03d" % i * 100)], timestamp_ms=1))
+            batch = build_batch([Record(None, b"%03d" % i * 100)], timestamp_ms=1)
+            assert produce(conn, "capped", 0, batch).error_code == ErrorCode.none
         response = conn.request(
             ApiKey.FETCH, fetch_body("capped", max_bytes=50 * 1024 * 1024), version=FETCH_BY_NAME
         )
@@ -206,65 +208,5 @@ def wait_until(condition: Any, timeout_s: float = IO_TIMEOUT_S) -> None:
         time.sleep(0.01)
 
 
-def fetch_body(topic: str, max_wait_ms: int = 0, max_bytes: int = 1 << 20) -> dict[str, Any]:
-    return {
-        "replica_id": -1,
-        "max_wait": max_wait_ms,
-        "min_bytes": 1,
-        "max_bytes": max_bytes,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "topic_id": None,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": 0,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": max_bytes,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
-
-
 def create_topic(conn: KafkaConnection, name: str) -> None:
-    response = conn.request(
-        ApiKey.CREATE_TOPICS,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": 1,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
-    assert [t.error_code for t in response.topics] == [ErrorCode.none]
-
-
-def produce(conn: KafkaConnection, topic: str, records: bytes) -> None:
-    response = conn.request(
-        ApiKey.PRODUCE,
-        {
-            "transactional_id": None,
-            "acks": -1,
-            "timeout": 5000,
-            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
-        },
-    )
-    errors = [p.error_code for t in response.responses for p in t.partition_responses]
-    assert errors == [ErrorCode.none]
+    assert create_topics(conn, {name: 1})[name].error_code == ErrorCode.none

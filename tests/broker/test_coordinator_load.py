@@ -14,6 +14,7 @@ request) is used with the partitions it has, as Kafka does, instead of failing w
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from pathlib import Path
@@ -139,7 +140,9 @@ def test_corrupt_transaction_state_records_are_skipped(
 def test_an_existing_consumer_offsets_keeps_its_partition_count(tmp_path: Path) -> None:
     """A data directory where `__consumer_offsets` was made with 1 partition."""
     registry = TopicRegistry(tmp_path, BrokerConfig.load(None, CONFIG))
-    registry.create(CONSUMER_OFFSETS, 1, {"cleanup.policy": "compact"}, 0, internal=True)
+    asyncio.run(
+        registry.create(CONSUMER_OFFSETS, 1, {"cleanup.policy": "compact"}, 0, internal=True)
+    )
     registry.close()
     (tmp_path / ".oncelog_cleanshutdown").touch()
 

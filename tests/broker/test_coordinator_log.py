@@ -22,8 +22,8 @@ NOW = 1_795_000_000_000
 def test_records_and_markers_come_back_in_order_after_a_restart(tmp_path: Path) -> None:
     config = BrokerConfig.load(None, {})
     registry = TopicRegistry(tmp_path, config)
-    topic = ensure_internal_topic(registry, CONSUMER_OFFSETS, 3, NOW)
-    assert ensure_internal_topic(registry, CONSUMER_OFFSETS, 3, NOW) is topic
+    topic = asyncio.run(ensure_internal_topic(registry, CONSUMER_OFFSETS, 3, NOW))
+    assert asyncio.run(ensure_internal_topic(registry, CONSUMER_OFFSETS, 3, NOW)) is topic
     assert topic.configs["cleanup.policy"] == "compact" and topic.is_internal
     partition = topic.partitions[1]
 
@@ -31,7 +31,7 @@ def test_records_and_markers_come_back_in_order_after_a_restart(tmp_path: Path) 
         flusher = GroupCommitFlusher()
         flusher.start()
         internal = InternalTopicLog(registry, flusher, CONSUMER_OFFSETS, 3, lambda: NOW)
-        assert internal.exists() and internal.ensure() == internal.partition_count() == 3
+        assert internal.exists() and await internal.ensure() == internal.partition_count() == 3
         end = internal.append(1, [(b"k1", b"v1"), (b"k2", None)], NOW) + 1
         last = internal.append(1, [(b"k3", b"v3")], NOW, producer_id=77, producer_epoch=2)
         assert last == end == 2

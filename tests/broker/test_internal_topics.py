@@ -14,7 +14,6 @@ stopped the broker from starting. The tests below fail on that code.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -26,6 +25,7 @@ from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
 
 from .group_clients import TIMEOUT_S, committed, consume_as_group, produce_values
+from .raw_requests import create_topics, delete_topic, metadata, produce
 
 INTERNAL = (CONSUMER_OFFSETS, TRANSACTION_STATE)
 CONFIG = {"group.initial.rebalance.delay.ms": "0"}
@@ -41,36 +41,6 @@ def broker() -> Iterator[EmbeddedBroker]:
 def conn(broker: EmbeddedBroker) -> Iterator[KafkaConnection]:
     with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as connection:
         yield connection
-
-
-def metadata(conn: KafkaConnection, name: str) -> Any:
-    response = conn.request(
-        ApiKey.METADATA,
-        {
-            "topics": [{"name": name, "topic_id": None}],
-            "allow_auto_topic_creation": True,
-            "include_topic_authorized_operations": False,
-            "include_cluster_authorized_operations": False,
-        },
-    )
-    (topic,) = response.topics
-    return topic
-
-
-def produce(conn: KafkaConnection, topic: str, partition: int, records: bytes) -> Any:
-    response = conn.request(
-        ApiKey.PRODUCE,
-        {
-            "transactional_id": None,
-            "acks": -1,
-            "timeout": 5000,
-            "topic_data": [
-                {"name": topic, "partition_data": [{"index": partition, "records": records}]}
-            ],
-        },
-    )
-    ((answer,),) = [t.partition_responses for t in response.responses]
-    return answer
 
 
 def consume_and_commit(bootstrap: str, group: str, topic: str, count: int) -> int:
@@ -105,23 +75,7 @@ def test_groups_work_after_a_metadata_request_for_consumer_offsets(
 def test_create_topics_refuses_an_internal_name(
     broker: EmbeddedBroker, conn: KafkaConnection, name: str
 ) -> None:
-    response = conn.request(
-        ApiKey.CREATE_TOPICS,
-        {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": 1,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        },
-    )
-    (result,) = response.topics
+    result = create_topics(conn, {name: 1})[name]
     assert result.error_code == ErrorCode.invalid_request
     assert "internal topic" in result.error_message
     assert broker.broker is not None and broker.broker.topics.get(name) is None
@@ -132,15 +86,7 @@ def test_delete_topics_refuses_an_internal_topic(
 ) -> None:
     produce_values(broker.bootstrap_servers, "events", 1)
     assert consume_and_commit(broker.bootstrap_servers, "keeper", "events", 1) == 1
-    response = conn.request(
-        ApiKey.DELETE_TOPICS,
-        {
-            "topics": [{"name": CONSUMER_OFFSETS, "topic_id": None}],
-            "topic_names": [CONSUMER_OFFSETS],
-            "timeout": 5000,
-        },
-    )
-    (result,) = response.responses
+    result = delete_topic(conn, CONSUMER_OFFSETS)
     assert result.error_code == ErrorCode.invalid_request
     assert committed(broker.bootstrap_servers, "keeper", "events") == 1
 

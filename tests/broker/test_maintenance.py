@@ -32,7 +32,9 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
         },
     )
     registry = TopicRegistry(tmp_path, config)
-    registry.create("old", 1, {"segment.bytes": "1000", "retention.ms": str(HOUR_MS)}, 0)
+    asyncio.run(
+        registry.create("old", 1, {"segment.bytes": "1000", "retention.ms": str(HOUR_MS)}, 0)
+    )
 
     async def scenario() -> None:
         flusher = GroupCommitFlusher()
@@ -71,7 +73,7 @@ def test_a_cancelled_tick_waits_for_its_checkpoint_thread(tmp_path: Path) -> Non
     running would write beside the close (two writers of one temporary file)."""
     config = BrokerConfig.load(None, {})
     registry = TopicRegistry(tmp_path, config)
-    registry.create("t", 1, {}, 0)
+    asyncio.run(registry.create("t", 1, {}, 0))
     log = registry.partition("t", 0).log
     writing, release = threading.Event(), threading.Event()
     finished: list[str] = []

@@ -3,6 +3,7 @@ what a restart rebuilds."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ def plain_batch() -> bytes:
 @pytest.fixture
 def registry(tmp_path: Path) -> TopicRegistry:
     registry = TopicRegistry(tmp_path, BrokerConfig.load(None, {}))
-    registry.create("t", 1, {"segment.bytes": "400"}, NOW)
+    asyncio.run(registry.create("t", 1, {"segment.bytes": "400"}, NOW))
     return registry
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from oncelog.broker.config import BrokerConfig
@@ -27,7 +28,7 @@ def idempotent_batch(sequence: int, timestamp_ms: int) -> bytes:
 def test_idle_producer_survives_retention_of_its_batches_and_a_restart(tmp_path: Path) -> None:
     config = BrokerConfig.load(None, {})
     registry = TopicRegistry(tmp_path, config)
-    registry.create("t", 1, {"segment.bytes": "300", "retention.ms": str(HOUR_MS)}, 0)
+    asyncio.run(registry.create("t", 1, {"segment.bytes": "300", "retention.ms": str(HOUR_MS)}, 0))
     partition = registry.partition("t", 0)
     for sequence in range(5):
         partition.append_records(idempotent_batch(sequence, 1_000), 1_000)

@@ -49,6 +49,7 @@ def test_collisions() -> None:
     assert collides("a.b_c", "a_b.c")
     assert not collides("a.b", "a-b")
     assert not collides("ab", "a_b")
+    assert not collides("a.b", "a.b")  # the same name is not a collision
     assert find_collision("a.b", ["x", "a_b"]) == "a_b"
-    assert find_collision("a.b", ["a.b", "c"]) is None  # the same name is not a collision
+    assert find_collision("a.b", ["a.b", "c"]) is None
     assert find_collision("ab", ["a_b"]) is None

@@ -30,7 +30,7 @@ from oncelog.broker.metrics import BrokerMetrics, MetricsServer
 from oncelog.broker.request_context import RequestContext
 from oncelog.broker.scram_store import FileScramStore
 from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer, Listener
-from oncelog.broker.topics import CATALOGUE_FILE, TopicRegistry
+from oncelog.broker.topics import TopicRegistry
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
 from oncelog.broker.txn_markers import LocalMarkerWriter
 from oncelog.clock import wall_clock_ms
@@ -235,7 +235,7 @@ class Broker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         marker = self.data_dir / CLEAN_SHUTDOWN_MARKER
         clean = marker.exists()
-        if not clean and (self.data_dir / CATALOGUE_FILE).exists():
+        if not clean and self.topics.in_use():
             log.warning("no clean-shutdown marker in %s: recovering logs", self.data_dir)
         # The marker is removed before anything is written, so a crash from here on is
         # seen as unclean at the next start.

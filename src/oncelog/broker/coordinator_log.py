@@ -100,9 +100,9 @@ class InternalTopicLog:
         topic = self._topics.get(self.name)
         return self._configured_partitions if topic is None else len(topic.partitions)
 
-    def ensure(self) -> int:
+    async def ensure(self) -> int:
         """Create the topic if it is missing; its partition count."""
-        topic = ensure_internal_topic(
+        topic = await ensure_internal_topic(
             self._topics, self.name, self._configured_partitions, self._clock()
         )
         return len(topic.partitions)

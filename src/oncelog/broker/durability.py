@@ -107,6 +107,9 @@ class GroupCommitFlusher:
                     _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))
                     continue
                 self.fsync_rounds += 1
+                if partition.log.closed:  # its topic was deleted: the offsets never will be
+                    _fail(state, KafkaError(ErrorCode.unknown_topic_or_partition, "deleted"))
+                    continue
                 still = []
                 for end_offset, future in state.waiters:
                     if future.done():

@@ -32,7 +32,9 @@ _SEGMENT_BYTES_KEYS = {
 }
 
 
-def ensure_internal_topic(topics: TopicRegistry, name: str, partitions: int, now_ms: int) -> Topic:
+async def ensure_internal_topic(
+    topics: TopicRegistry, name: str, partitions: int, now_ms: int
+) -> Topic:
     """The internal topic `name`, created with `partitions` partitions if missing."""
     topic = topics.get(name)
     if topic is None:
@@ -41,5 +43,5 @@ def ensure_internal_topic(topics: TopicRegistry, name: str, partitions: int, now
             "segment.bytes": str(topics.broker_config.get(_SEGMENT_BYTES_KEYS[name])),
             "segment.ms": str(INTERNAL_SEGMENT_MS),
         }
-        topic = topics.create(name, partitions, configs, now_ms, internal=True)
+        topic = await topics.create(name, partitions, configs, now_ms, internal=True)
     return topic

@@ -32,7 +32,7 @@ class InternalTopic(Protocol):
     def partition_count(self) -> int:
         """The topic's partitions if it exists, else how many it will be created with."""
 
-    def ensure(self) -> int:
+    async def ensure(self) -> int:
         """Create the topic if it is missing; its partition count."""
 
 
@@ -58,7 +58,7 @@ class SingleNodeLeadership:
         await asyncio.shield(self._loaded)
 
     async def _load_all(self) -> None:
-        for partition in range(self._topic.ensure()):
+        for partition in range(await self._topic.ensure()):
             await self._load(partition, SINGLE_NODE_EPOCH)
 
 

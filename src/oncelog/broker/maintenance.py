@@ -2,7 +2,11 @@
 flushes and checkpoints.
 
 Each job has its own period (Kafka's keys); one task ticks once a second and runs the
-jobs that are due, so an idle broker does almost nothing.
+jobs that are due, so an idle broker does almost nothing. The pass over the partitions
+yields to the event loop every SLICE partitions, so thousands of partitions never hold up
+a request for long; checkpoints are written off the loop, and only where they changed.
+A failure (a disk full, no file descriptor left) is logged once per pass with how many
+partitions it hit, not once per partition.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ TICK_S = 1.0
 # Kafka's log.flush.offset.checkpoint.interval.ms default: how often recovery points
 # are persisted, which bounds how much log an unclean start has to rescan.
 CHECKPOINT_INTERVAL_MS = 60_000
+# Partitions looked at between two yields to the event loop (about a millisecond of work).
+SLICE = 256
 
 
 class Maintenance:
@@ -59,7 +65,12 @@ class Maintenance:
     async def tick(self, now_ms: int) -> None:
         retention_due = now_ms >= self._next_retention_ms
         checkpoint_due = now_ms >= self._next_checkpoint_ms
-        for partition in self._topics.partitions():
+        failures = _Failures("maintenance")
+        for count, partition in enumerate(self._topics.partitions(), 1):
+            if count % SLICE == 0:
+                await asyncio.sleep(0)
+            if partition.log.closed:  # its topic was deleted while this pass yielded
+                continue
             try:
                 partition.log.maybe_roll(now_ms)
                 if retention_due:
@@ -72,10 +83,11 @@ class Maintenance:
                     )
                     if expired:
                         log.info("%r: producer ids %s expired", partition, expired)
-            except OSError:
-                log.exception("maintenance of %r failed", partition)
+            except OSError as exc:
+                failures.add(partition, exc)
             if partition.flush_overdue(now_ms):
                 self._flusher.request_flush(partition)
+        failures.report()
         if retention_due:
             self._next_retention_ms = now_ms + self._retention_interval_ms
         if checkpoint_due:
@@ -90,8 +102,30 @@ class Maintenance:
                 raise
 
     def _write_checkpoints(self) -> None:
+        failures = _Failures("writing the recovery checkpoint")
         for partition in self._topics.partitions():
             try:
                 partition.log.write_recovery_checkpoint()
-            except OSError:
-                log.exception("could not write the recovery checkpoint of %r", partition)
+            except OSError as exc:
+                failures.add(partition, exc)
+        failures.report()
+
+
+class _Failures:
+    """The partitions one pass failed on, reported in one log line."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._count = 0
+        self._first: str | None = None
+
+    def add(self, partition: Partition, exc: OSError) -> None:
+        self._count += 1
+        if self._first is None:
+            self._first = f"{partition!r}: {exc}"
+
+    def report(self) -> None:
+        if self._count:
+            log.error(
+                "%s failed for %d partition(s); first %s", self._what, self._count, self._first
+            )

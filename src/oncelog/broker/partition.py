@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from oncelog.broker.config import TopicConfig
 from oncelog.producers.loader import index_aborted, load_producer_state
-from oncelog.producers.snapshot import delete_snapshots_below, write_snapshot
+from oncelog.producers.snapshot import delete_snapshots_below, snapshot_path, write_snapshot
 from oncelog.producers.state import Append, Duplicate, ProducerStateManager, Refuse, TxnMarker
 from oncelog.protocol.compression import CODEC_IDS, NONE
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -323,8 +323,11 @@ class Partition:
         delete_snapshots_below(self.log.directory, self.log.log_start_offset)
 
     def close(self) -> None:
-        """Snapshot the producers at the log end (a clean start then replays nothing)."""
-        self._snapshot_producers(self.log.log_end_offset)
+        """Snapshot the producers at the log end (a clean start then replays nothing),
+        unless nothing was ever appended or that snapshot is already on disk."""
+        end = self.log.log_end_offset
+        if end > 0 and not snapshot_path(self.log.directory, end).exists():
+            self._snapshot_producers(end)
         self.log.close()
 
     # -- durability --------------------------------------------------------------------------

@@ -1,28 +1,56 @@
 """Topics: their persisted metadata (id, partition count, configs) and their partitions.
 
-The metadata lives in one JSON file replaced atomically (write, fsync, rename), so a
-crash leaves either the old or the new catalogue, never half of one.
+`TopicRegistry.create` is the one place where topics come into being: CreateTopics,
+Metadata's auto-creation and the coordinators' internal topics all go through it. Work
+that grows with a request never runs on the event loop: the partition directories and
+their empty logs, and the topic's catalogue entry (topic_catalogue.py), are made by one
+"topic-admin" worker thread, all or nothing (a failure removes what was made and the
+request gets an error). The event loop only validates the request, reserves the name and,
+once everything is on disk, makes the topic visible. Deletion works the same way in
+reverse: the topic disappears at once, its files go in the worker thread.
+
+One CreateTopics request may ask for at most MAX_PARTITIONS_PER_REQUEST partitions in all,
+as Kafka's controller allows (`QuorumController.MAX_PARTITIONS_PER_BATCH`).
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
+import shutil
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from oncelog.broker import config as cfg
 from oncelog.broker.partition import Partition, PartitionSettings, record_rules
-from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
+from oncelog.broker.topic_catalogue import TopicCatalogue, TopicEntry
+from oncelog.broker.topic_names import is_internal, metric_name, validate_topic_name
 from oncelog.producers.loader import load_producer_state
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.storage.atomic_file import write_atomically
+from oncelog.storage.checkpoint import fsync_directory
 
 log = logging.getLogger(__name__)
 
-CATALOGUE_FILE = "topics.json"
+T = TypeVar("T")
+
+# Kafka's QuorumController.MAX_PARTITIONS_PER_BATCH: partitions one request may create.
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def check_partitions_per_request(total: int) -> None:
+    """Refuse a request that would create more than MAX_PARTITIONS_PER_REQUEST partitions
+    (Kafka's POLICY_VIOLATION, with its message)."""
+    if total > MAX_PARTITIONS_PER_REQUEST:
+        raise KafkaError(
+            ErrorCode.policy_violation,
+            f"Excessively large number of partitions per request: {total} requested, "
+            f"limit {MAX_PARTITIONS_PER_REQUEST}.",
+        )
 
 
 @dataclass
@@ -38,6 +66,9 @@ class Topic:
     def is_internal(self) -> bool:
         return is_internal(self.name)
 
+    def entry(self, partition_count: int) -> TopicEntry:
+        return TopicEntry(self.name, self.topic_id, partition_count, self.configs)
+
 
 class TopicRegistry:
     """Every topic of the broker: creation, deletion and lookup by name or id, and loading
@@ -46,8 +77,13 @@ class TopicRegistry:
     def __init__(self, data_dir: Path, broker_config: cfg.BrokerConfig) -> None:
         self._data_dir = data_dir
         self._config = broker_config
+        self._catalogue = TopicCatalogue(data_dir)
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        # metric name -> topic, for the topics that exist and those being created
+        self._metric_names: dict[str, str] = {}
+        self._admin = ThreadPoolExecutor(1, thread_name_prefix="topic-admin")
+        self._changing = asyncio.Lock()  # one creation, deletion or change at a time
 
     @property
     def broker_config(self) -> cfg.BrokerConfig:
@@ -75,16 +111,22 @@ class TopicRegistry:
 
     # -- lifecycle --------------------------------------------------------------------
 
+    def in_use(self) -> bool:
+        """Whether this data directory has held topics (a start after a crash must
+        recover them)."""
+        return self._catalogue.exists()
+
     def load(self, *, clean_shutdown: bool, now_ms: int) -> None:
-        path = self._data_dir / CATALOGUE_FILE
-        if not path.exists():
-            return
-        for entry in json.loads(path.read_text()):
-            topic = Topic(entry["name"], uuid.UUID(entry["id"]), dict(entry["configs"]))
-            self._open_partitions(topic, entry["partitions"], clean_shutdown, now_ms)
+        """Open every topic of the catalogue (at start, before anything is served)."""
+        for entry in self._catalogue.load():
+            topic = Topic(entry.name, entry.topic_id, entry.configs)
+            topic.partitions = [
+                self._open_partition(topic, index, clean_shutdown=clean_shutdown, now_ms=now_ms)
+                for index in range(entry.partitions)
+            ]
             self._register(topic)
 
-    def create(
+    async def create(
         self,
         name: str,
         num_partitions: int,
@@ -98,6 +140,24 @@ class TopicRegistry:
 
         Internal topics are created by their coordinators alone (`internal=True`), with
         their own partition counts and configs; a client cannot create one."""
+        topic, count = self._validate_creation(name, num_partitions, configs, internal)
+        if validate_only:
+            return topic
+        self._metric_names[metric_name(name)] = name  # reserved while the files are made
+        try:
+            async with self._changing:
+                topic.partitions = await self._storage_work(
+                    f"create topic {name!r}", self._make_partitions, topic, 0, count, now_ms
+                )
+        finally:
+            del self._metric_names[metric_name(name)]
+        self._register(topic)
+        log.info("created topic %s with %d partitions", name, count)
+        return topic
+
+    def _validate_creation(
+        self, name: str, num_partitions: int, configs: dict[str, str], internal: bool
+    ) -> tuple[Topic, int]:
         try:
             validate_topic_name(name)
         except ValueError as exc:
@@ -108,13 +168,13 @@ class TopicRegistry:
                 f"Creation of internal topic {name} is prohibited: the broker creates it "
                 "when its coordinator is first looked up",
             )
-        if name in self._topics:
+        holder = self._metric_names.get(metric_name(name))
+        if holder == name:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
-        collision = find_collision(name, self._topics)
-        if collision is not None:
+        if holder is not None:
             raise KafkaError(
                 ErrorCode.invalid_topic_exception,
-                f"topic {name!r} collides with existing topic {collision!r}: "
+                f"topic {name!r} collides with existing topic {holder!r}: "
                 "'.' and '_' are interchangeable in metric names",
             )
         if num_partitions == -1:
@@ -128,16 +188,11 @@ class TopicRegistry:
             overrides = cfg.TopicConfig.validate(configs)
         except cfg.ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
-        topic = Topic(name, uuid.uuid4(), overrides)
-        if validate_only:
-            return topic
-        self._open_partitions(topic, num_partitions, True, now_ms)
-        self._register(topic)
-        self._persist()
-        log.info("created topic %s with %d partitions", name, num_partitions)
-        return topic
+        return Topic(name, uuid.uuid4(), overrides), num_partitions
 
-    def delete(self, name: str) -> Topic:
+    async def delete(self, name: str) -> Topic:
+        """Delete a topic: it is gone at once for every request; its files are removed
+        in the worker thread before this returns."""
         topic = self._topics.get(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist")
@@ -149,28 +204,48 @@ class TopicRegistry:
             )
         del self._topics[name]
         del self._by_id[topic.topic_id]
-        self._persist()
-        for partition in topic.partitions:
-            partition.log.delete()
+        # The name stays taken until its directories are gone.
+        try:
+            async with self._changing:
+                await self._storage_work(f"delete topic {name!r}", self._remove_topic, topic)
+        finally:
+            del self._metric_names[metric_name(name)]
         log.info("deleted topic %s", name)
         return topic
 
-    def add_partitions(self, name: str, count: int, now_ms: int) -> Topic:
-        """CreatePartitions: open partitions up to ``count`` (the caller checked it is an
-        increase) and record the new count."""
-        topic = self._topics[name]
-        before = len(topic.partitions)
-        self._open_partitions(topic, count, True, now_ms)
-        self._persist()
+    async def add_partitions(self, name: str, count: int, now_ms: int) -> Topic:
+        """CreatePartitions: partitions up to ``count`` (the caller checked it is an
+        increase), made off the event loop like a new topic's, all or nothing."""
+        async with self._changing:
+            topic = self._topics.get(name)
+            if topic is None:
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
+                )
+            before = len(topic.partitions)
+            if count <= before:
+                raise KafkaError(
+                    ErrorCode.invalid_partitions, f"Topic already has {before} partition(s)."
+                )
+            topic.partitions += await self._storage_work(
+                f"add partitions to {name!r}",
+                self._make_partitions,
+                topic,
+                before,
+                count,
+                now_ms,
+            )
         log.info("topic %s now has %d partitions (was %d)", name, count, before)
         return topic
 
-    def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
+    async def alter_configs(self, name: str, overrides: dict[str, str]) -> None:
         """Replace a topic's overrides (already validated), persist them, and bring its
         running partitions up to date."""
-        topic = self._topics[name]
-        topic.configs = dict(overrides)
-        self._persist()
+        async with self._changing:
+            topic = self._topics[name]
+            entry = replace(topic.entry(len(topic.partitions)), configs=dict(overrides))
+            await self._storage_work(f"alter the configs of {name!r}", self._catalogue.write, entry)
+            topic.configs = dict(overrides)
         self.refresh_settings(topic)
 
     def refresh_settings(self, topic: Topic | None = None) -> None:
@@ -180,6 +255,7 @@ class TopicRegistry:
             apply_settings(each.partitions, self._config, each.configs)
 
     def close(self) -> None:
+        self._admin.shutdown(wait=True)
         for partition in self.partitions():
             partition.close()
 
@@ -188,33 +264,68 @@ class TopicRegistry:
     def _register(self, topic: Topic) -> None:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        self._metric_names[metric_name(topic.name)] = topic.name
 
-    def _open_partitions(self, topic: Topic, count: int, clean_shutdown: bool, now_ms: int) -> None:
-        """Open partitions up to ``count`` (a new topic's, or those CreatePartitions adds)."""
-        for index in range(len(topic.partitions), count):
-            topic.partitions.append(
-                open_partition(
-                    self._data_dir,
-                    self._config,
-                    topic.name,
-                    topic.configs,
-                    index,
-                    clean_shutdown=clean_shutdown,
-                    now_ms=now_ms,
-                )
-            )
+    async def _storage_work(self, what: str, work: Callable[..., T], *args: object) -> T:
+        """Run `work` in the topic-admin thread; a disk failure is KAFKA_STORAGE_ERROR."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._admin, work, *args)
+        except OSError as exc:
+            log.error("could not %s: %s", what, exc)
+            raise KafkaError(ErrorCode.kafka_storage_error, f"could not {what}: {exc}") from exc
 
-    def _persist(self) -> None:
-        entries = [
-            {
-                "name": t.name,
-                "id": str(t.topic_id),
-                "partitions": len(t.partitions),
-                "configs": t.configs,
-            }
-            for t in self._topics.values()
-        ]
-        write_atomically(self._data_dir / CATALOGUE_FILE, json.dumps(entries, indent=1).encode())
+    def _open_partition(
+        self, topic: Topic, index: int, *, clean_shutdown: bool, now_ms: int
+    ) -> Partition:
+        return open_partition(
+            self._data_dir,
+            self._config,
+            topic.name,
+            topic.configs,
+            index,
+            clean_shutdown=clean_shutdown,
+            now_ms=now_ms,
+        )
+
+    def _partition_dir(self, topic: str, index: int) -> Path:
+        return self._data_dir / f"{topic}-{index}"
+
+    def _make_partitions(
+        self, topic: Topic, start: int, count: int, now_ms: int
+    ) -> list[Partition]:
+        """(Worker thread.) Partitions `start`..`count`-1 of `topic`: their directories and
+        empty logs, then the topic's catalogue entry with `count` partitions; all or
+        nothing."""
+        made: list[Partition] = []
+        try:
+            for index in range(start, count):
+                self._set_aside_stray(topic.name, index)
+                made.append(self._open_partition(topic, index, clean_shutdown=True, now_ms=now_ms))
+            fsync_directory(self._data_dir)
+            self._catalogue.write(topic.entry(count))
+        except BaseException:
+            for partition in made:
+                partition.log.delete()
+            shutil.rmtree(self._partition_dir(topic.name, start + len(made)), ignore_errors=True)
+            raise
+        return made
+
+    def _set_aside_stray(self, topic: str, index: int) -> None:
+        """A directory left by a topic of the same name that a crash interrupted while it
+        was created or deleted is not in the catalogue: it must not lend its data to the
+        new topic. It is renamed, as Kafka renames stray logs, and left for the operator."""
+        directory = self._partition_dir(topic, index)
+        if directory.exists():
+            stray = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-stray")
+            directory.rename(stray)
+            log.warning("set aside %s, left by an earlier topic %s, as %s", directory, topic, stray)
+
+    def _remove_topic(self, topic: Topic) -> None:
+        """(Worker thread.) The catalogue entry first: a crash after it leaves directories
+        the catalogue does not list, which a new topic of the same name sets aside."""
+        self._catalogue.remove(topic.name)
+        for partition in topic.partitions:
+            partition.log.delete()
 
 
 def open_partition(

@@ -116,6 +116,7 @@ class PartitionLog:
         self._log_start_offset = min(
             max(log_start_offset or 0, segments[0].base_offset), segments[-1].next_offset
         )
+        self._checkpointed: int | None = None  # the recovery point the checkpoint file holds
         self._lock = threading.Lock()
         # Serialises checkpoint writes with close and delete (they share one temporary
         # file name), without holding up appends for the checkpoint's fsyncs.
@@ -145,7 +146,9 @@ class PartitionLog:
             segments = [LogSegment(directory, 0, config.index_interval_bytes)]
             fsync_directory(directory)
         checkpoint = read_checkpoint(directory / RECOVERY_POINT_FILE)
+        # What a start would take as the recovery point: the file's, else the log start.
         recovery_point = checkpoint if checkpoint is not None else segments[0].base_offset
+        checkpointed = recovery_point
         if clean_shutdown:
             for segment in segments:
                 segment.load()
@@ -153,10 +156,12 @@ class PartitionLog:
             recovery_point = min(recovery_point, segments[-1].next_offset)
         else:
             segments, report = _recover(directory, segments, recovery_point)
-            recovery_point = segments[-1].next_offset
+            recovery_point = checkpointed = segments[-1].next_offset
             write_checkpoint(directory / RECOVERY_POINT_FILE, recovery_point)
         log_start = read_checkpoint(directory / LOG_START_FILE)
-        return cls(directory, config, segments, recovery_point, report, log_start)
+        opened = cls(directory, config, segments, recovery_point, report, log_start)
+        opened._checkpointed = checkpointed
+        return opened
 
     # --- offsets ---
 
@@ -171,6 +176,11 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         return self._recovery_point
+
+    @property
+    def closed(self) -> bool:
+        """Closed at shutdown or deleted with its topic: nothing more can be written."""
+        return not self._segments
 
     # --- writing ---
 
@@ -268,8 +278,8 @@ class PartitionLog:
         waiting for their own offset share whichever fsync got there first.
         """
         with self._lock:
-            if up_to is not None and self._recovery_point >= up_to:
-                return self._recovery_point
+            if not self._segments or (up_to is not None and self._recovery_point >= up_to):
+                return self._recovery_point  # closed or deleted meanwhile: nothing to sync
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
             fds = [os.dup(fd) for s in dirty for fd in s.sync_fds()]
@@ -294,12 +304,19 @@ class PartitionLog:
             return self._recovery_point
 
     def write_recovery_checkpoint(self) -> None:
-        """Persist the recovery point (periodically and at close) to shorten recovery.
+        """Persist the recovery point (periodically and at close) to shorten recovery;
+        nothing to do when the file already holds it (an idle partition costs no fsync).
         Thread-safe; does nothing once the log is closed or deleted (close wrote the last
         one)."""
         with self._checkpoint_lock:
             if self._segments:
-                write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
+                self._write_checkpoint_if_moved()
+
+    def _write_checkpoint_if_moved(self) -> None:
+        recovery_point = self._recovery_point
+        if recovery_point != self._checkpointed:
+            write_checkpoint(self.directory / RECOVERY_POINT_FILE, recovery_point)
+            self._checkpointed = recovery_point
 
     # --- reading ---
 
@@ -623,7 +640,7 @@ class PartitionLog:
             return
         self.flush()
         with self._checkpoint_lock:
-            write_checkpoint(self.directory / RECOVERY_POINT_FILE, self._recovery_point)
+            self._write_checkpoint_if_moved()
             self._close_segments()
 
     def delete(self) -> None:
@@ -633,9 +650,11 @@ class PartitionLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _close_segments(self) -> None:
-        for segment in self._segments:
-            segment.close()
-        self._segments = []
+        """Under the log's lock: a flush in another thread is duplicating descriptors."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close()
+            self._segments = []
 
 
 def _base_offset_at(segment: LogSegment, position: int) -> int:

@@ -9,6 +9,11 @@ Delete on the topic (and Describe, when the topic is named by id); describing
 configurations needs DescribeConfigs on the topic, or on the cluster for a broker. Each
 refusal is TOPIC_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED for that resource
 alone, decided before its existence is looked at.
+
+A CreateTopics asking for more than MAX_PARTITIONS_PER_REQUEST partitions in all is
+refused whole, every topic with POLICY_VIOLATION, before anything is created (Kafka's
+controller does the same). Topics are created one after another, their files made off
+the event loop (see topics.py).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
 from oncelog.broker.authorization import authorize, authorize_cluster
+from oncelog.broker.topics import check_partitions_per_request
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -37,6 +43,10 @@ async def handle_create_topics(
     broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     validate_only = getattr(request, "validate_only", False)
+    try:
+        check_partitions_per_request(sum(_requested(broker, t) for t in request.topics))
+    except KafkaError as exc:
+        return {"throttle_time": 0, "topics": [_create_failed(t.name, exc) for t in request.topics]}
     create_any = authorize(
         broker, header, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, log_denial=False
     )
@@ -54,7 +64,7 @@ async def handle_create_topics(
                 await _create_in_cluster(broker, broker.cluster, wanted, validate_only, timeout_s)
             )
         else:
-            created.append(_create(broker, wanted, validate_only))
+            created.append(await _create(broker, wanted, validate_only))
     for answer in created:
         if answer["error_code"] == ErrorCode.none and not authorize(
             broker,
@@ -106,11 +116,20 @@ async def _create_in_cluster(
     )
 
 
-def _create(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
+def _requested(broker: Broker, wanted: Any) -> int:
+    """Partitions a topic of the request would have, counted as Kafka counts them."""
+    if wanted.assignments:
+        return len(wanted.assignments)
+    if wanted.num_partitions == -1:
+        return broker.config.num_partitions
+    return max(wanted.num_partitions, 0)
+
+
+async def _create(broker: Broker, wanted: Any, validate_only: bool) -> dict[str, Any]:
     try:
         num_partitions = _partition_count(broker, wanted)
         configs = {c.name: c.value for c in wanted.configs}
-        topic = broker.topics.create(
+        topic = await broker.topics.create(
             wanted.name, num_partitions, configs, broker.now_ms(), validate_only=validate_only
         )
     except KafkaError as exc:
@@ -247,7 +266,7 @@ async def _delete_topic(broker: Broker, name: str) -> uuid.UUID:
     """Delete a topic: from the catalogue of a single node, or (the controller only) from
     ZooKeeper in a cluster; its id."""
     if broker.cluster is None:
-        return broker.topics.delete(name).topic_id
+        return (await broker.topics.delete(name)).topic_id
     broker.cluster.topic_admin.require_controller()
     return await broker.cluster.topic_admin.delete(name)
 

@@ -144,7 +144,7 @@ async def _alter_topic(
         )
     overrides = plan(topic.configs)
     if not validate_only:
-        broker.topics.alter_configs(name, overrides)
+        await broker.topics.alter_configs(name, overrides)
         log.info("topic %s configuration now %s", name, overrides or "the broker defaults")
         broker.configs_changed(frozenset({name}))
 

@@ -122,7 +122,7 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
         topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
-        topics = [_lookup(broker, t, allow_create, access) for t in requested]
+        topics = [await _lookup(broker, t, allow_create, access) for t in requested]
     answer = _answer(cluster_view(broker, header.listener), topics)
     return _with_authorized_operations(broker, header, request, answer)
 
@@ -164,7 +164,9 @@ def _topic_id(requested: Any) -> uuid.UUID | None:
     return None if topic_id in (None, ZERO_UUID) else topic_id
 
 
-def _lookup(broker: Broker, requested: Any, allow_create: bool, access: _Access) -> dict[str, Any]:
+async def _lookup(
+    broker: Broker, requested: Any, allow_create: bool, access: _Access
+) -> dict[str, Any]:
     name = requested.name
     topic_id = _topic_id(requested)
     if topic_id is not None:  # v12+: the id wins, as in Kafka
@@ -187,8 +189,11 @@ def _lookup(broker: Broker, requested: Any, allow_create: bool, access: _Access)
     if not access.create(name):
         return _missing(ErrorCode.topic_authorization_failed, name, None)
     try:
-        topic = broker.topics.create(name, -1, {}, broker.now_ms())
+        topic = await broker.topics.create(name, -1, {}, broker.now_ms())
     except KafkaError as exc:
+        if exc.code == ErrorCode.topic_already_exists:
+            # Another request is creating it right now: retriable, as Kafka answers.
+            return _missing(ErrorCode.leader_not_available, name, None)
         log.info("metadata could not auto-create %r: %s", name, exc)
         return _missing(exc.code, name, None)
     return _describe(broker, topic)

@@ -1,6 +1,7 @@
 """CreatePartitions (37) and DeleteRecords (21), with Kafka 4.x's checks and errors.
 
-CreatePartitions only ever adds partitions (existing data never moves); the internal
+CreatePartitions only ever adds partitions (existing data never moves), at most 10,000 in
+one request as for CreateTopics (POLICY_VIOLATION beyond); the internal
 topics keep their counts, since a coordinator's partition is a hash of the group or
 transactional id modulo that count. DeleteRecords moves a partition's log start offset
 (whole segments below it are deleted); the producer state stays (KIP-360), so a producer
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize
 from oncelog.broker.topic_names import is_internal
+from oncelog.broker.topics import check_partitions_per_request
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
 
@@ -40,6 +42,14 @@ async def handle_create_partitions(
     broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
+    try:
+        check_partitions_per_request(sum(_added(broker, t) for t in request.topics))
+    except KafkaError as exc:
+        refused = {"error_code": exc.code, "error_message": exc.message}
+        return {
+            "throttle_time": 0,
+            "results": [{"name": t.name, **refused} for t in request.topics],
+        }
     results = []
     for wanted in request.topics:
         try:
@@ -52,7 +62,7 @@ async def handle_create_partitions(
                     broker.cluster, wanted, request.validate_only, request.timeout.total_seconds()
                 )
             else:
-                _add_partitions(broker, wanted, request.validate_only)
+                await _add_partitions(broker, wanted, request.validate_only)
         except KafkaError as exc:
             results.append(
                 {"name": wanted.name, "error_code": exc.code, "error_message": exc.message}
@@ -82,7 +92,13 @@ async def _add_in_cluster(
         )
 
 
-def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
+def _added(broker: Broker, wanted: Any) -> int:
+    """Partitions a topic of the request would gain (0 for one that does not exist)."""
+    topic = broker.topics.get(wanted.name)
+    return max(wanted.count - len(topic.partitions), 0) if topic is not None else 0
+
+
+async def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
     topic = broker.topics.get(wanted.name)
     if topic is None:
         raise KafkaError(
@@ -127,7 +143,7 @@ def _add_partitions(broker: Broker, wanted: Any, validate_only: bool) -> None:
                     "partitions, which have 1 replica(s).",
                 )
     if not validate_only:
-        broker.topics.add_partitions(topic.name, wanted.count, broker.now_ms())
+        await broker.topics.add_partitions(topic.name, wanted.count, broker.now_ms())
 
 
 async def handle_delete_records(
