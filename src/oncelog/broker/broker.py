@@ -14,6 +14,7 @@ from oncelog.broker import handlers
 from oncelog.broker.acl_store import FileAclStore
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
+from oncelog.broker.descriptors import apply as budget_file_descriptors
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.dynamic_config import DynamicConfigs, DynamicConfigStore
 from oncelog.broker.group_coordinator import GroupCoordinator, OffsetExpiry
@@ -229,6 +230,8 @@ class Broker:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        descriptors = budget_file_descriptors()
+        self._server.cap_connections(descriptors.connections)
         if self.cluster is not None:
             await self._start_in_cluster(self.cluster)
             return

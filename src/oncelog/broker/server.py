@@ -229,6 +229,15 @@ class KafkaServer:
         assert self._servers, "server not started"
         return {name: s.sockets[0].getsockname()[1] for name, s in self._servers.items()}
 
+    def cap_connections(self, most: int) -> None:
+        """Keep at most `most` connections, if max.connections allows more (the
+        connections' share of the file-descriptor limit)."""
+        self._quota.max_connections = min(self._quota.max_connections, most)
+
+    @property
+    def max_connections(self) -> int:
+        return self._quota.max_connections
+
     @property
     def connection_count(self) -> int:
         return len(self._connections)

@@ -253,9 +253,7 @@ def _clean_group(
             assert data is not None
             written = _copy_batch(job, cleaned, header, data, tracker, key_map, last, stats)
             check(header.size + written)
-        for fd in cleaned.sync_fds():
-            os.fsync(fd)
-        cleaned.dirty = False
+        cleaned.fsync()
     except BaseException:
         cleaned.delete()
         raise

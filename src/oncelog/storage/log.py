@@ -30,6 +30,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
 from oncelog.storage.cleaner import CLEANED_SUFFIX, CleanedGroup, SegmentSource
 from oncelog.storage.compaction import SegmentStats
+from oncelog.storage.file_cache import open_files
 from oncelog.storage.fsync import fsync_together
 from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
@@ -282,7 +283,8 @@ class PartitionLog:
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
-            fds = [os.dup(fd) for s in dirty for fd in s.sync_fds()]
+            files = [f for s in dirty for f in s.sync_files()]
+            fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
             for s in dirty:
                 s.dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
@@ -295,10 +297,11 @@ class PartitionLog:
                 for s in dirty:
                     s.dirty = True
                 self._dir_dirty |= dir_dirty
+            open_files.sync_failed(files)
             raise
         finally:
-            for fd in fds:
-                os.close(fd)
+            for file in files:
+                open_files.unpin(file)
         with self._lock:
             self._recovery_point = max(self._recovery_point, target)
             return self._recovery_point
@@ -407,7 +410,7 @@ class PartitionLog:
         segment: LogSegment, position: int, header: BatchHeader, timestamp_ms: int
     ) -> tuple[int, int]:
         try:
-            records = decode_records(os.pread(segment.fd, header.size, position))
+            records = decode_records(segment.pread(header.size, position))
         except KafkaError as exc:  # stored before produce validated records
             log.warning("cannot decode the batch at offset %d: %s", header.base_offset, exc)
             return header.base_offset, header.max_timestamp
@@ -524,7 +527,7 @@ class PartitionLog:
         the cleaner thread reads (and closes) on its own."""
         with self._lock:
             chosen = [s for s in self._segments[:-1] if s.base_offset < end_offset]
-            return [SegmentSource(s, os.dup(s.fd), s.size) for s in chosen]
+            return [SegmentSource(s, s.duplicate_descriptor(), s.size) for s in chosen]
 
     def replace_segments(self, groups: Sequence[CleanedGroup]) -> bool:
         """Swap cleaned segments in for the ones they were cleaned from, if those are all

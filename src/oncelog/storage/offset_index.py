@@ -15,6 +15,8 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
+from oncelog.storage.file_cache import open_files, size_or_create
+
 __all__ = ["ENTRY_SIZE", "OffsetIndex"]
 
 ENTRY_SIZE = 8
@@ -29,11 +31,8 @@ class OffsetIndex:
         self.base_offset = base_offset
         self._offsets = array("q")  # absolute offsets, for bisect
         self._positions = array("q")
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-
-    @property
-    def fd(self) -> int:
-        return self._fd
+        size_or_create(path)
+        self.file = open_files.file(path, os.O_RDWR | os.O_APPEND)
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -41,7 +40,8 @@ class OffsetIndex:
     def load(self, log_size: int) -> bool:
         """Read the file; return False (leaving the index empty) if it fails Kafka-style
         sanity checks, so the caller rebuilds it from the log."""
-        data = os.pread(self._fd, os.fstat(self._fd).st_size, 0)
+        with open_files.using(self.file) as fd:
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
         if len(data) % ENTRY_SIZE:
             return False
         offsets, positions = array("q"), array("q")
@@ -57,7 +57,8 @@ class OffsetIndex:
         return True
 
     def append(self, offset: int, position: int) -> None:
-        os.write(self._fd, _ENTRY.pack(offset - self.base_offset, position))
+        with open_files.using(self.file, write=True) as fd:
+            os.write(fd, _ENTRY.pack(offset - self.base_offset, position))
         self._offsets.append(offset)
         self._positions.append(position)
 
@@ -75,10 +76,11 @@ class OffsetIndex:
         keep = bisect_right(self._positions, position - 1)
         del self._offsets[keep:]
         del self._positions[keep:]
-        os.ftruncate(self._fd, keep * ENTRY_SIZE)
+        with open_files.using(self.file, write=True) as fd:
+            os.ftruncate(fd, keep * ENTRY_SIZE)
 
     def reset(self) -> None:
         self.truncate_to_position(0)
 
     def close(self) -> None:
-        os.close(self._fd)
+        open_files.retire(self.file)

@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 
 from oncelog.protocol.record_batch import crc_is_valid
-from oncelog.storage.fsync import fsync_together
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 __all__ = ["RecoveryReport", "SegmentRecovery", "recover_segment"]
@@ -52,8 +51,7 @@ def recover_segment(segment: LogSegment, recovery_point: int | None = None) -> S
         log.warning("%s: the batch at trusted position %d is damaged", segment.path, start)
         result = _validate_from(segment, 0)
         assert result is not None
-    fsync_together(segment.sync_fds())  # the index too: the next recovery starts from it
-    segment.dirty = False
+    segment.fsync()  # the index too: the next recovery starts from it
     return result
 
 

@@ -2,7 +2,8 @@
 
 Writes go through ``os.write`` on an ``O_APPEND`` descriptor and reads through
 ``os.pread``, so the event loop never waits on Python-level buffering; fsync is the
-partition log's business (it may run in a worker thread on a duplicated descriptor).
+partition log's business (it may run in a worker thread). Descriptors come from the
+process's file cache (file_cache.py): opened when used, closed when others need the slot.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from oncelog.protocol.record_batch import (
     iter_stored_batches,
     parse_header,
 )
+from oncelog.storage.file_cache import CachedFile, open_files, size_or_create
+from oncelog.storage.fsync import fsync_together
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.txn_index import TransactionIndex
 
@@ -84,8 +87,8 @@ class LogSegment:
         self.txn_index = TransactionIndex(
             directory / segment_file_name(base_offset, ".txnindex" + suffix)
         )
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.size = size_or_create(self.path)
+        self._file = open_files.file(self.path, os.O_RDWR | os.O_APPEND)
         self.next_offset = base_offset
         self.first_batch_ms: int | None = None  # roll timer: when its first batch arrived
         self.dirty = False  # data written since the last fsync
@@ -167,9 +170,10 @@ class LogSegment:
         """Write one offset-assigned batch; returns its position."""
         position = self.size
         view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
+        with open_files.using(self._file, write=True) as fd:
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
         self.size += len(data)
         self.dirty = True
         if position == 0:
@@ -178,13 +182,14 @@ class LogSegment:
         return position
 
     def _first_batch_timestamp(self) -> int:
-        return parse_header(os.pread(self.fd, HEADER_SIZE, 0)).max_timestamp
+        return parse_header(self.pread(HEADER_SIZE, 0)).max_timestamp
 
     def scan(
         self, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
     ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
         """Whole batches from ``start`` on, read in chunks; stops at a torn tail."""
-        return scan_file(self.fd, self.size, start, with_data=with_data, chunk=chunk)
+        with open_files.using(self._file) as fd:  # kept open while the scan goes on
+            yield from scan_file(fd, self.size, start, with_data=with_data, chunk=chunk)
 
     def find_position(self, offset: int) -> int | None:
         """Position of the batch holding ``offset`` (or the first after it), via the index."""
@@ -197,7 +202,7 @@ class LogSegment:
         """Whole batches from ``position``: at most ``max_bytes`` (but one whole batch if
         ``min_one``), none holding an offset at or above ``max_offset``."""
         available = self.size - position
-        buf = os.pread(self.fd, min(max(max_bytes, HEADER_SIZE), available), position)
+        buf = self.pread(min(max(max_bytes, HEADER_SIZE), available), position)
         end = 0
         for pos, header in iter_stored_batches(buf):
             if max_offset is not None and header.last_offset >= max_offset:
@@ -206,7 +211,7 @@ class LogSegment:
         if end == 0 and min_one and len(buf) >= HEADER_SIZE:
             header = parse_header(buf)
             if max_offset is None or header.last_offset < max_offset:
-                return os.pread(self.fd, min(header.size, available), position)
+                return self.pread(min(header.size, available), position)
         return buf[:end]
 
     def max_timestamp(self) -> tuple[int, int]:
@@ -219,8 +224,14 @@ class LogSegment:
             self._max_ts, self._max_ts_complete = best, True
         return self._max_ts
 
+    def pread(self, size: int, position: int) -> bytes:
+        """`size` bytes of the log file from `position` (fewer at its end)."""
+        with open_files.using(self._file) as fd:
+            return os.pread(fd, size, position)
+
     def truncate(self, position: int, next_offset: int) -> None:
-        os.ftruncate(self.fd, position)
+        with open_files.using(self._file, write=True) as fd:
+            os.ftruncate(fd, position)
         self.size = position
         self.next_offset = next_offset
         self.index.truncate_to_position(position)
@@ -230,7 +241,7 @@ class LogSegment:
         self.dirty = True
 
     def close(self) -> None:
-        os.close(self.fd)
+        open_files.retire(self._file)
         self.index.close()
         self.txn_index.close()
 
@@ -243,21 +254,44 @@ class LogSegment:
     def rename(self, suffix: str) -> None:
         """Give the segment's files ``suffix`` ("" for the live names), replacing files of
         that name. Indexes first, the log last: whoever finds a log file under a suffix
-        knows its indexes were renamed before it. Descriptors stay open and valid."""
+        knows its indexes were renamed before it. Open descriptors stay valid; a closed
+        one is reopened under the new name."""
         index = self.directory / segment_file_name(self.base_offset, ".index" + suffix)
         txn_index = self.directory / segment_file_name(self.base_offset, ".txnindex" + suffix)
         log_file = self.directory / segment_file_name(self.base_offset, ".log" + suffix)
-        self.index.path = self.index.path.rename(index)
+        open_files.rename(self.index.file, index)
+        self.index.path = index
         if self.txn_index.path.exists():
-            self.txn_index.path = self.txn_index.path.rename(txn_index)
+            self.txn_index.rename(txn_index)
         else:
             txn_index.unlink(missing_ok=True)  # no aborted transaction: none may linger
             self.txn_index.path = txn_index
-        self.path = self.path.rename(log_file)
+        open_files.rename(self._file, log_file)
+        self.path = log_file
 
-    def sync_fds(self) -> list[int]:
-        """Descriptors an fsync of this segment must cover."""
-        fds = [self.fd, self.index.fd]
-        if self.txn_index.fd is not None:
-            fds.append(self.txn_index.fd)
-        return fds
+    def duplicate_descriptor(self) -> int:
+        """A descriptor of the log file of its own (the caller closes it), for a reader in
+        another thread that must not depend on the cache keeping this one open."""
+        with open_files.using(self._file) as fd:
+            return os.dup(fd)
+
+    def sync_files(self) -> list[CachedFile]:
+        """The files an fsync of this segment must cover."""
+        files = [self._file, self.index.file]
+        if self.txn_index.file is not None:
+            files.append(self.txn_index.file)
+        return files
+
+    def fsync(self) -> None:
+        """fsync every file of the segment now (in the calling thread)."""
+        files = self.sync_files()
+        fds = open_files.pin_for_sync(files)
+        try:
+            fsync_together(fds)
+        except BaseException:
+            open_files.sync_failed(files)
+            raise
+        finally:
+            for file in files:
+                open_files.unpin(file)
+        self.dirty = False

@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from oncelog.storage.file_cache import CachedFile, open_files
+
 _VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
 
@@ -33,7 +35,7 @@ class TransactionIndex:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd: int | None = None
+        self.file: CachedFile | None = None  # opened at the first abort
         self.entries: list[AbortedTxn] = []
         if path.exists():
             self._load()
@@ -50,11 +52,10 @@ class TransactionIndex:
             self._rewrite()
 
     def append(self, entry: AbortedTxn) -> None:
-        if self.fd is None:
-            self.fd = os.open(
-                self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
-            )
-        os.write(self.fd, _encode(entry))
+        if self.file is None:
+            self.file = open_files.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        with open_files.using(self.file, write=True) as fd:
+            os.write(fd, _encode(entry))
         self.entries.append(entry)
 
     def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
@@ -78,9 +79,17 @@ class TransactionIndex:
             self.path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        if self.file is not None:
+            open_files.retire(self.file)
+            self.file = None
+
+    def rename(self, path: Path) -> None:
+        """Move the index file to `path` (a segment swap of the cleaner)."""
+        if self.file is not None:
+            open_files.rename(self.file, path)
+        else:
+            self.path.rename(path)
+        self.path = path
 
     def delete(self) -> None:
         self.close()

@@ -1,0 +1,196 @@
+"""Segment file descriptors, opened when used and at most `capacity` open at once.
+
+Kafka keeps every segment's files open for the life of the log and asks operators for a
+file-descriptor limit in the hundreds of thousands. oncelog did the same, two descriptors
+per segment, and 4,000 partitions created near the process limit failed half-way with
+"too many open files". Here a segment's files are opened the first time they are read or
+written, and beyond `capacity` the least recently used descriptor is closed, so the
+number of partitions is bounded by disk and memory, not by the descriptor limit. The
+cache is process-wide, as the limit it protects is.
+
+Closing a descriptor must never lose a write or hide a failed one:
+- a descriptor in use (`using`, or pinned for an fsync) is never closed under its user,
+  whichever thread wants the slot;
+- a file written since its last fsync is fsynced before its descriptor is closed (this
+  happens only when more files are being written at once than the capacity holds);
+  if that fsync fails, the failure is kept and every later fsync of the file reports it,
+  so no write is acknowledged as durable that is not;
+- a file is reopened without O_CREAT: a segment file that vanished is an error, not an
+  empty file.
+Thread safety: one lock guards the bookkeeping; opening, closing and the fsync of an
+evicted file happen under it, reads, writes and flushes outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["CachedFile", "FileCache", "open_files", "size_or_create"]
+
+log = logging.getLogger(__name__)
+
+# Until the broker sizes the cache from the process's limit (broker/descriptors.py):
+# what tools and tests that open logs directly get.
+DEFAULT_CAPACITY = 512
+
+
+class CachedFile:
+    """One segment file: its path, how to open it, and its descriptor while open."""
+
+    __slots__ = ("dirty", "error", "fd", "flags", "path", "pins", "retired")
+
+    def __init__(self, path: Path, flags: int) -> None:
+        self.path = path
+        self.flags = flags  # O_CREAT is dropped after the first open
+        self.fd: int | None = None
+        self.pins = 0
+        self.dirty = False  # written since its last fsync
+        self.error: OSError | None = None  # an fsync before eviction failed
+        self.retired = False  # closed for good (segment closed or deleted)
+
+    def __repr__(self) -> str:
+        return f"CachedFile({self.path.name}, fd={self.fd}, pins={self.pins})"
+
+
+class FileCache:
+    """The open descriptors of every segment file, least recently used closed first."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._open: OrderedDict[CachedFile, None] = OrderedDict()  # least recent first
+        self.evictions = 0
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def file(self, path: Path, flags: int) -> CachedFile:
+        """A handle on `path`; nothing is opened until it is used."""
+        return CachedFile(path, flags | os.O_CLOEXEC)
+
+    @contextmanager
+    def using(self, file: CachedFile, *, write: bool = False) -> Iterator[int]:
+        """The file's descriptor, kept open until the block ends. `write`: the block
+        writes, so the file needs an fsync before its descriptor may be closed."""
+        fd = self.pin(file)
+        try:
+            yield fd
+        finally:
+            self.unpin(file, wrote=write)
+
+    def pin(self, file: CachedFile) -> int:
+        """Open if needed and keep open until `unpin`; the descriptor."""
+        with self._lock:
+            if file.retired:
+                raise ValueError(f"{file.path} is closed")
+            if file.fd is None:
+                self._make_room()
+                file.fd = os.open(file.path, file.flags, 0o644)
+                file.flags &= ~os.O_CREAT
+            self._open[file] = None
+            self._open.move_to_end(file)
+            file.pins += 1
+            return file.fd
+
+    def unpin(self, file: CachedFile, *, wrote: bool = False) -> None:
+        with self._lock:
+            file.pins -= 1
+            if wrote:
+                file.dirty = True
+            if file.retired and not file.pins:
+                self._close_now(file)
+
+    def pin_for_sync(self, files: list[CachedFile]) -> list[int]:
+        """Pin the files for an fsync that starts now: their writes so far are covered by
+        it, so they are no longer dirty (`sync_failed` makes them dirty again). A file
+        whose earlier fsync failed raises that failure."""
+        fds = []
+        try:
+            for file in files:
+                if file.error is not None:
+                    raise OSError(file.error.errno, f"an earlier fsync failed: {file.error}")
+                fds.append(self.pin(file))
+        except BaseException:
+            for file in files[: len(fds)]:
+                self.unpin(file)
+            raise
+        with self._lock:
+            for file in files:
+                file.dirty = False
+        return fds
+
+    def sync_failed(self, files: list[CachedFile]) -> None:
+        with self._lock:
+            for file in files:
+                file.dirty = True
+
+    def retire(self, file: CachedFile) -> None:
+        """Close the file for good (its segment is closed or deleted): now, or once its
+        last user is done."""
+        with self._lock:
+            file.retired = True
+            if not file.pins:
+                self._close_now(file)
+
+    def rename(self, file: CachedFile, path: Path) -> None:
+        """Rename the file on disk, replacing whatever `path` names; an open descriptor
+        stays valid, a later reopen uses the new name."""
+        with self._lock:
+            file.path.rename(path)
+            file.path = path
+
+    def _close_now(self, file: CachedFile) -> None:
+        if file.fd is not None:
+            os.close(file.fd)
+            file.fd = None
+        self._open.pop(file, None)
+
+    def _make_room(self) -> None:
+        """Close least recently used descriptors until one more fits (lock held). Files in
+        use are skipped; if every open file is in use, the capacity is exceeded for now."""
+        if len(self._open) < self.capacity:
+            return
+        for file in list(self._open):
+            if len(self._open) < self.capacity:
+                return
+            if file.pins:
+                continue
+            self._evict(file)
+
+    def _evict(self, file: CachedFile) -> None:
+        assert file.fd is not None
+        if file.dirty:
+            try:
+                os.fsync(file.fd)
+                file.dirty = False
+            except OSError as exc:
+                log.error("fsync of %s before closing its descriptor failed: %s", file.path, exc)
+                file.error = exc
+        self._close_now(file)
+        self.evictions += 1
+
+    def configure(self, capacity: int) -> None:
+        with self._lock:
+            self.capacity = capacity
+
+
+def size_or_create(path: Path) -> int:
+    """The size of the file at `path`, created empty if missing (a new segment's files
+    exist from the start, so a directory fsync covers their names)."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        return 0
+
+
+# The process's cache: the descriptor limit it protects is the process's too. The broker
+# sets its capacity from that limit at start (broker/descriptors.py).
+open_files = FileCache()

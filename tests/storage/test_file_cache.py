@@ -1,0 +1,171 @@
+"""The segment file cache: a bounded number of descriptors, and no write lost or misplaced
+when one is closed to make room."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oncelog.protocol.record_batch import Record, build_batch, iter_stored_batches, parse_header
+from oncelog.storage import LogConfig, PartitionLog
+from oncelog.storage.file_cache import FileCache, open_files
+
+WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT
+
+
+def read(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def test_no_more_descriptors_than_the_capacity(tmp_path: Path) -> None:
+    cache = FileCache(capacity=4)
+    files = [cache.file(tmp_path / f"f{i}", WRITE) for i in range(20)]
+    for round_ in range(3):
+        for i, file in enumerate(files):
+            with cache.using(file, write=True) as fd:
+                os.write(fd, b"%d:%d;" % (round_, i))
+            assert cache.open_count <= 4
+    for i in range(20):
+        assert read(tmp_path / f"f{i}") == b"0:%d;1:%d;2:%d;" % (i, i, i)
+    assert cache.evictions >= 56
+
+
+def test_a_descriptor_in_use_is_never_closed(tmp_path: Path) -> None:
+    cache = FileCache(capacity=2)
+    held = cache.file(tmp_path / "held", WRITE)
+    fd = cache.pin(held)
+    for i in range(10):
+        with cache.using(cache.file(tmp_path / f"other{i}", WRITE)):
+            pass
+    os.write(fd, b"still mine")
+    cache.unpin(held, wrote=True)
+    assert read(tmp_path / "held") == b"still mine"
+
+
+def test_a_written_file_is_fsynced_before_its_descriptor_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    cache = FileCache(capacity=1)
+    written, other = cache.file(tmp_path / "w", WRITE), cache.file(tmp_path / "o", WRITE)
+    with cache.using(written, write=True) as fd:
+        os.write(fd, b"data")
+        written_fd = fd
+    with cache.using(other):  # needs the slot: `written` is fsynced, then closed
+        pass
+    assert synced == [written_fd]
+    with cache.using(written):  # clean now: evicted without another fsync
+        pass
+    with cache.using(other):
+        pass
+    assert synced == [written_fd]
+
+
+def test_a_failed_fsync_before_closing_is_reported_by_every_later_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    cache = FileCache(capacity=1)
+    doomed, other = cache.file(tmp_path / "d", WRITE), cache.file(tmp_path / "o", WRITE)
+    with cache.using(doomed, write=True) as fd:
+        os.write(fd, b"lost?")
+    monkeypatch.setattr(os, "fsync", failing)
+    with cache.using(other):
+        pass
+    monkeypatch.undo()
+    for _ in range(2):
+        with pytest.raises(OSError, match="an earlier fsync failed"):
+            cache.pin_for_sync([doomed])
+
+
+def test_a_file_is_not_recreated_if_it_vanished(tmp_path: Path) -> None:
+    cache = FileCache(capacity=1)
+    segment, other = cache.file(tmp_path / "s", WRITE), cache.file(tmp_path / "o", WRITE)
+    with cache.using(segment):
+        pass
+    with cache.using(other):
+        pass
+    (tmp_path / "s").unlink()
+    with pytest.raises(FileNotFoundError), cache.using(segment):
+        pass
+
+
+def test_retiring_a_file_in_use_closes_it_when_its_user_is_done(tmp_path: Path) -> None:
+    cache = FileCache(capacity=4)
+    file = cache.file(tmp_path / "r", WRITE)
+    fd = cache.pin(file)
+    cache.retire(file)
+    os.fstat(fd)  # still open for its user
+    cache.unpin(file)
+    assert file.fd is None and cache.open_count == 0
+    with pytest.raises(ValueError, match="closed"):
+        cache.pin(file)
+
+
+def test_threads_never_write_into_each_others_files(tmp_path: Path) -> None:
+    """Four threads write their own files through a cache far smaller than the files: an
+    eviction closing a descriptor another thread is about to use would fail that write, or
+    put its bytes into whichever file reused the descriptor number."""
+    cache = FileCache(capacity=3)
+    files = [[cache.file(tmp_path / f"t{t}-{i}", WRITE) for i in range(8)] for t in range(4)]
+    failures: list[BaseException] = []
+
+    def writer(t: int) -> None:
+        try:
+            for n in range(400):
+                with cache.using(files[t][n % 8], write=True) as fd:
+                    time.sleep(0)  # let the others run while this descriptor is in use
+                    os.write(fd, b"t%d;" % t)
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert failures == []
+    for t in range(4):
+        for i in range(8):
+            assert read(tmp_path / f"t{t}-{i}") == b"t%d;" % t * 50
+
+
+@pytest.fixture
+def small_cache() -> Iterator[None]:
+    capacity = open_files.capacity
+    open_files.configure(8)
+    yield
+    open_files.configure(capacity)
+
+
+def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: None) -> None:
+    """Forty logs, each with a .log and an .index, append, flush, read, close and reopen
+    through eight descriptors."""
+    config = LogConfig(index_interval_bytes=0)
+    logs = [PartitionLog.open(tmp_path / f"p-{i}", config, clean_shutdown=True) for i in range(40)]
+    for round_ in range(3):
+        for i, log in enumerate(logs):
+            batch = build_batch([Record(None, b"%d-%d" % (i, round_))], timestamp_ms=1)
+            log.append(batch, parse_header(batch), now_ms=1)
+            assert open_files.open_count <= 8
+    for log in logs:
+        log.flush()
+        log.close()
+    reopened = [
+        PartitionLog.open(tmp_path / f"p-{i}", config, clean_shutdown=True) for i in range(40)
+    ]
+    for i, log in enumerate(reopened):
+        stored = log.read(0, 1 << 20)
+        assert [h.base_offset for _, h in iter_stored_batches(stored)] == [0, 1, 2]
+        assert b"%d-2" % i in stored
+        log.close()
+    assert open_files.open_count <= 8
