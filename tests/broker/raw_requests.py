@@ -75,8 +75,10 @@ def produce(conn: KafkaConnection, topic: str, partition: int, records: bytes) -
     return answer
 
 
-def fetch_body(topic: str, max_wait_ms: int = 0, max_bytes: int = 1 << 20) -> dict[str, Any]:
-    """A Fetch (v12 layout) of partition 0 of `topic` from offset 0."""
+def fetch_body(
+    topic: str, max_wait_ms: int = 0, max_bytes: int = 1 << 20, offset: int = 0
+) -> dict[str, Any]:
+    """A Fetch (v12 layout) of partition 0 of `topic` from `offset`."""
     return {
         "replica_id": -1,
         "max_wait": max_wait_ms,
@@ -93,7 +95,7 @@ def fetch_body(topic: str, max_wait_ms: int = 0, max_bytes: int = 1 << 20) -> di
                     {
                         "partition": 0,
                         "current_leader_epoch": -1,
-                        "fetch_offset": 0,
+                        "fetch_offset": offset,
                         "last_fetched_epoch": -1,
                         "log_start_offset": -1,
                         "partition_max_bytes": max_bytes,

@@ -64,7 +64,10 @@ def test_a_frame_larger_than_the_pool_is_read_alone() -> None:
         assert not oversized.done()
         pool.release(10)
         await asyncio.wait_for(oversized, 1)
-        assert pool.reserved == 500 and not pool.try_reserve(1)
+        assert pool.reserved == 100, "counted as the whole pool"
+        assert not pool.try_reserve(1)
+        pool.release(500)
+        assert pool.reserved == 0
 
     run(scenario())
 
@@ -87,3 +90,25 @@ def test_a_cancelled_wait_reserves_nothing() -> None:
 def test_an_unbounded_pool_never_waits() -> None:
     pool = RequestMemoryPool(None)
     assert pool.try_reserve(10**12) and pool.try_reserve(10**12)
+
+
+def test_large_frames_leave_the_last_quarter_to_small_requests() -> None:
+    mib = 1024 * 1024
+    pool = RequestMemoryPool(8 * mib)  # 2 MiB kept for requests of 1 MiB or less
+    assert pool.try_reserve(5 * mib)
+    assert not pool.try_reserve(2 * mib), "5 + 2 MiB of large frames would eat the headroom"
+    assert pool.try_reserve(mib) and pool.try_reserve(mib) and pool.try_reserve(mib)
+    assert pool.reserved == 8 * mib
+
+
+def test_a_frame_larger_than_the_pool_leaves_the_last_quarter_to_small_requests() -> None:
+    """Counted at its size, a 100 MiB frame trickling into an 8 MiB pool would stop
+    every other request until its read timed out."""
+    mib = 1024 * 1024
+    pool = RequestMemoryPool(8 * mib)
+    assert pool.try_reserve(100 * mib)  # alone: granted, counted as 6 MiB
+    assert not pool.try_reserve(2 * mib), "no other large frame beside it"
+    assert pool.try_reserve(mib) and pool.try_reserve(mib)
+    assert not pool.try_reserve(1)
+    pool.release(100 * mib)
+    assert pool.reserved == 2 * mib

@@ -9,13 +9,24 @@ bytes (and, for a moment, twice a frame while it is copied out of the read buffe
 
 Waiting reservations are granted whenever they fit, not strictly first come first served:
 while a large frame waits for room, the small requests of well-behaved clients keep
-flowing instead of queueing behind it. A frame larger than the whole pool is granted when
-nothing else is reserved, as Kafka's non-strict pool lets one request exceed it.
+flowing instead of queueing behind it. For the same reason frames larger than
+SMALL_REQUEST_BYTES (1 MiB, the request size clients send by default) may fill the pool
+only up to its last quarter (64 MiB at most): a few connections declaring huge frames
+and trickling them in cannot take the room every other client needs. A frame too large
+for what it may use is granted when nothing else is reserved, as Kafka's non-strict pool
+lets one request exceed it, and is counted as the whole of what it may use: the last
+quarter stays for small requests even then (counted at its size, a frame larger than
+the pool trickling in would stop every other client until its read timed out). So the
+broker holds at most the capacity, or one such frame and the last quarter.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+# librdkafka's message.max.bytes and the Java client's max.request.size default to ~1 MB.
+SMALL_REQUEST_BYTES = 1024 * 1024
+MAX_HEADROOM_BYTES = 64 * 1024 * 1024
 
 
 class RequestMemoryPool:
@@ -24,17 +35,19 @@ class RequestMemoryPool:
 
     def __init__(self, capacity: int | None) -> None:
         self.capacity = capacity
+        # kept for small requests: large frames may not reserve the last `headroom` bytes
+        self.headroom = 0 if capacity is None else min(capacity // 4, MAX_HEADROOM_BYTES)
         self.reserved = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     def fits(self, size: int) -> bool:
-        return self.capacity is None or self.reserved + size <= self.capacity or not self.reserved
+        return self.capacity is None or self.reserved + self._charge(size) <= self._share(size)
 
     def try_reserve(self, size: int) -> bool:
         """Reserve `size` bytes if they fit now."""
         if not self.fits(size):
             return False
-        self.reserved += size
+        self.reserved += self._charge(size)
         return True
 
     async def reserve(self, size: int) -> None:
@@ -53,7 +66,7 @@ class RequestMemoryPool:
             raise
 
     def release(self, size: int) -> None:
-        self.reserved -= size
+        self.reserved -= self._charge(size)
         assert self.reserved >= 0, "released more request bytes than were reserved"
         self._grant_waiters()
 
@@ -62,8 +75,19 @@ class RequestMemoryPool:
             size, waiter = entry
             if not waiter.done() and self.fits(size):
                 self._waiters.remove(entry)
-                self.reserved += size
+                self.reserved += self._charge(size)
                 waiter.set_result(None)
+
+    def _share(self, size: int) -> int:
+        """How much of the pool a frame of `size` may fill: small requests all of it,
+        larger frames all but the headroom."""
+        assert self.capacity is not None
+        return self.capacity if size <= SMALL_REQUEST_BYTES else self.capacity - self.headroom
+
+    def _charge(self, size: int) -> int:
+        """What a frame of `size` counts for: its size, or its whole share if larger (a
+        frame too large for its share is granted alone, see the module docstring)."""
+        return size if self.capacity is None else min(size, self._share(size))
 
     @property
     def waiting(self) -> int:

@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 # server stops reading from it: bounds memory without limiting a well-behaved client
 # (librdkafka keeps at most five produce requests in flight).
 MAX_PIPELINED_REQUESTS = 64
+# Requests whose answer may be large (a Fetch answer is up to `fetch.max.bytes`): one
+# starts only once every earlier answer on its connection is written, so a client that
+# pipelines them without reading holds one such answer, not MAX_PIPELINED_REQUESTS.
+LARGE_ANSWER_APIS = frozenset({ApiKey.FETCH})
 # The read buffer of a connection: bytes a client sent ahead of what the server has taken
 # (asyncio stops reading the socket beyond twice this). A larger frame is read into
 # memory the pool has reserved for it.
@@ -430,8 +434,8 @@ class KafkaServer:
             reply = _authenticate(connection.authenticator, frame, info)
             if reply is not None:
                 return 0, None, reply
-        if codec.peek_api(frame)[0] == ApiKey.FETCH:
-            await pending.join()  # one Fetch answer at a time per connection
+        if codec.peek_api(frame)[0] in LARGE_ANSWER_APIS:
+            await pending.join()
         return self._start_request(frame, info)
 
     def _start_request(

@@ -1,0 +1,1 @@
+"""Resource abuse against a broker subprocess, with a probe client measuring latency."""
