@@ -21,6 +21,7 @@ def spark() -> Iterator[object]:
     from pyspark.sql import SparkSession
 
     from oncelog.spark import register
+    from oncelog.testing.spark import register_faults
 
     session = (
         SparkSession.builder.master("local[2,3]")
@@ -33,6 +34,7 @@ def spark() -> Iterator[object]:
     )
     session.sparkContext.setLogLevel("ERROR")
     register(session)
+    register_faults(session)
     yield session
     session.stop()
 

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import Producer
 
 from oncelog.spark.client import Cluster
+from oncelog.spark.consume import DataLossError, read_range
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import parse_read_options
-from oncelog.spark.reader import DataLossError, read_range
 from oncelog.testing import EmbeddedBroker
 
 from .spark_helpers import create_topic, unique
@@ -41,15 +41,15 @@ def test_range_below_the_log_start_fails_or_skips_ahead() -> None:
         strict = parse_read_options(
             {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False
         )
-        with pytest.raises(DataLossError, match="below the log start offset"):
-            list(read_range(strict, OffsetRange(topic, 0, 0, end)))
+        with pytest.raises(DataLossError, match=r"offset 0 of the range .* is below the log start"):
+            list(read_range(strict, OffsetRange(topic, 0, 0, end), "data-loss-test"))
         lenient = parse_read_options(
             {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "failondataloss": "false"},
             False,
         )
         offsets = [
             o
-            for batch in read_range(lenient, OffsetRange(topic, 0, 0, end))
+            for batch in read_range(lenient, OffsetRange(topic, 0, 0, end), "data-loss-test")
             for o in batch.column("offset").to_pylist()
         ]
         assert offsets[0] >= log_start and offsets[-1] == end - 1

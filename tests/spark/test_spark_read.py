@@ -1,4 +1,5 @@
-"""Reading with Spark: only committed data, the Kafka source's schema, several triggers."""
+"""Reading with Spark: only committed data, the Kafka source's schema and options, several
+triggers, and every bad option refused with a clear message."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from .spark_helpers import create_topic, produce_transaction, read_all, unique
 
 KAFKA_SCHEMA = (
     "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-    "timestamp:timestamp,timestampType:int,headers:array<struct<key:string,value:binary>>>"
+    "timestamp:timestamp,timestampType:int>"
 )
+WITH_HEADERS = KAFKA_SCHEMA[:-1] + ",headers:array<struct<key:string,value:binary>>>"
 
 
-def _batch(spark, bootstrap: str, topic: str, **options: str):  # type: ignore[no-untyped-def]
+def _batch(spark, bootstrap: str, topic: str | None, **options: str):  # type: ignore[no-untyped-def]
     reader = spark.read.format("oncelog").option("kafka.bootstrap.servers", bootstrap)
-    reader = reader.option("subscribe", topic)
+    if topic is not None:
+        reader = reader.option("subscribe", topic)
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()
@@ -54,14 +57,18 @@ def test_batch_read_returns_exactly_the_committed_records(spark, bootstrap: str)
     open_txn.flush(30)
 
     df = _batch(spark, bootstrap, topic)
-    assert df.schema.simpleString() == KAFKA_SCHEMA
+    assert df.schema.simpleString() == KAFKA_SCHEMA  # Spark's 7 columns
     rows = df.collect()
     assert sorted(r.value for r in rows) == sorted(committed)
     assert len({(r.partition, r.offset) for r in rows}) == len(rows)
-    (with_headers,) = [r for r in rows if r.value == b"plain"]
-    assert with_headers.key is None and with_headers.timestampType == 0
-    assert [(h.key, h.value) for h in with_headers.headers] == [("h1", b"x"), ("h2", None)]
-    assert abs(with_headers.timestamp.timestamp() - time.time()) < 600
+    (plain_row,) = [r for r in rows if r.value == b"plain"]
+    assert plain_row.key is None and plain_row.timestampType == 0
+    assert abs(plain_row.timestamp.timestamp() - time.time()) < 600
+
+    with_headers = _batch(spark, bootstrap, topic, includeHeaders="true")
+    assert with_headers.schema.simpleString() == WITH_HEADERS
+    (plain_row,) = with_headers.where("value = cast('plain' as binary)").collect()
+    assert [(h.key, h.value) for h in plain_row.headers] == [("h1", b"x"), ("h2", None)]
 
     # the same test fails when aborted data leaks: read_uncommitted sees it
     dirty = _batch(
@@ -72,20 +79,90 @@ def test_batch_read_returns_exactly_the_committed_records(spark, bootstrap: str)
     open_txn.abort_transaction(30)
 
 
-def test_batch_read_offset_json_bounds(spark, bootstrap: str) -> None:
+def test_offsets_timestamps_and_split_ranges_bound_a_batch(spark, bootstrap: str) -> None:
     topic = create_topic(bootstrap, unique("bounds"), partitions=1)
-    produce_transaction(bootstrap, topic, [b"v%d" % i for i in range(10)], partition=0)
-    # offsets 0..9 are records, 10 is the commit marker
-    df = _batch(
-        spark,
-        bootstrap,
-        topic,
-        startingOffsets=f'{{"{topic}": {{"0": 3}}}}',
-        endingOffsets=f'{{"{topic}": {{"0": 7}}}}',
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("ts")})
+    producer.init_transactions(30)
+    stamps: dict[int, int] = {}  # CreateTime of record i: increasing, and after every marker
+    for txn, commit in ((range(0, 10), True), (range(10, 15), False), (range(15, 25), True)):
+        producer.begin_transaction()
+        for i in txn:
+            stamps[i] = max(stamps.get(i - 1, 0) + 1, int(time.time() * 1000))
+            producer.produce(topic, value=b"v%d" % i, partition=0, timestamp=stamps[i])
+        producer.flush(30)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+        time.sleep(0.02)  # the marker's timestamp is before the next transaction's records
+    # offsets: 0..9 committed, 10 marker, 11..15 aborted, 16 marker, 17..26 committed, 27 marker
+
+    def values(**options: str) -> list[bytes]:
+        return [
+            r.value for r in _batch(spark, bootstrap, topic, **options).orderBy("offset").collect()
+        ]
+
+    by_offset = values(
+        startingOffsets=f'{{"{topic}": {{"0": 3}}}}', endingOffsets=f'{{"{topic}": {{"0": 7}}}}'
     )
-    assert [(r.offset, r.value) for r in df.orderBy("offset").collect()] == [
-        (i, b"v%d" % i) for i in range(3, 7)
-    ]
+    assert by_offset == [b"v%d" % i for i in range(3, 7)]
+    # a mid-log timestamp really starts (and ends) there
+    by_time = values(startingTimestamp=str(stamps[5]), endingTimestamp=str(stamps[18]))
+    assert by_time == [b"v%d" % i for i in (5, 6, 7, 8, 9, 15, 16, 17)]
+    by_partition_time = values(startingOffsetsByTimestamp=f'{{"{topic}": {{"0": {stamps[20]}}}}}')
+    assert by_partition_time == [b"v%d" % i for i in range(20, 25)]
+    # no record is that late: Spark's default strategy fails, "latest" reads nothing
+    with pytest.raises(Exception, match="no offset matched from request of topic-partition"):
+        values(startingTimestamp=str(stamps[24] + 3_600_000))
+    late = str(stamps[24] + 3_600_000)
+    assert values(startingTimestamp=late, startingOffsetsByTimestampStrategy="latest") == []
+    # ranges split across transaction markers and aborted records return the same records
+    whole = values()
+    assert whole == [b"v%d" % i for i in (*range(10), *range(15, 25))]
+    split = _batch(spark, bootstrap, topic, maxRecordsPerPartition="4")
+    assert split.rdd.getNumPartitions() == 7  # 28 offsets in pieces of at most 4
+    assert sorted(r.value for r in split.collect()) == sorted(whole)
+    assert _batch(spark, bootstrap, topic, minPartitions="3").rdd.getNumPartitions() == 3
+
+
+def test_bad_options_and_missing_topics_fail_clearly(spark, bootstrap: str) -> None:
+    topic = create_topic(bootstrap, unique("refuse"), partitions=1)
+    with pytest.raises(Exception, match="'startingoffset': did you mean startingOffsets"):
+        _batch(spark, bootstrap, topic, startingOffset="earliest")  # refused at load()
+    with pytest.raises(Exception, match="starting offset can't be latest for batch queries"):
+        _batch(spark, bootstrap, topic, startingOffsets="latest").collect()
+    missing = unique("missing")
+    with pytest.raises(Exception, match=f"subscribe={missing}: topic {missing} not found"):
+        _batch(spark, bootstrap, missing).collect()
+    with pytest.raises(Exception, match=f"these partitions do not exist: {topic}-3"):
+        _batch(spark, bootstrap, None, assign=f'{{"{topic}": [0, 3]}}').collect()
+    # a pattern that matches nothing reads nothing
+    assert _batch(spark, bootstrap, None, subscribePattern=unique("nothing")).collect() == []
+
+
+def test_an_unreachable_cluster_fails_once_within_the_timeout(spark) -> None:
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"no answer from the cluster at kafka\.bootstrap\.servers"):
+        _batch(spark, "127.0.0.1:9", "t", **{"kafka.socket.timeout.ms": "1500"}).collect()
+    assert time.monotonic() - started < 60  # one try of 1.5 s, not fetchOffset.numRetries
+
+
+def test_a_streaming_option_error_is_reported_as_itself(spark, bootstrap: str, tmp_path) -> None:
+    query = (
+        spark.readStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", "t")
+        .option("endingOffsets", "latest")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception) as failed:
+            query.awaitTermination(60)
+    finally:
+        query.stop()
+    error = str(failed.value)
+    assert "option endingOffsets: ending offsets are not valid in streaming queries" in error
+    assert "UnboundLocalError" not in error
 
 
 @pytest.mark.slow
@@ -96,11 +173,11 @@ def test_streaming_read_across_several_triggers(spark, bootstrap: str, tmp_path)
     def collect(batch_df, batch_id: int) -> None:
         seen[batch_id] = [r.value for r in batch_df.collect()]
 
-    def run_available_now() -> None:
+    def run_available_now() -> object:
         query = (
             spark.readStream.format("oncelog")
             .option("kafka.bootstrap.servers", bootstrap)
-            .option("subscribePattern", topic + ".*")
+            .option("subscribePattern", topic)
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", "25")
             .load()
@@ -111,6 +188,7 @@ def test_streaming_read_across_several_triggers(spark, bootstrap: str, tmp_path)
         )
         query.awaitTermination(120)
         assert query.exception() is None
+        return query
 
     expected: list[bytes] = []
     for round_ in range(2):
@@ -122,8 +200,51 @@ def test_streaming_read_across_several_triggers(spark, bootstrap: str, tmp_path)
             extra = create_topic(bootstrap, topic + "-more", partitions=1)
             produce_transaction(bootstrap, extra, [b"more-%d" % i for i in range(5)])
             expected += [b"more-%d" % i for i in range(5)]
-        run_available_now()
+        query = run_available_now()
     got = [v for batch in seen.values() for v in batch]
     assert sorted(got) == sorted(expected)
     assert len(seen) >= 4  # maxOffsetsPerTrigger split the data into several micro-batches
     assert read_all(bootstrap, topic) != []
+    # reportLatestOffset: progress shows the latest offsets the source saw
+    latest = query.lastProgress["sources"][0]["latestOffset"]  # type: ignore[attr-defined]
+    assert latest is not None and topic + "-more" in latest
+
+
+@pytest.mark.slow
+def test_min_offsets_per_trigger_waits_for_enough_records(spark, bootstrap: str, tmp_path) -> None:
+    topic = create_topic(bootstrap, unique("min"), partitions=1)
+    produce_transaction(bootstrap, topic, [b"first-%d" % i for i in range(5)])
+    sizes: list[int] = []
+    query = (
+        spark.readStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("minOffsetsPerTrigger", "20")
+        .option("maxTriggerDelay", "1h")
+        .load()
+        .writeStream.foreachBatch(lambda df, _id: sizes.append(df.count()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(sizes) < count:
+            assert time.monotonic() < deadline, sizes
+            assert query.exception() is None
+            time.sleep(0.1)
+
+    try:
+        wait_for(1)  # Spark's first trigger runs at once, with what there is
+        # 11 offsets (10 records and a marker) are fewer than 20: no batch, trigger after
+        # trigger; the same scenario without the minimum runs a batch at once
+        produce_transaction(bootstrap, topic, [b"second-%d" % i for i in range(10)])
+        time.sleep(3)
+        assert sizes == [5]
+        produce_transaction(bootstrap, topic, [b"third-%d" % i for i in range(10)])
+        wait_for(2)
+    finally:
+        query.stop()
+    assert sizes == [5, 20]

@@ -25,7 +25,7 @@ def _frame(spark, n: int, tag: str = "v"):  # type: ignore[no-untyped-def]
 
 def _write(df, bootstrap: str, topic: str, guarantee: str, sink_id: str, **options: object) -> None:  # type: ignore[no-untyped-def]
     writer = (
-        df.write.format("oncelog")
+        df.write.format("oncelog_faults" if "failAfter" in options else "oncelog")
         .mode("append")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
@@ -48,7 +48,7 @@ def test_batch_write_when_a_task_fails_after_part_of_its_output(
         topic,
         guarantee,
         unique("sink"),
-        **{"oncelog.test.fail_after": FAIL_AFTER},
+        failAfter=FAIL_AFTER,
     )
     counts = Counter(read_all(bootstrap, topic))
     assert set(counts) == {b"v%d" % i for i in range(200)}
@@ -79,7 +79,7 @@ def test_replay_with_different_input_is_refused_and_a_new_write_id_writes(
     topic = create_topic(bootstrap, unique("out-refuse"), partitions=2)
     sink = unique("sink")
     _write(_frame(spark, 50), bootstrap, topic, EXACTLY_ONCE, sink)
-    with pytest.raises(Exception, match="already written with different rows"):
+    with pytest.raises(Exception, match="already written with 25 rows and its replay has 30"):
         _write(_frame(spark, 60), bootstrap, topic, EXACTLY_ONCE, sink)
     _write(_frame(spark, 10, "w"), bootstrap, topic, EXACTLY_ONCE, sink, **{"write.id": 1})
     assert sorted(read_all(bootstrap, topic)) == sorted(
@@ -119,7 +119,7 @@ def _stream_copy(
         .option("maxOffsetsPerTrigger", "60")
         .load()
         .selectExpr("key", "upper(cast(value as string)) as value", "partition")
-        .writeStream.format("oncelog")
+        .writeStream.format("oncelog_faults" if "failAfter" in options else "oncelog")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", target)
         .option("delivery.guarantee", guarantee)
@@ -160,7 +160,7 @@ def test_streaming_write_with_task_failures_then_a_replayed_batch(
         guarantee,
         sink,
         checkpoint,
-        **{"oncelog.test.fail_after": 10},
+        failAfter=10,
     )
     first = Counter(read_all(bootstrap, target))
     assert set(first) == expected

@@ -5,7 +5,7 @@
 2. generate N numbered orders with a transactional producer (deterministic from a seed);
 3. run the streaming job as a subprocess (``python -m oncelog.pipeline.job``), with faults:
    (a) every task's first attempt in the first driver run fails half-way through its
-       writes (the sink's `oncelog.test.fail_after`), and Spark retries it;
+       writes (the testing sink's `failAfter`, `oncelog.testing.spark`), and Spark retries it;
    (b) the first driver is killed with SIGKILL, aimed at the moment after a batch's tasks
        committed their output and before Spark recorded the batch as done, then started
        again on the same checkpoint (the batch is replayed);
@@ -273,7 +273,7 @@ def _supervise(
             if first_faulty:
                 event(
                     f"driver {run} started (pid {driver.pid}); every task's first attempt "
-                    f"fails after {fail_after} of its records (oncelog.test.fail_after) "
+                    f"fails after {fail_after} of its records (failAfter) "
                     "and Spark retries it"
                 )
             elif run > 1:

@@ -120,9 +120,15 @@ def start_query(spark: Any, config: JobConfig) -> Any:
     )
     for key, value in config.client.items():
         reader = reader.option(f"kafka.{key}", value)
+    sink_format = "oncelog"
+    if config.fail_after is not None:  # the demonstration's fault: the testing data source
+        from oncelog.testing.spark import FAIL_AFTER, register_faults
+
+        register_faults(spark)
+        sink_format = "oncelog_faults"
     writer = (
         enrich(spark, reader.load())
-        .writeStream.format("oncelog")
+        .writeStream.format(sink_format)
         .option("kafka.bootstrap.servers", config.bootstrap_servers)
         .option("topic", config.target_topic)
         .option("delivery.guarantee", config.guarantee)
@@ -133,7 +139,7 @@ def start_query(spark: Any, config: JobConfig) -> Any:
     for key, value in config.client.items():
         writer = writer.option(f"kafka.{key}", value)
     if config.fail_after is not None:
-        writer = writer.option("oncelog.test.fail_after", str(config.fail_after))
+        writer = writer.option(FAIL_AFTER, str(config.fail_after))
     if config.trigger == "availableNow":
         writer = writer.trigger(availableNow=True)
     else:

@@ -8,22 +8,24 @@ exactly-once sink. Needs the `spark` extra: `pip install 'oncelog[spark]'`.
 docs/spark.md documents the options, the guarantee and its limits.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
+from oncelog.spark.client import ClusterError, TopicNotFoundError
+from oncelog.spark.consume import DataLossError
 from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
-from oncelog.spark.source import SCHEMA, OncelogDataSource
+from oncelog.spark.schema import spark_schema
+from oncelog.spark.source import OncelogDataSource
 from oncelog.spark.writer import SinkGuaranteeError
 
 __all__ = [
     "AT_LEAST_ONCE",
     "EXACTLY_ONCE",
-    "SCHEMA",
+    "ClusterError",
+    "DataLossError",
     "OncelogDataSource",
     "OptionError",
     "SinkGuaranteeError",
+    "TopicNotFoundError",
     "register",
+    "spark_schema",
 ]
 
 

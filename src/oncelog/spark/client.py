@@ -1,51 +1,152 @@
-"""The few cluster questions the connector asks, through confluent-kafka's AdminClient.
+"""The cluster questions the driver asks, through one confluent-kafka AdminClient.
 
-Only public Kafka APIs are used (Metadata, ListOffsets with an isolation level,
-CreateTopics), so the same code works against oncelog and against any Kafka cluster.
+Only public Kafka APIs are used (Metadata, ListOffsets with an isolation level and by
+timestamp, CreateTopics), so the same code works against oncelog and against any Kafka
+cluster. One `Cluster` lives as long as the reader or writer that made it: the admin
+client is built on first use, never pickled, and reused by every later call of the query.
+
+Failures follow Spark's `fetchOffset.numRetries` and `fetchOffset.retryIntervalMs` for
+errors the cluster says are retriable; a cluster that cannot be reached fails once, after
+the client timeout (`kafka.socket.timeout.ms`), with a message that says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from oncelog.spark.offsets import Offsets, TopicPartitionKey
-from oncelog.spark.options import Subscription, admin_config
+from oncelog.spark.options import (
+    DEFAULT_FETCH_OFFSET_RETRIES,
+    DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
+    Subscription,
+    admin_config,
+    client_timeout_s,
+)
 
-TIMEOUT_S = 30.0
+T = TypeVar("T")
+
+_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
+
+
+class _OncePerMessage(logging.Filter):
+    """librdkafka logs a failed connection on every reconnect attempt (about 20 lines a
+    second to an unreachable host): let each distinct message through once."""
+
+    _DIGITS = re.compile(r"\d+")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = self._DIGITS.sub("#", record.getMessage())
+        if key in self._seen:
+            return False
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+        self._seen.add(key)
+        return True
+
+
+KAFKA_LOG = logging.getLogger("oncelog.spark.kafka")
+KAFKA_LOG.addFilter(_OncePerMessage())
+
+
+def with_logger(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A client configuration whose librdkafka log goes to `oncelog.spark.kafka`."""
+    return {"logger": KAFKA_LOG, **config}
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not answer a question the query needs answered."""
+
+
+class TopicNotFoundError(ClusterError):
+    """A topic or partition the options name does not exist."""
+
+
+def is_retriable(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.retriable() and error.code() not in _UNREACHABLE
 
 
 class Cluster:
-    """The cluster questions the connector asks (partitions, offsets, topic creation)."""
+    """The driver's questions to the cluster, with Spark's retry options."""
 
-    def __init__(self, client_config: Mapping[str, str]) -> None:
-        self._admin = AdminClient(admin_config(client_config))
+    def __init__(
+        self,
+        client_config: Mapping[str, str],
+        retries: int = DEFAULT_FETCH_OFFSET_RETRIES,
+        retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
+    ) -> None:
+        self._config = dict(client_config)
+        self._timeout_s = client_timeout_s(client_config)
+        self._retries = retries
+        self._retry_interval_s = retry_interval_ms / 1000
+        self._admin: AdminClient | None = None
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(with_logger(admin_config(self._config)))
+        return self._admin
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """`call`, tried again on retriable errors; unreachable is reported once, clearly."""
+        attempt = 1
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                code = error.code() if isinstance(error, KafkaError) else None
+                if code in _UNREACHABLE:
+                    raise ClusterError(
+                        f"{what}: no answer from the cluster at kafka.bootstrap.servers="
+                        f"{self._config.get('bootstrap.servers')} within {self._timeout_s:g} s "
+                        f"(kafka.socket.timeout.ms): {error.str() if error else exc}"
+                    ) from None
+                if not is_retriable(exc) or attempt >= self._retries:
+                    raise ClusterError(f"{what}: {error.str() if error else exc}") from exc
+            attempt += 1
+            time.sleep(self._retry_interval_s)
 
     def partitions(self, subscription: Subscription) -> list[TopicPartitionKey]:
-        """The topic-partitions the subscription names, as the cluster knows them now."""
-        metadata = self._admin.list_topics(timeout=TIMEOUT_S)
+        """The topic-partitions the subscription names, as the cluster knows them now.
+        Topics or partitions named by `subscribe` or `assign` must exist."""
+        metadata = self._call(
+            "listing topics", lambda: self.admin.list_topics(timeout=self._timeout_s)
+        )
         found: list[TopicPartitionKey] = []
         for name, topic in metadata.topics.items():
             if topic.error is not None or not subscription.matches(name):
                 continue
-            if subscription.pattern is not None and name.startswith("__"):
-                continue  # internal topics are never picked up by a pattern
             wanted = subscription.assign.get(name) if subscription.assign is not None else None
-            for p in topic.partitions:
-                if wanted is None or p in wanted:
-                    found.append((name, p))
+            found.extend((name, p) for p in topic.partitions if wanted is None or p in wanted)
+        named: set[TopicPartitionKey] | set[str]
         if subscription.assign is not None:
-            missing = sorted(
-                {(t, p) for t, ps in subscription.assign.items() for p in ps} - set(found)
-            )
+            named = {(t, p) for t, ps in subscription.assign.items() for p in ps}
+            missing = sorted(named - set(found))
             if missing:
-                raise KafkaException(
-                    KafkaError(
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                        f"assigned partitions not found: {missing}",
-                    )
+                raise TopicNotFoundError(
+                    f"{subscription.describe()}: these partitions do not exist: "
+                    + ", ".join(f"{t}-{p}" for t, p in missing)
+                )
+        elif subscription.topics:
+            missing_topics = sorted(set(subscription.topics) - {t for t, _ in found})
+            if missing_topics:
+                raise TopicNotFoundError(
+                    f"{subscription.describe()}: topic{'s' if len(missing_topics) > 1 else ''} "
+                    f"{', '.join(missing_topics)} not found. Create "
+                    f"{'them' if len(missing_topics) > 1 else 'it'} first, or use "
+                    "subscribePattern to pick topics up as they appear."
                 )
         return sorted(found)
 
@@ -54,33 +155,66 @@ class Cluster:
     ) -> Offsets:
         """`which` = "earliest" (log start offset) or "latest": the last stable offset under
         read_committed, the high watermark otherwise."""
-        tps = list(tps)
-        if not tps:
-            return {}
         spec = OffsetSpec.earliest() if which == "earliest" else OffsetSpec.latest()
-        level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets(
-            {TopicPartition(t, p): spec for t, p in tps},
-            isolation_level=level,
-            request_timeout=TIMEOUT_S,
+        return self._list_offsets(dict.fromkeys(tps, spec), read_committed, f"{which} offsets")
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartitionKey, int], read_committed: bool
+    ) -> dict[TopicPartitionKey, int | None]:
+        """The first offset whose timestamp is at or after the given one, per partition;
+        None where no record is that late."""
+        found = self._list_offsets(
+            {tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()},
+            read_committed,
+            "offsets by timestamp",
         )
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+    def _list_offsets(
+        self, specs: Mapping[TopicPartitionKey, Any], read_committed: bool, what: str
+    ) -> dict[TopicPartitionKey, int]:
+        if not specs:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if read_committed else IsolationLevel.READ_UNCOMMITTED
+
+        def call() -> dict[TopicPartitionKey, int]:
+            futures = self.admin.list_offsets(
+                {TopicPartition(t, p): spec for (t, p), spec in specs.items()},
+                isolation_level=level,
+                request_timeout=self._timeout_s,
+            )
+            return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+        return self._call(f"listing {what}", call)
 
     def ensure_topic(self, name: str, partitions: int) -> int:
         """Create `name` if missing; return its partition count."""
-        # all topics: a Metadata request naming the topic could auto-create it with defaults
-        metadata = self._admin.list_topics(timeout=TIMEOUT_S)
-        topic = metadata.topics.get(name)
-        if topic is not None and topic.error is None and topic.partitions:
-            return len(topic.partitions)
-        futures = self._admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=-1)],
-            request_timeout=TIMEOUT_S,
-        )
-        try:
-            futures[name].result()
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
-        metadata = self._admin.list_topics(timeout=TIMEOUT_S)
-        return len(metadata.topics[name].partitions)
+
+        def count() -> int | None:
+            # all topics: a Metadata request naming the topic could auto-create it with defaults
+            metadata = self.admin.list_topics(timeout=self._timeout_s)
+            topic = metadata.topics.get(name)
+            if topic is not None and topic.error is None and topic.partitions:
+                return len(topic.partitions)
+            return None
+
+        existing = self._call(f"describing topic {name}", count)
+        if existing is not None:
+            return existing
+
+        def create() -> None:
+            futures = self.admin.create_topics(
+                [NewTopic(name, num_partitions=partitions, replication_factor=-1)],
+                request_timeout=self._timeout_s,
+            )
+            try:
+                futures[name].result()
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+
+        self._call(f"creating topic {name}", create)
+        created = self._call(f"describing topic {name}", count)
+        if created is None:
+            raise ClusterError(f"topic {name} was created but has no partitions yet")
+        return created

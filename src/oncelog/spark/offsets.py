@@ -1,13 +1,20 @@
-"""Offsets and offset ranges: plain data, no clients, no Spark.
+"""Offsets, offset ranges and the decisions made on them: plain data, no clients, no Spark.
 
 A streaming offset is the JSON object Spark keeps in its checkpoint:
 `{"topic": {"0": 42, "1": 7}}`, the next offset to read per partition (exclusive end
 of the batch that produced it). Inside Python it is `dict[(topic, partition), offset]`.
+
+The rules follow Spark's Kafka source: how a trigger's offsets are capped
+(`maxOffsetsPerTrigger`, `KafkaMicroBatchStream.rateLimit`), when a trigger is put off
+(`minOffsetsPerTrigger` with `maxTriggerDelay`, `delayBatch`) and how large partitions are
+cut into several Spark tasks (`minPartitions`, `maxRecordsPerPartition`,
+`KafkaOffsetRangeCalculator`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 TopicPartitionKey = tuple[str, int]
@@ -58,24 +65,97 @@ def plan_ranges(
 def rate_limit(
     start: Mapping[TopicPartitionKey, int], available: Mapping[TopicPartitionKey, int], limit: int
 ) -> Offsets:
-    """Cap the total offsets of a trigger at `limit`, shared in proportion to each partition's
-    backlog (as Spark's Kafka source does), never moving a partition backwards. Deterministic."""
-    lag = {tp: max(0, available[tp] - start.get(tp, available[tp])) for tp in available}
-    total = sum(lag.values())
-    if total <= limit:
+    """Cap a trigger at about `limit` offsets, shared in proportion to each partition's
+    backlog as Spark's Kafka source shares it: a share below one offset is rounded up (no
+    partition is starved), others down. A partition missing from `start` is not capped."""
+    sizes = {
+        tp: available[tp] - start[tp]
+        for tp in available
+        if tp in start and available[tp] - start[tp] > 0
+    }
+    total = sum(sizes.values())
+    if total < 1:
         return dict(available)
     capped: Offsets = {}
-    granted = 0
-    for tp in sorted(available):
-        share = (lag[tp] * limit) // total
-        granted += share
-        capped[tp] = start.get(tp, available[tp]) + share
-    # hand out the rounding remainder one offset at a time, in partition order
-    remainder = limit - granted
-    for tp in sorted(available):
-        if remainder <= 0:
-            break
-        if capped[tp] < available[tp]:
-            capped[tp] += 1
-            remainder -= 1
+    for tp, end in available.items():
+        if tp not in sizes:
+            capped[tp] = end
+            continue
+        share = limit * (sizes[tp] / total)
+        capped[tp] = min(end, start[tp] + (math.ceil(share) if share < 1 else math.floor(share)))
     return capped
+
+
+@dataclass(frozen=True)
+class TriggerDecision:
+    """Whether to run a batch now; `fired_at_ms` is the time to remember as the last trigger."""
+
+    run: bool
+    fired_at_ms: int
+
+
+def admit_trigger(
+    start: Mapping[TopicPartitionKey, int],
+    available: Mapping[TopicPartitionKey, int],
+    min_rows: int,
+    max_delay_ms: int,
+    last_trigger_ms: int,
+    now_ms: int,
+) -> TriggerDecision:
+    """`minOffsetsPerTrigger`: put a batch off while fewer than `min_rows` new offsets are
+    available, unless `max_delay_ms` has passed since the last batch ran. Offsets of a
+    partition missing from `start` count from 0, as in Spark."""
+    if now_ms - last_trigger_ms >= max_delay_ms:
+        return TriggerDecision(True, now_ms)
+    new = sum(end - start.get(tp, 0) for tp, end in available.items())
+    if new < min_rows:
+        return TriggerDecision(False, last_trigger_ms)
+    return TriggerDecision(True, now_ms)
+
+
+def _cut(rng: OffsetRange, parts: int) -> list[OffsetRange]:
+    """`rng` in `parts` consecutive pieces of (nearly) equal size; the last takes the rest."""
+    out = []
+    remaining, begin = rng.size, rng.start
+    for part in range(parts):
+        this = remaining // (parts - part)
+        remaining -= this
+        end = min(begin + this, rng.end)
+        out.append(OffsetRange(rng.topic, rng.partition, begin, end))
+        begin = end
+    return [r for r in out if r.size > 0]
+
+
+def _part_count(size: int, total: int, min_parts: int) -> int:
+    # Scala's math.round: half up
+    return max(math.floor(size / total * min_parts + 0.5), 1)
+
+
+def split_ranges(
+    ranges: Sequence[OffsetRange],
+    min_partitions: int | None = None,
+    max_records_per_partition: int | None = None,
+) -> list[OffsetRange]:
+    """Spark tasks for a batch's ranges, as Spark's Kafka source plans them. Empty ranges
+    are dropped. With `maxRecordsPerPartition`, a range larger than that is cut into
+    ceil(size / max) pieces. Then, with `minPartitions` larger than the number of ranges,
+    large ranges are cut in proportion to their share of all offsets so that there are
+    about `minPartitions` tasks (ranges whose share rounds to one task stay whole)."""
+    out = [r for r in ranges if r.size > 0]
+    if max_records_per_partition is not None:
+        out = [
+            piece
+            for r in out
+            for piece in _cut(r, max(1, math.ceil(r.size / max_records_per_partition)))
+        ]
+    if min_partitions is None or len(out) >= min_partitions:
+        return out
+    total = sum(r.size for r in out)
+    whole = [r for r in out if _part_count(r.size, total, min_partitions) == 1]
+    split_total = total - sum(r.size for r in whole)
+    split_min = max(min_partitions - len(whole), 1)
+    result = []
+    for r in out:
+        parts = 1 if r in whole else _part_count(r.size, split_total, split_min)
+        result.extend(_cut(r, parts))
+    return result

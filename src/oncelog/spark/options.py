@@ -1,21 +1,29 @@
-"""Options of the `oncelog` Spark data source, parsed once and checked early.
+"""Options of the `oncelog` data source: Spark's Kafka source and sink options, checked early.
 
-The names are those of Spark's Kafka source and sink so a job can switch formats by
-changing one word. Spark hands them over lower-cased and as strings; every value is
-validated here, on the driver, so a typo fails the query before any task runs.
+The names and meanings are those of Spark's Kafka connector (`KafkaSourceProvider` and
+the Structured Streaming + Kafka integration guide), so a job switches formats by changing
+one word. Spark hands the options over lower-cased and as strings; everything here is
+pure parsing, run on the driver before any task, and every error names the option as
+Spark's documentation spells it. An option the connector does not know is refused with
+the list of the ones it knows (a misspelt option is never ignored); `kafka.*` options go to
+the client, as in Spark.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog.client.security import ClientSecurityError, librdkafka_config
 
-LATEST = -1
+log = logging.getLogger(__name__)
+
+LATEST = -1  # in offset JSON, as in Spark: -1 is the latest offset, -2 the earliest
 EARLIEST = -2
 
 READ_COMMITTED = "read_committed"
@@ -27,95 +35,250 @@ AT_LEAST_ONCE = "at_least_once"
 DEFAULT_PROGRESS_TOPIC = "__oncelog_sink_progress"
 DEFAULT_PROGRESS_PARTITIONS = 64
 DEFAULT_POLL_TIMEOUT_MS = 120_000
-DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+DEFAULT_FETCH_OFFSET_RETRIES = 3
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1_000  # Spark's code; its guide says 10
+DEFAULT_MAX_TRIGGER_DELAY = "15m"
+DEFAULT_CLIENT_TIMEOUT_MS = 30_000  # cluster calls; kafka.socket.timeout.ms overrides it
 
-# Client settings the connector owns: a user value would silently break it.
-_READER_OWNED = {
-    "group.id",
-    "enable.auto.commit",
-    "auto.offset.reset",
-    "enable.partition.eof",
-    "enable.auto.offset.store",
+# The options of Spark's Kafka source, spelt as Spark documents them.
+SOURCE_OPTIONS = (
+    "assign",
+    "subscribe",
+    "subscribePattern",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsets",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "endingOffsets",
+    "failOnDataLoss",
+    "kafkaConsumer.pollTimeoutMs",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "groupIdPrefix",
+    "includeHeaders",
+)
+# Spark's Kafka sink options, then the exactly-once sink's own.
+SINK_OPTIONS = (
+    "topic",
+    "includeHeaders",
+    "delivery.guarantee",
+    "sink.id",
+    "write.id",
+    "sink.progress.topic",
+    "sink.progress.partitions",
+)
+# Set by Spark itself on some queries; they are not options of the connector.
+_SPARK_OWN = ("path", "checkpointLocation", "queryName")
+
+_STRATEGIES = ("subscribe", "subscribePattern", "assign")
+_ENDING = ("endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
+_TRIGGER_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+# kafka.* settings Spark's source refuses, and why; then those this connector owns.
+_SOURCE_REFUSED_KAFKA = {
+    "auto.offset.reset": (
+        "set the source option startingOffsets to 'earliest' or 'latest' instead: the "
+        "connector decides which offsets each batch reads, so that no data is missed when "
+        "topics or partitions appear"
+    ),
+    "key.deserializer": "keys are always read as bytes; deserialize them with DataFrame operations",
+    "value.deserializer": (
+        "values are always read as bytes; deserialize them with DataFrame operations"
+    ),
+    "enable.auto.commit": "the source commits no offsets to Kafka: the checkpoint keeps them",
+    "interceptor.classes": "interceptors could change the records the source returns",
+    "enable.partition.eof": "the connector uses it to find the end of a range",
+    "enable.auto.offset.store": "the source stores no offsets in Kafka",
 }
-_WRITER_OWNED = {"transactional.id", "enable.idempotence", "acks"}
-# librdkafka warns when a client gets a setting of the other kind; drop them quietly.
-_CONSUMER_ONLY = {
-    "isolation.level",
-    "auto.offset.reset",
-    "fetch.min.bytes",
-    "fetch.max.bytes",
-    "max.partition.fetch.bytes",
-    "fetch.wait.max.ms",
-    "session.timeout.ms",
-    "max.poll.interval.ms",
-    "group.id",
-    "enable.auto.commit",
-    "check.crcs",
+_SINK_REFUSED_KAFKA = {
+    "key.serializer": "keys are written as bytes (a string key is encoded as UTF-8)",
+    "value.serializer": "values are written as bytes (a string value is encoded as UTF-8)",
 }
-_PRODUCER_ONLY = {
-    "transaction.timeout.ms",
-    "linger.ms",
-    "batch.size",
-    "batch.num.messages",
-    "compression.type",
-    "compression.codec",
-    "queue.buffering.max.messages",
-    "queue.buffering.max.kbytes",
-    "delivery.timeout.ms",
-    "message.timeout.ms",
-    "retries",
-    "max.in.flight.requests.per.connection",
-}
+_EXACTLY_ONCE_OWNED_KAFKA = ("transactional.id", "enable.idempotence", "acks")
+
+# librdkafka warns when a client gets a setting of the other kind; each client gets its own.
+_CONSUMER_ONLY = frozenset(
+    {
+        "isolation.level",
+        "auto.offset.reset",
+        "fetch.min.bytes",
+        "fetch.max.bytes",
+        "max.partition.fetch.bytes",
+        "fetch.wait.max.ms",
+        "fetch.queue.backoff.ms",
+        "fetch.error.backoff.ms",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "max.poll.interval.ms",
+        "group.id",
+        "group.instance.id",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+        "check.crcs",
+        "partition.assignment.strategy",
+    }
+)
+_PRODUCER_ONLY = frozenset(
+    {
+        "transaction.timeout.ms",
+        "transactional.id",
+        "enable.idempotence",
+        "acks",
+        "request.required.acks",
+        "linger.ms",
+        "queue.buffering.max.ms",
+        "batch.size",
+        "batch.num.messages",
+        "compression.type",
+        "compression.codec",
+        "compression.level",
+        "queue.buffering.max.messages",
+        "queue.buffering.max.kbytes",
+        "delivery.timeout.ms",
+        "message.timeout.ms",
+        "request.timeout.ms",
+        "retries",
+        "message.send.max.retries",
+        "max.in.flight.requests.per.connection",
+        "max.in.flight",
+        "partitioner",
+        "sticky.partitioning.linger.ms",
+        "delivery.report.only.error",
+    }
+)
 
 
 class OptionError(ValueError):
-    """An option is missing, unknown in value, or contradicts another."""
+    """An option is missing, unknown, badly written, or contradicts another."""
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    value = str(raw).strip().lower()
-    if value in ("true", "1", "yes"):
-        return True
-    if value in ("false", "0", "no"):
-        return False
-    raise OptionError(f"option {key}={raw!r}: expected true or false")
+# -- reading raw options -------------------------------------------------------------------
 
 
-def _int(options: Mapping[str, str], key: str, default: int | None, minimum: int = 0) -> int | None:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise OptionError(f"option {key}={raw!r}: expected an integer") from None
-    if value < minimum:
-        raise OptionError(f"option {key}={raw!r}: must be at least {minimum}")
+class _Raw:
+    """The options as Spark hands them over (lower-cased keys, string values), looked up by
+    the names Spark documents so that every message can name the option as documented."""
+
+    def __init__(self, options: Mapping[str, Any], known: Iterable[str], what: str) -> None:
+        self.values = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+        self.spelling = {name.lower(): name for name in known}
+        self.what = what
+
+    def has(self, name: str) -> bool:
+        return name.lower() in self.values
+
+    def get(self, name: str) -> str | None:
+        return self.values.get(name.lower())
+
+    def refuse_unknown(self) -> None:
+        own = {name.lower() for name in _SPARK_OWN}
+        unknown = sorted(
+            k
+            for k in self.values
+            if not k.startswith("kafka.") and k not in self.spelling and k not in own
+        )
+        if not unknown:
+            return
+        known = ", ".join(sorted(set(self.spelling.values()), key=str.lower))
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, self.spelling, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{key!r}: did you mean {self.spelling[close[0]]}?")
+        raise OptionError(
+            f"unknown option{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(k) for k in unknown)} for the oncelog {self.what}"
+            + (f" ({'; '.join(hints)})" if hints else "")
+            + f". Known options: {known}, and kafka.* for the client."
+        )
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        value = raw.strip().lower()
+        if value in ("true", "false"):
+            return value == "true"
+        raise OptionError(f"option {name}={raw!r}: expected true or false")
+
+    def integer(self, name: str, default: int | None, positive: bool = False) -> int | None:
+        raw = self.get(name)
+        if raw is None:
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise OptionError(f"option {name}={raw!r}: expected an integer") from None
+        if positive and value <= 0:
+            raise OptionError(f"option {name}={raw!r}: {name} must be positive")
+        if value < 0:
+            raise OptionError(f"option {name}={raw!r}: must not be negative")
+        return value
+
+
+_DURATION = re.compile(r"\s*(-?\d+)\s*([a-z]*)\s*")
+_DURATION_MS = {
+    "": 1,
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+
+
+def duration_ms(name: str, raw: str) -> int:
+    """A time string as Spark reads it (`Utils.timeStringAsMs`): a number and an optional
+    unit (ms, s, m or min, h, d); no unit means milliseconds."""
+    match = _DURATION.fullmatch(raw.lower())
+    if match is None or match.group(2) not in _DURATION_MS:
+        raise OptionError(
+            f"option {name}={raw!r}: expected a time such as 500ms, 30s, 15m, 1h or 1d"
+        )
+    value = int(match.group(1)) * _DURATION_MS[match.group(2)]
+    if value < 0:
+        raise OptionError(f"option {name}={raw!r}: must not be negative")
     return value
 
 
-def kafka_config(options: Mapping[str, Any]) -> dict[str, str]:
+# -- the client configuration --------------------------------------------------------------
+
+
+def kafka_config(raw: _Raw) -> dict[str, str]:
     """Every `kafka.*` option, prefix removed: the client configuration, its security
     settings (`kafka.security.protocol`, `kafka.sasl.*`, `kafka.ssl.*`, in Kafka's Java
     names as Spark's Kafka connector takes them, or librdkafka's) in librdkafka's names."""
-    config = {
-        k[len("kafka.") :]: str(v) for k, v in options.items() if k.lower().startswith("kafka.")
-    }
+    config = {k[len("kafka.") :]: v for k, v in raw.values.items() if k.startswith("kafka.")}
     if "bootstrap.servers" not in config:
-        raise OptionError("option kafka.bootstrap.servers is required")
+        raise OptionError(
+            "option kafka.bootstrap.servers must be specified for configuring the Kafka client"
+        )
     try:
         return librdkafka_config(config)
     except ClientSecurityError as exc:
         raise OptionError(f"kafka.* security options: {exc}") from None
 
 
-ClientConfig = dict[str, str | int | float | bool]  # what confluent-kafka's clients take
+def _refuse_kafka(config: Mapping[str, str], refused: Mapping[str, str]) -> None:
+    for key in sorted(config):
+        if key in refused:
+            raise OptionError(f"Kafka option 'kafka.{key}' is not supported: {refused[key]}")
 
 
-def consumer_config(config: Mapping[str, str]) -> ClientConfig:
+def consumer_config(config: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in config.items() if k not in _PRODUCER_ONLY}
 
 
@@ -127,141 +290,369 @@ def admin_config(config: Mapping[str, str]) -> ClientConfig:
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY and k not in _PRODUCER_ONLY}
 
 
-# --- offsets as written by users: "earliest", "latest" or JSON -------------------------
-
-OffsetSpec = str | dict[str, dict[int, int]]  # "earliest" | "latest" | {topic: {partition: offset}}
-
-
-def parse_offset_spec(
-    key: str, raw: str | None, default: str, allow_earliest: bool = True
-) -> OffsetSpec:
-    if raw is None:
-        return default
-    text = str(raw).strip()
-    if text.lower() == "latest":
-        return "latest"
-    if text.lower() == "earliest":
-        if not allow_earliest:
-            raise OptionError(f"option {key}: earliest is not allowed here")
-        return "earliest"
+def client_timeout_s(config: Mapping[str, str]) -> float:
+    """How long one cluster call may take: `kafka.socket.timeout.ms` when given."""
+    raw = config.get("socket.timeout.ms")
     try:
-        decoded = json.loads(text)
-    except json.JSONDecodeError:
+        return (int(raw) if raw is not None else DEFAULT_CLIENT_TIMEOUT_MS) / 1000
+    except ValueError:
+        raise OptionError(f"option kafka.socket.timeout.ms={raw!r}: expected an integer") from None
+
+
+# -- where reading starts and ends ---------------------------------------------------------
+
+TopicPartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Earliest:
+    """The log start offset of every partition."""
+
+
+@dataclass(frozen=True)
+class Latest:
+    """The last stable offset (read_committed) or high watermark of every partition."""
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    """An offset per partition; LATEST (-1) and EARLIEST (-2) stand for those offsets."""
+
+    option: str
+    offsets: Mapping[TopicPartitionKey, int]
+
+
+@dataclass(frozen=True)
+class SpecificTimestamps:
+    """A timestamp per partition: the first offset whose timestamp is at or after it."""
+
+    option: str
+    timestamps: Mapping[TopicPartitionKey, int]
+    latest_when_none: bool  # startingOffsetsByTimestampStrategy=latest (or an ending option)
+
+
+@dataclass(frozen=True)
+class GlobalTimestamp:
+    """One timestamp for every partition (startingTimestamp, endingTimestamp)."""
+
+    option: str
+    timestamp: int
+    latest_when_none: bool
+
+
+OffsetLimit = Earliest | Latest | SpecificOffsets | SpecificTimestamps | GlobalTimestamp
+
+_OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
+_TIMESTAMPS_EXAMPLE = '{"topicA":{"0":1000,"1":1000},"topicB":{"0":2000}}'
+_ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[2,4]}'
+
+
+def _partition_json(name: str, raw: str, example: str) -> dict[TopicPartitionKey, int]:
+    """`{"topic": {"0": n}}` as Spark's JsonUtils reads it."""
+    try:
+        decoded = json.loads(raw)
+        if not isinstance(decoded, dict):
+            raise TypeError
+        out: dict[TopicPartitionKey, int] = {}
+        for topic, per in decoded.items():
+            if not isinstance(per, dict):
+                raise TypeError
+            for partition, value in per.items():
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError
+                out[(str(topic), int(partition))] = value
+    except (json.JSONDecodeError, TypeError, ValueError):
+        raise OptionError(f"option {name}: expected e.g. {example}, got {raw}") from None
+    return out
+
+
+def _parse_limit(
+    raw: _Raw, timestamp_key: str, by_timestamp_key: str, offsets_key: str, default: OffsetLimit
+) -> OffsetLimit:
+    """One end of the range, by the preference Spark gives the three options: a global
+    timestamp, then timestamps per partition, then offsets."""
+    starting = offsets_key == "startingOffsets"
+    strategy = (raw.get("startingOffsetsByTimestampStrategy") or "error").strip().lower()
+    if strategy not in ("error", "latest"):
         raise OptionError(
-            f'option {key}={raw!r}: expected earliest, latest or JSON {{"topic": {{"0": offset}}}}'
-        ) from None
-    if not isinstance(decoded, dict):
-        raise OptionError(f"option {key}: the JSON must be an object of topics")
-    spec: dict[str, dict[int, int]] = {}
-    for topic, partitions in decoded.items():
-        if not isinstance(partitions, dict):
-            raise OptionError(f"option {key}: topic {topic!r} needs an object of partitions")
-        per: dict[int, int] = {}
-        for p, offset in partitions.items():
-            try:
-                per[int(p)] = int(offset)
-            except (TypeError, ValueError):
+            f"option startingOffsetsByTimestampStrategy={strategy!r}: 'error' or 'latest'"
+        )
+    latest_when_none = strategy == "latest" or not starting
+    if raw.has(timestamp_key):
+        text = (raw.get(timestamp_key) or "").strip()
+        try:
+            return GlobalTimestamp(timestamp_key, int(text), latest_when_none)
+        except ValueError:
+            raise OptionError(
+                f"option {timestamp_key}: expected a single long value, got {text}"
+            ) from None
+    if raw.has(by_timestamp_key):
+        text = (raw.get(by_timestamp_key) or "").strip()
+        return SpecificTimestamps(
+            by_timestamp_key,
+            _partition_json(by_timestamp_key, text, _TIMESTAMPS_EXAMPLE),
+            latest_when_none,
+        )
+    text = raw.get(offsets_key)
+    if text is None:
+        return default
+    text = text.strip()
+    if text.lower() == "latest":
+        return Latest()
+    if text.lower() == "earliest":
+        return Earliest()
+    offsets = _partition_json(offsets_key, text, _OFFSETS_EXAMPLE)
+    for tp, offset in offsets.items():
+        if offset < EARLIEST:
+            raise OptionError(f"option {offsets_key}: offset {offset} for {tp[0]}-{tp[1]}")
+    return SpecificOffsets(offsets_key, offsets)
+
+
+def _check_batch_limits(start: OffsetLimit, end: OffsetLimit) -> None:
+    """What Spark refuses in a batch query (`validateBatchOptions`, `checkOffsetLimitValidity`)."""
+    if isinstance(start, Latest):
+        raise OptionError(
+            "option startingOffsets: starting offset can't be latest for batch queries"
+        )
+    if isinstance(start, SpecificOffsets):
+        for (topic, partition), offset in sorted(start.offsets.items()):
+            if offset == LATEST:
                 raise OptionError(
-                    f"option {key}: bad partition or offset {p!r}: {offset!r}"
-                ) from None
-            if per[int(p)] < EARLIEST or (per[int(p)] == EARLIEST and not allow_earliest):
-                raise OptionError(f"option {key}: bad offset {offset!r} for {topic}-{p}")
-        spec[topic] = per
-    return spec
+                    f"option startingOffsets for {topic}-{partition} can't be latest (-1) "
+                    "for batch queries"
+                )
+    if isinstance(end, Earliest):
+        raise OptionError("option endingOffsets: ending offset can't be earliest for batch queries")
+    if isinstance(end, SpecificOffsets):
+        for (topic, partition), offset in sorted(end.offsets.items()):
+            if offset == EARLIEST:
+                raise OptionError(
+                    f"option endingOffsets for {topic}-{partition} can't be earliest (-2) "
+                    "for batch queries"
+                )
+    pairs: list[tuple[str, str, Mapping[TopicPartitionKey, int], Mapping[TopicPartitionKey, int]]]
+    pairs = []
+    if isinstance(start, SpecificOffsets) and isinstance(end, SpecificOffsets):
+        pairs.append((start.option, end.option, start.offsets, end.offsets))
+    if isinstance(start, SpecificTimestamps) and isinstance(end, SpecificTimestamps):
+        pairs.append((start.option, end.option, start.timestamps, end.timestamps))
+    for start_name, end_name, begin, finish in pairs:
+        if set(begin) != set(finish):
+            raise OptionError(
+                f"options {start_name} and {end_name} name different partitions: "
+                f"{sorted(begin)} and {sorted(finish)}"
+            )
+        for tp in sorted(begin):
+            if begin[tp] >= 0 and finish[tp] >= 0 and begin[tp] > finish[tp]:
+                raise OptionError(
+                    f"{start_name} {begin[tp]} is after {end_name} {finish[tp]} for {tp[0]}-{tp[1]}"
+                )
+
+
+# -- which partitions ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Subscription:
-    """Which topic-partitions to read: exactly one of the three Kafka-source options."""
+    """Which topic-partitions to read: exactly one of the three strategies of Spark's source.
+    A pattern matches topics as Spark's does (a Java regular expression found anywhere in
+    the name, `Matcher.find`); topics starting with `__` are never matched by a pattern."""
 
     topics: tuple[str, ...] = ()
     pattern: str | None = None
-    assign: dict[str, tuple[int, ...]] | None = None
+    assign: Mapping[str, tuple[int, ...]] | None = None
 
     def matches(self, topic: str) -> bool:
         if self.assign is not None:
             return topic in self.assign
         if self.pattern is not None:
-            return re.fullmatch(self.pattern, topic) is not None
+            return not topic.startswith("__") and re.search(self.pattern, topic) is not None
         return topic in self.topics
 
+    def describe(self) -> str:
+        if self.assign is not None:
+            return f"assign={json.dumps({t: list(p) for t, p in self.assign.items()})}"
+        if self.pattern is not None:
+            return f"subscribePattern={self.pattern}"
+        return f"subscribe={','.join(self.topics)}"
 
-def parse_subscription(options: Mapping[str, str]) -> Subscription:
-    given = [k for k in ("subscribe", "subscribepattern", "assign") if options.get(k)]
-    if len(given) != 1:
+
+def parse_subscription(raw: _Raw) -> Subscription:
+    given = [name for name in _STRATEGIES if raw.has(name)]
+    if not given:
         raise OptionError(
-            "exactly one of the options subscribe, subscribePattern or assign is "
-            f"required (got {', '.join(given) or 'none'})"
+            "one of the options subscribe, subscribePattern or assign must be specified "
+            "for the oncelog source"
+        )
+    if len(given) > 1:
+        raise OptionError(
+            "only one of the options subscribe, subscribePattern or assign can be specified "
+            f"for the oncelog source (got {', '.join(given)})"
         )
     kind = given[0]
-    raw = str(options[kind])
+    value = raw.get(kind) or ""
     if kind == "subscribe":
-        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        topics = tuple(t.strip() for t in value.split(",") if t.strip())
         if not topics:
-            raise OptionError("option subscribe: no topic named")
+            raise OptionError(f"option subscribe={value!r}: no topics to subscribe to")
         return Subscription(topics=topics)
-    if kind == "subscribepattern":
+    if kind == "subscribePattern":
+        pattern = value.strip()
+        if not pattern:
+            raise OptionError(f"option subscribePattern={value!r}: the pattern is empty")
         try:
-            re.compile(raw)
+            re.compile(pattern)
         except re.error as exc:
-            raise OptionError(f"option subscribePattern={raw!r}: {exc}") from None
-        return Subscription(pattern=raw)
+            raise OptionError(f"option subscribePattern={value!r}: {exc}") from None
+        return Subscription(pattern=pattern)
     try:
-        decoded = json.loads(raw)
-        assign = {str(t): tuple(sorted(int(p) for p in ps)) for t, ps in decoded.items()}
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        raise OptionError(f'option assign={raw!r}: expected JSON {{"topic": [0, 1]}}') from None
+        decoded = json.loads(value)
+        if not isinstance(decoded, dict) or not decoded:
+            raise TypeError
+        assign = {}
+        for topic, partitions in decoded.items():
+            if not isinstance(partitions, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) for p in partitions
+            ):
+                raise TypeError
+            assign[str(topic)] = tuple(sorted(set(partitions)))
+    except (json.JSONDecodeError, TypeError):
+        raise OptionError(
+            f"option assign: no topic-partitions to assign; expected e.g. {_ASSIGN_EXAMPLE}, "
+            f"got {value}"
+        ) from None
     return Subscription(assign=assign)
+
+
+# -- the source ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """The source's options, parsed and checked."""
-
-    client: dict[str, str]
+    client: dict[str, str]  # kafka.*, prefix removed, without a group.id
     subscription: Subscription
-    starting: OffsetSpec
-    ending: OffsetSpec
+    starting: OffsetLimit
+    ending: OffsetLimit  # batch queries only
     isolation_level: str
     fail_on_data_loss: bool
-    max_offsets_per_trigger: int | None
     poll_timeout_ms: int
+    fetch_offset_retries: int
+    fetch_offset_retry_interval_ms: int
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    group_id: str | None  # kafka.group.id: the executors' consumers use it as it is
+    group_id_prefix: str | None
+    include_headers: bool
 
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == READ_COMMITTED
 
 
-def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
-    client = kafka_config(options)
-    owned = sorted(k for k in client if k in _READER_OWNED)
-    if owned:
-        raise OptionError(
-            f"options {', '.join('kafka.' + k for k in owned)} are set by the "
-            "connector and cannot be given"
+def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> ReadOptions:
+    """The source's options, or an OptionError naming the first bad one. `streaming=None`
+    checks what holds for both kinds of query (before Spark says which one it is)."""
+    raw = _Raw(options, SOURCE_OPTIONS, "source")
+    raw.refuse_unknown()
+    subscription = parse_subscription(raw)
+    client = kafka_config(raw)
+    _refuse_kafka(client, _SOURCE_REFUSED_KAFKA)
+    group_id = client.pop("group.id", None)
+    if group_id is not None:
+        log.warning(
+            "Kafka option 'kafka.group.id' is set: the source's consumers use group %r as it "
+            "is (they never join the group nor commit offsets; the group matters for "
+            "authorization only)%s",
+            group_id,
+            "; option groupIdPrefix is ignored" if raw.has("groupIdPrefix") else "",
         )
-    level = str(options.get("kafka.isolation.level", READ_COMMITTED)).strip().lower()
+    level = client.get("isolation.level", READ_COMMITTED).strip().lower()
     if level not in (READ_COMMITTED, READ_UNCOMMITTED):
         raise OptionError(
             f"option kafka.isolation.level={level!r}: read_committed or read_uncommitted"
         )
-    if streaming and options.get("endingoffsets") is not None:
-        raise OptionError("option endingOffsets is for batch queries only")
+    client["isolation.level"] = level
+    if streaming:
+        given = [name for name in _ENDING if raw.has(name)]
+        if given:
+            raise OptionError(
+                f"option {given[0]}: ending offsets are not valid in streaming queries"
+            )
+    elif streaming is False:
+        for name in _TRIGGER_ONLY:
+            if raw.has(name):
+                log.warning("option %s is ignored in batch queries", name)
+    starting = _parse_limit(
+        raw,
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsets",
+        Latest() if streaming else Earliest(),
+    )
+    ending = _parse_limit(
+        raw, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets", Latest()
+    )
+    if streaming is False:
+        _check_batch_limits(starting, ending)
+    max_per_trigger = raw.integer("maxOffsetsPerTrigger", None, positive=True)
+    min_per_trigger = raw.integer("minOffsetsPerTrigger", None, positive=True)
+    if (
+        max_per_trigger is not None
+        and min_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise OptionError(
+            f"option minOffsetsPerTrigger ({min_per_trigger}) is higher than "
+            f"maxOffsetsPerTrigger ({max_per_trigger})"
+        )
+    delay = raw.get("maxTriggerDelay")
+    client_timeout_s(client)  # a bad kafka.socket.timeout.ms fails here, not in a task
     return ReadOptions(
         client=client,
-        subscription=parse_subscription(options),
-        starting=parse_offset_spec(
-            "startingOffsets", options.get("startingoffsets"), "latest" if streaming else "earliest"
-        ),
-        ending=parse_offset_spec(
-            "endingOffsets", options.get("endingoffsets"), "latest", allow_earliest=False
-        ),
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
         isolation_level=level,
-        fail_on_data_loss=_bool(options, "failondataloss", True),
-        max_offsets_per_trigger=_int(options, "maxoffsetspertrigger", None, minimum=1),
-        poll_timeout_ms=_int(options, "kafkaconsumer.polltimeoutms", DEFAULT_POLL_TIMEOUT_MS, 1)
-        or DEFAULT_POLL_TIMEOUT_MS,
+        fail_on_data_loss=raw.boolean("failOnDataLoss", True),
+        poll_timeout_ms=_required(
+            raw.integer("kafkaConsumer.pollTimeoutMs", DEFAULT_POLL_TIMEOUT_MS, positive=True)
+        ),
+        fetch_offset_retries=_required(
+            raw.integer("fetchOffset.numRetries", DEFAULT_FETCH_OFFSET_RETRIES, positive=True)
+        ),
+        fetch_offset_retry_interval_ms=_required(
+            raw.integer("fetchOffset.retryIntervalMs", DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS)
+        ),
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=duration_ms(
+            "maxTriggerDelay", delay if delay is not None else DEFAULT_MAX_TRIGGER_DELAY
+        ),
+        min_partitions=raw.integer("minPartitions", None, positive=True),
+        max_records_per_partition=raw.integer("maxRecordsPerPartition", None, positive=True),
+        group_id=group_id,
+        group_id_prefix=raw.get("groupIdPrefix"),
+        include_headers=raw.boolean("includeHeaders", False),
     )
+
+
+def _required(value: int | None) -> int:
+    assert value is not None  # the option has a default
+    return value
+
+
+def include_headers(options: Mapping[str, Any]) -> bool:
+    """`includeHeaders` alone, for the schema (asked before it is known whether the query
+    is a batch or a stream)."""
+    return _Raw(options, SOURCE_OPTIONS, "source").boolean("includeHeaders", False)
+
+
+# -- the sink ------------------------------------------------------------------------------
+
+_SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 @dataclass(frozen=True)
@@ -275,7 +666,6 @@ class WriteOptions:
     write_id: int
     progress_topic: str
     progress_partitions: int
-    fail_after: int | None = field(default=None)  # tests only: raise on attempt 0 after N records
 
     @property
     def exactly_once(self) -> bool:
@@ -289,39 +679,43 @@ class WriteOptions:
         return f"oncelog-sink-{self.sink_id}-{task}"
 
 
-_SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
-def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
-    client = kafka_config(options)
-    guarantee = str(options.get("delivery.guarantee", EXACTLY_ONCE)).strip().lower()
+def parse_write_options(options: Mapping[str, Any], extra: Iterable[str] = ()) -> WriteOptions:
+    """The sink's options, or an OptionError naming the first bad one. `extra` names options
+    a subclass of the data source reads itself (the testing one's fault injection)."""
+    raw = _Raw(options, (*SINK_OPTIONS, *extra), "sink")
+    raw.refuse_unknown()
+    client = kafka_config(raw)
+    _refuse_kafka(client, _SINK_REFUSED_KAFKA)
+    guarantee = (raw.get("delivery.guarantee") or EXACTLY_ONCE).strip().lower()
     if guarantee not in (EXACTLY_ONCE, AT_LEAST_ONCE):
         raise OptionError(f"option delivery.guarantee={guarantee!r}: exactly_once or at_least_once")
-    sink_id = options.get("sink.id")
+    sink_id = raw.get("sink.id")
     if guarantee == EXACTLY_ONCE:
         if not sink_id:
             raise OptionError(
                 "option sink.id is required with delivery.guarantee=exactly_once: a "
                 "stable name for this sink, the same across restarts of the query"
             )
-        if not _SINK_ID.fullmatch(str(sink_id)):
+        if not _SINK_ID.fullmatch(sink_id):
             raise OptionError(f"option sink.id={sink_id!r}: letters, digits, '.', '_' and '-' only")
-        owned = sorted(k for k in client if k in _WRITER_OWNED)
+        owned = [k for k in _EXACTLY_ONCE_OWNED_KAFKA if k in client]
         if owned:
             raise OptionError(
                 f"options {', '.join('kafka.' + k for k in owned)} are set by the "
                 "exactly-once sink and cannot be given"
             )
+    raw.boolean("includeHeaders", False)  # accepted as Spark's sink does; headers are written
+    # whenever the data has a headers column
+    client_timeout_s(client)
+    topic = (raw.get("topic") or "").strip() or None
     return WriteOptions(
         client=client,
-        topic=options.get("topic") or None,
+        topic=topic,
         guarantee=guarantee,
-        sink_id=str(sink_id) if sink_id else None,
-        write_id=_int(options, "write.id", 0) or 0,
-        progress_topic=str(options.get("sink.progress.topic", DEFAULT_PROGRESS_TOPIC)),
-        progress_partitions=_int(
-            options, "sink.progress.partitions", DEFAULT_PROGRESS_PARTITIONS, 1
-        )
-        or DEFAULT_PROGRESS_PARTITIONS,
-        fail_after=_int(options, "oncelog.test.fail_after", None),
+        sink_id=sink_id or None,
+        write_id=_required(raw.integer("write.id", 0)),
+        progress_topic=raw.get("sink.progress.topic") or DEFAULT_PROGRESS_TOPIC,
+        progress_partitions=_required(
+            raw.integer("sink.progress.partitions", DEFAULT_PROGRESS_PARTITIONS, positive=True)
+        ),
     )

@@ -1,61 +1,47 @@
-"""Readers: batch and micro-batch streaming, one Spark input partition per offset range.
+"""Readers: batch and micro-batch streaming, as Spark's Kafka source plans them.
 
-Reading a range is deterministic: a consumer is assigned the partition at `start`, reads
-under the query's isolation level, keeps records with offsets in [start, end) and stops at
-the first record (or end-of-partition) at or past `end`. Under read_committed every `end`
-the connector plans is at most the last stable offset (LSO) it listed, so every record
-below it is decided: the client drops aborted records and control records, the same ones
-on every replay.
-
-Everything that opens a socket runs inside methods that execute on the driver's
-data-source runner or on executors; `__init__` keeps only plain, picklable data.
+The driver lists partitions and offsets (`Cluster`), decides each batch's offsets
+(`offsets`: rate limits, delayed triggers, split ranges) and hands each Spark task one
+offset range; the task reads it with `consume.read_range`. Everything that opens a socket
+runs inside methods that execute on the driver's data-source runner or on executors; the
+admin client is made on first use and dropped when the reader is pickled for the tasks.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
 from oncelog.spark import offsets as off
 from oncelog.spark.client import Cluster
-from oncelog.spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions, consumer_config
-
-try:  # PySpark 4.2+
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadLimit,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - older PySpark: no availableNow support
-    ReadLimit = object  # type: ignore[assignment,misc]
-    ReadAllAvailable = ReadMaxRows = None  # type: ignore[assignment,misc]
-
-    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
-        """Stand-in for PySpark < 4.2, which has no availableNow support."""
-
-
-ARROW_SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ]
+from oncelog.spark.consume import DataLossError, read_range
+from oncelog.spark.options import (
+    EARLIEST,
+    LATEST,
+    Earliest,
+    GlobalTimestamp,
+    Latest,
+    OffsetLimit,
+    OptionError,
+    ReadOptions,
+    SpecificOffsets,
+    SpecificTimestamps,
 )
-ROWS_PER_BATCH = 8192
-_GROUP = "oncelog-spark-reader"  # never joined, never committed: assign() only
 
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
+log = logging.getLogger(__name__)
 
 
 class OffsetRangePartition(InputPartition):
@@ -66,136 +52,87 @@ class OffsetRangePartition(InputPartition):
         self.range = rng
 
 
-def _data_loss(options: ReadOptions, message: str) -> None:
-    if options.fail_on_data_loss:
-        raise DataLossError(
-            message + ". Some data may have been lost because it is no longer "
-            "in the log (retention). Set failOnDataLoss=false to skip ahead instead."
-        )
+def _group_id(options: ReadOptions, default_prefix: str) -> str:
+    """The executors' consumer group, as Spark names it: `kafka.group.id` when given, else
+    a fresh one per query under `groupIdPrefix`. The consumers never join it."""
+    if options.group_id is not None:
+        return options.group_id
+    return f"{options.group_id_prefix or default_prefix}-{uuid.uuid4()}-executor"
 
 
-def read_range(options: ReadOptions, rng: off.OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range as Arrow batches in the Kafka source's schema."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    if rng.size == 0:
-        return
-    config = consumer_config(options.client)
-    config.update(
-        {
-            "group.id": _GROUP,
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            "isolation.level": options.isolation_level,
-        }
+def _cluster_for(options: ReadOptions) -> Cluster:
+    return Cluster(
+        options.client, options.fetch_offset_retries, options.fetch_offset_retry_interval_ms
     )
-    consumer = Consumer(config)
-    try:
-        tp = TopicPartition(rng.topic, rng.partition)
-        low, _high = consumer.get_watermark_offsets(tp, timeout=30.0, cached=False)
-        start = rng.start
-        if low > start:
-            _data_loss(
-                options,
-                f"{rng.topic}-{rng.partition}: offsets {start}..{low - 1} of the "
-                f"range [{rng.start}, {rng.end}) are below the log start offset {low}",
-            )
-            start = low
-        if start >= rng.end:
-            return
-        consumer.assign([TopicPartition(rng.topic, rng.partition, start)])
-        yield from _consume(consumer, options, rng, KafkaError)
-    finally:
-        consumer.close()
 
 
-def _consume(
-    consumer, options: ReadOptions, rng: off.OffsetRange, KafkaError
-) -> Iterator[pa.RecordBatch]:
-    columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
-    deadline = time.monotonic() + options.poll_timeout_ms / 1000
-    done = False
-    while not done:
-        messages = consumer.consume(num_messages=ROWS_PER_BATCH, timeout=0.5)
-        if not messages and time.monotonic() > deadline:
-            raise TimeoutError(
-                f"{rng.topic}-{rng.partition}: no record at or past offset {rng.end} "
-                f"within kafkaConsumer.pollTimeoutMs={options.poll_timeout_ms}"
-            )
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    if message.offset() >= rng.end:
-                        done = True
-                        break
-                    continue  # not there yet (endingOffsets past the current end): keep polling
-                if error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                    _data_loss(
-                        options,
-                        f"{rng.topic}-{rng.partition}: offset out of range while "
-                        f"reading [{rng.start}, {rng.end}): {error.str()}",
-                    )
-                    done = True  # failOnDataLoss=false: what could be read is all there is
-                    break
-                raise RuntimeError(f"{rng.topic}-{rng.partition}: {error.str()}")
-            offset = message.offset()
-            if offset >= rng.end:
-                done = True
-                break
-            deadline = time.monotonic() + options.poll_timeout_ms / 1000
-            ts_type, ts = message.timestamp()
-            headers = message.headers()
-            columns["key"].append(message.key())
-            columns["value"].append(message.value())
-            columns["topic"].append(rng.topic)
-            columns["partition"].append(rng.partition)
-            columns["offset"].append(offset)
-            columns["timestamp"].append(ts * 1000 if ts_type != 0 else None)
-            # librdkafka: 1 = CreateTime, 2 = LogAppendTime; Spark's Kafka source: 0 and 1
-            columns["timestampType"].append(ts_type - 1 if ts_type != 0 else None)
-            columns["headers"].append(
-                [{"key": k, "value": v} for k, v in headers] if headers else []
-            )
-            if offset >= rng.end - 1:
-                done = True
-                break
-        if len(columns["offset"]) >= ROWS_PER_BATCH or (done and columns["offset"]):
-            yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
-            columns = {name: [] for name in ARROW_SCHEMA.names}
-    if columns["offset"]:
-        yield pa.RecordBatch.from_pydict(columns, schema=ARROW_SCHEMA)
-
-
-def _resolve(
+def resolve(
     cluster: Cluster,
     options: ReadOptions,
+    limit: OffsetLimit,
     tps: Sequence[off.TopicPartitionKey],
-    spec: OffsetSpec,
-    name: str,
+    starting: bool,
 ) -> off.Offsets:
-    """Concrete offsets for `spec` ("earliest", "latest" or per-partition JSON)."""
-    if spec in ("earliest", "latest"):
-        return cluster.offsets(tps, str(spec), options.read_committed)
-    assert isinstance(spec, dict)
-    named = {(t, p) for t, per in spec.items() for p in per}
-    unknown = named - set(tps)
-    if unknown:
-        raise ValueError(f"{name} names partitions that are not subscribed: {sorted(unknown)}")
-    missing = set(tps) - named
-    if missing:
-        raise ValueError(
-            f"{name} must give an offset for every partition; missing {sorted(missing)}"
+    """Concrete offsets of `tps` for one end of a range."""
+    if isinstance(limit, (Earliest, Latest)):
+        which = "earliest" if isinstance(limit, Earliest) else "latest"
+        return cluster.offsets(tps, which, options.read_committed)
+    if isinstance(limit, SpecificOffsets):
+        _same_partitions(
+            limit.option, set(limit.offsets), tps, "Use -1 for latest, -2 for earliest."
         )
-    earliest = cluster.offsets(tps, "earliest", options.read_committed)
-    latest = cluster.offsets(tps, "latest", options.read_committed)
-    out: off.Offsets = {}
-    for tp in tps:
-        wanted = spec[tp[0]][tp[1]]
-        out[tp] = earliest[tp] if wanted == EARLIEST else latest[tp] if wanted == LATEST else wanted
-    return out
+        special = {tp for tp, o in limit.offsets.items() if o in (EARLIEST, LATEST)}
+        earliest = cluster.offsets(
+            [tp for tp in special if limit.offsets[tp] == EARLIEST],
+            "earliest",
+            options.read_committed,
+        )
+        latest = cluster.offsets(
+            [tp for tp in special if limit.offsets[tp] == LATEST], "latest", options.read_committed
+        )
+        return {tp: earliest.get(tp, latest.get(tp, limit.offsets[tp])) for tp in tps}
+    if isinstance(limit, SpecificTimestamps):
+        _same_partitions(limit.option, set(limit.timestamps), tps, "")
+        timestamps = dict(limit.timestamps)
+    else:
+        assert isinstance(limit, GlobalTimestamp)
+        timestamps = dict.fromkeys(tps, limit.timestamp)
+    found = cluster.offsets_for_times(timestamps, options.read_committed)
+    unmatched = sorted(tp for tp in tps if found[tp] is None)
+    if unmatched and not limit.latest_when_none:
+        tp = unmatched[0]
+        raise OptionError(
+            f"option {limit.option}: no offset matched from request of topic-partition "
+            f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} (no record is that late; set "
+            "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead)"
+        )
+    latest = cluster.offsets(unmatched, "latest", options.read_committed)
+    return {tp: latest[tp] if found[tp] is None else found[tp] for tp in tps}  # type: ignore[misc]
+
+
+def _same_partitions(
+    option: str,
+    named: set[off.TopicPartitionKey],
+    tps: Sequence[off.TopicPartitionKey],
+    hint: str,
+) -> None:
+    if named != set(tps):
+        raise OptionError(
+            f"option {option} must give every partition read, and only those. {hint} "
+            f"Specified: {_names(named)}; assigned: {_names(tps)}"
+        )
+
+
+def _names(tps: Any) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in sorted(tps)) or "none"
+
+
+def _read(
+    options: ReadOptions, group_id: str, partition: InputPartition
+) -> Iterator[pa.RecordBatch]:
+    # PySpark hands an empty plan one placeholder partition: nothing to read
+    if isinstance(partition, OffsetRangePartition):
+        yield from read_range(options, partition.range, group_id)
 
 
 class OncelogBatchReader(DataSourceReader):
@@ -203,25 +140,41 @@ class OncelogBatchReader(DataSourceReader):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.group_id = _group_id(options, "spark-kafka-relation")
 
     def partitions(self) -> Sequence[InputPartition]:
-        cluster = Cluster(self.options.client)
-        tps = cluster.partitions(self.options.subscription)
-        start = _resolve(cluster, self.options, tps, self.options.starting, "startingOffsets")
-        end = _resolve(cluster, self.options, tps, self.options.ending, "endingOffsets")
-        if self.options.read_committed:
-            stable = cluster.offsets(tps, "latest", True)
-            beyond = {tp: (end[tp], stable[tp]) for tp in tps if end[tp] > stable[tp]}
-            if beyond:
-                raise ValueError(
-                    f"endingOffsets past the last stable offset (offset, LSO): {beyond}"
+        options = self.options
+        cluster = _cluster_for(options)
+        tps = cluster.partitions(options.subscription)
+        if not tps:
+            log.warning("%s matches no topic: nothing to read", options.subscription.describe())
+            return []
+        start = resolve(cluster, options, options.starting, tps, starting=True)
+        end = resolve(cluster, options, options.ending, tps, starting=False)
+        latest = cluster.offsets(tps, "latest", options.read_committed)
+        beyond = sorted(tp for tp in tps if end[tp] > latest[tp])
+        if beyond:
+            raise OptionError(
+                "the ending offsets are past what can be read now ("
+                + ("the last stable offset" if options.read_committed else "the high watermark")
+                + "): "
+                + ", ".join(f"{t}-{p}: {end[(t, p)]} > {latest[(t, p)]}" for t, p in beyond)
+            )
+        for tp in tps:
+            if start[tp] > end[tp]:
+                raise OptionError(
+                    f"{tp[0]}-{tp[1]}: the starting offset {start[tp]} is after the ending "
+                    f"offset {end[tp]}"
                 )
-        ranges = off.plan_ranges(start, end, {})
+        ranges = off.split_ranges(
+            off.plan_ranges(start, end, {}),
+            options.min_partitions,
+            options.max_records_per_partition,
+        )
         return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRangePartition)
-        yield from read_range(self.options, partition.range)
+        yield from _read(self.options, self.group_id, partition)
 
 
 class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -230,63 +183,136 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
+        self.group_id = _group_id(options, "spark-kafka-source")
+        self._cluster: Cluster | None = None
         self._target: off.Offsets | None = None  # availableNow: never read past this
+        self._latest: off.Offsets | None = None  # for reportLatestOffset
+        self._last_trigger_ms = 0  # minOffsetsPerTrigger: when a batch last ran
 
-    def _cluster(self) -> Cluster:
-        return Cluster(self.options.client)
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cluster"] = None  # a client is not picklable; tasks do not need it
+        return state
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None:
+            self._cluster = _cluster_for(self.options)
+        return self._cluster
 
     def initialOffset(self) -> dict:
-        cluster = self._cluster()
-        tps = cluster.partitions(self.options.subscription)
+        tps = self.cluster.partitions(self.options.subscription)
         return off.to_json(
-            _resolve(cluster, self.options, tps, self.options.starting, "startingOffsets")
+            resolve(self.cluster, self.options, self.options.starting, tps, starting=True)
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        if self.options.max_offsets_per_trigger is not None and ReadMaxRows is not None:
+        if self.options.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        cluster = self._cluster()
-        tps = cluster.partitions(self.options.subscription)
-        self._target = cluster.offsets(tps, "latest", self.options.read_committed)
+        tps = self.cluster.partitions(self.options.subscription)
+        self._target = self.cluster.offsets(tps, "latest", self.options.read_committed)
+
+    def _latest_offsets(
+        self, tps: Sequence[off.TopicPartitionKey], known: off.Offsets
+    ) -> off.Offsets:
+        """The latest offsets, asked again (fetchOffset.numRetries, retryIntervalMs) while
+        some partition's is below the offset already read, as Spark's source does."""
+        attempt = 1
+        while True:
+            latest = self.cluster.offsets(tps, "latest", self.options.read_committed)
+            behind = sorted(tp for tp in tps if tp in known and latest[tp] < known[tp])
+            if not behind or attempt >= self.options.fetch_offset_retries:
+                if behind:
+                    log.warning(
+                        "latest offsets below the offsets already read (kept): %s",
+                        {f"{t}-{p}": (known[(t, p)], latest[(t, p)]) for t, p in behind},
+                    )
+                return latest
+            attempt += 1
+            time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
 
     def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        cluster = self._cluster()
         current = off.from_json(start)
-        tps = cluster.partitions(self.options.subscription)
         if self._target is not None:
             # availableNow: partitions created after the target was taken are not read
-            tps = [tp for tp in tps if tp in self._target]
-            available = {tp: self._target[tp] for tp in tps}
+            tps = sorted(self._target)
+            available = dict(self._target)
         else:
-            available = cluster.offsets(tps, "latest", self.options.read_committed)
+            tps = self.cluster.partitions(self.options.subscription)
+            available = self._latest_offsets(tps, current)
         new = [tp for tp in tps if tp not in current]
         starts = dict(current)
-        if new:
-            starts.update(cluster.offsets(new, "earliest", self.options.read_committed))
-        # never go backwards (a partition whose LSO is below the checkpoint: keep the checkpoint)
+        starts.update(self.cluster.offsets(new, "earliest", self.options.read_committed))
+        # never go backwards (a partition whose LSO is below the checkpoint keeps it)
         available = {tp: max(available[tp], starts.get(tp, available[tp])) for tp in available}
-        if ReadMaxRows is not None and isinstance(limit, ReadMaxRows):
-            available = off.rate_limit(starts, available, limit.max_rows)
+        self._latest = available
         end = dict(current)  # partitions that vanished keep their last offset
-        end.update(available)
+        admitted = self._admitted(current, starts, available, limit)
+        if admitted is not None:
+            end.update(admitted)
         return off.to_json(end)
+
+    def _admitted(
+        self,
+        current: off.Offsets,
+        starts: off.Offsets,
+        available: off.Offsets,
+        limit: ReadLimit | None,
+    ) -> off.Offsets | None:
+        """The end of the next batch under the query's limits, None to put the batch off
+        (Spark's order: minOffsetsPerTrigger first, then the cap). Under availableNow the
+        minimum does not apply: the target is all there will be."""
+        if limit is None or isinstance(limit, ReadAllAvailable):
+            return available
+        options = self.options
+        if options.min_offsets_per_trigger is not None and self._target is None:
+            decision = off.admit_trigger(
+                current,
+                available,
+                options.min_offsets_per_trigger,
+                options.max_trigger_delay_ms,
+                self._last_trigger_ms,
+                int(time.time() * 1000),
+            )
+            self._last_trigger_ms = decision.fired_at_ms
+            if not decision.run:
+                return None
+        if options.max_offsets_per_trigger is not None:
+            return off.rate_limit(starts, available, options.max_offsets_per_trigger)
+        return available
+
+    def reportLatestOffset(self) -> dict | None:
+        """The latest offsets seen by the last `latestOffset`: Spark's progress reports
+        show them as the source's `latestOffset`."""
+        return off.to_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin = off.from_json(start)
         finish = off.from_json(end)
         new = [tp for tp in finish if tp not in begin]
-        new_start = (
-            self._cluster().offsets(new, "earliest", self.options.read_committed) if new else {}
+        new_start = self.cluster.offsets(new, "earliest", self.options.read_committed)
+        late = sorted(tp for tp, o in new_start.items() if o != 0)
+        if late and self.options.fail_on_data_loss:
+            raise DataLossError(
+                "added partitions do not start at offset 0 ("
+                + ", ".join(f"{t}-{p} starts at {new_start[(t, p)]}" for t, p in late)
+                + "): their first records are gone. Set failOnDataLoss=false to read from "
+                "the log start instead."
+            )
+        ranges = off.split_ranges(
+            off.plan_ranges(begin, finish, new_start),
+            self.options.min_partitions,
+            self.options.max_records_per_partition,
         )
-        ranges = [r for r in off.plan_ranges(begin, finish, new_start) if r.size > 0]
         return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRangePartition)
-        yield from read_range(self.options, partition.range)
+        yield from _read(self.options, self.group_id, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the checkpoint is the source's only state (no group offsets)."""

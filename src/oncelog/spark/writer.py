@@ -1,35 +1,31 @@
 """Writers with the columns of Spark's Kafka sink, exactly-once by default.
 
-Exactly-once protocol, per Spark task (docs/spark.md has the full argument):
-
-1. The task's transactional.id is `oncelog-sink-<sink.id>-<task partition id>`. The
-   producer's `init_transactions()` bumps the epoch: any older attempt of the same task
-   is fenced, and its open transaction is aborted (or, if it was already committing,
-   completed) before we go on.
-2. The task reads its progress: the committed offset of group `oncelog-sink-<sink.id>`
-   for topic-partition (`__oncelog_sink_progress`, task partition id), read under
-   read_committed (stable offsets only). Offset N means "batches up to N-1 are written".
-3. If the progress says this batch is already written, the task writes nothing (it checks
-   that its input is the same as when it wrote it: count and an order-independent digest).
-   Otherwise it writes all its rows in one transaction, adds the progress offset
-   batchId + 1 (with JSON metadata) to the same transaction with a transactional offset
-   commit, and commits. Output and progress become visible together or not at all.
+Exactly-once, per Spark task of batch B (docs/spark.md has the full argument): the task
+reads its slot's progress, `sink.decide` says write, skip or refuse, and a write is one
+Kafka transaction holding the task's output and its progress B + 1 (a transactional
+offset commit). The transactional producer (transactional.id
+`oncelog-sink-<sink.id>-<task partition>`) is kept by the worker across micro-batches
+(`producers.ClientPool`); its first request of each transaction also proves that it is
+still the current producer of its id: if another producer took the id over (the task ran
+on another worker meanwhile), nothing has been written yet, so the task makes a fresh
+producer, whose `init_transactions()` fences the other one and settles its open
+transaction, reads its progress again and decides again.
 
 Spark's driver-side commit does no I/O: the tasks' transactions are the commit points,
-so the driver commit is idempotent per batchId by construction.
+so the driver commit is idempotent per batchId by construction. Nothing here runs per
+record but the produce call itself.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
+from confluent_kafka import KafkaException, TopicPartition
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -37,15 +33,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from oncelog.spark.client import Cluster
-from oncelog.spark.options import OptionError, WriteOptions, consumer_config, producer_config
+from oncelog.spark import sink
+from oncelog.spark.options import OptionError, WriteOptions
+from oncelog.spark.producers import POOL, TRANSACTION_TIMEOUT_S, ClientPool, is_fenced
 
 log = logging.getLogger(__name__)
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine on every task
-TIMEOUT_S = 60.0
-PROGRESS_FORMAT = 1
-_MASK64 = (1 << 64) - 1
 
 
 class SinkGuaranteeError(RuntimeError):
@@ -62,7 +56,25 @@ class SinkCommitMessage(WriterCommitMessage):
     batch_id: int
     rows: int
     skipped: bool
-    digest: str
+    new_producer: bool  # the task made (and initialised) a producer: none was kept
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """Which task this is: Spark's partition id, attempt number and the batch id."""
+
+    partition: int
+    attempt: int
+    batch_id: int
+
+
+class Faults(Protocol):
+    """A test's hook into a task's input (`oncelog.testing.spark` has one). The production
+    data source passes none."""
+
+    def input(
+        self, batches: Iterator[pa.RecordBatch], task: TaskAttempt, flush: Callable[[], None]
+    ) -> Iterator[pa.RecordBatch]: ...
 
 
 def validate_schema(schema: StructType, options: WriteOptions) -> None:
@@ -70,320 +82,293 @@ def validate_schema(schema: StructType, options: WriteOptions) -> None:
     fields = {f.name.lower(): f.dataType for f in schema.fields}
     if "value" not in fields:
         raise OptionError("the data to write needs a 'value' column (string or binary)")
-    for name in ("key", "value", "topic"):
+    for name in ("key", "value"):
         if name in fields and not isinstance(fields[name], (StringType, BinaryType)):
             raise OptionError(
                 f"column {name!r} must be string or binary, not {fields[name].simpleString()}"
             )
-    if "topic" in fields and isinstance(fields["topic"], BinaryType):
-        raise OptionError("column 'topic' must be a string")
+    if "topic" in fields and not isinstance(fields["topic"], StringType):
+        raise OptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise OptionError("column 'partition' must be an int")
     if options.topic is None and "topic" not in fields:
         raise OptionError("no topic to write to: give the option topic or a 'topic' column")
 
 
-class _Digest:
-    """Order-independent digest of a multiset of records: the row order inside a task may
-    change on a replay (shuffle fetch order), the set of records may not."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._sum = 0
-
-    def add(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
-    ) -> None:
-        h = hashlib.blake2b(digest_size=8)
-        for part in (topic.encode(), str(partition).encode(), key, value):
-            h.update(b"\x00" if part is None else len(part).to_bytes(4, "big") + part)
-        for hk, hv in headers or ():
-            h.update(hk.encode() + b"\x01" + (b"" if hv is None else hv))
-        self._sum = (self._sum + int.from_bytes(h.digest(), "big")) & _MASK64
-        self.count += 1
-
-    @property
-    def hex(self) -> str:
-        return f"{self.count}:{self._sum:016x}"
+# -- producing the rows --------------------------------------------------------------------
 
 
-def _as_bytes(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return bytes(value)
+def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    index = batch.schema.get_field_index(name)
+    return None if index < 0 else batch.column(index).to_pylist()
 
 
-def _records(
-    batches: Iterator[pa.RecordBatch], options: WriteOptions
-) -> Iterator[tuple[str, int, bytes | None, bytes | None, list[tuple[str, bytes | None]] | None]]:
+def _wait_for_room(producer: Any, produce: Callable[[], None]) -> None:
+    """The client's queue is full: serve deliveries until it takes the record."""
+    while True:
+        producer.poll(0.05)
+        try:
+            produce()
+            return
+        except BufferError:
+            continue
+
+
+def produce_batches(producer: Any, batches: Iterator[pa.RecordBatch], topic: str | None) -> int:
+    """Produce every row; return the number of rows. One produce call per row, nothing else
+    per row when the rows carry no topic, partition or headers of their own."""
+    rows = 0
+    produce = producer.produce
     for batch in batches:
-        names = [n.lower() for n in batch.schema.names]
-        cols = {n: batch.column(i).to_pylist() for i, n in enumerate(names)}
-        n = batch.num_rows
-        values = cols["value"]
-        keys = cols.get("key") or [None] * n
-        topics = cols.get("topic") or [None] * n
-        partitions = cols.get("partition") or [None] * n
-        headers = cols.get("headers") or [None] * n
-        for i in range(n):
-            topic = options.topic or topics[i]
-            if not topic:
-                raise ValueError("a row has a null topic and no topic option is set")
-            hs = headers[i]
-            yield (
-                topic,
-                -1 if partitions[i] is None else partitions[i],
-                _as_bytes(keys[i]),
-                _as_bytes(values[i]),
-                [(h["key"], _as_bytes(h["value"])) for h in hs] if hs else None,
+        rows += batch.num_rows
+        values = _column(batch, "value")
+        keys = _column(batch, "key") or [None] * batch.num_rows
+        topics = None if topic is not None else _column(batch, "topic")
+        partitions = _column(batch, "partition")
+        headers = _column(batch, "headers")
+        if topic is not None and partitions is None and headers is None:
+            for key, value in zip(keys, values, strict=True):
+                try:
+                    produce(topic, value, key)
+                except BufferError:
+                    _wait_for_room(producer, lambda k=key, v=value: produce(topic, v, k))
+        else:
+            _produce_rows(
+                producer, batch.num_rows, topic, topics, keys, values, partitions, headers
             )
-
-
-def _produce_all(
-    producer: Any,
-    records: Iterator[tuple],
-    digest: _Digest,
-    after_each: Callable[[int], None],
-    on_delivery: Callable | None = None,
-) -> None:
-    for topic, partition, key, value, headers in records:
-        kwargs: dict[str, Any] = {"key": key, "value": value}
-        if partition >= 0:
-            kwargs["partition"] = partition
-        if headers:
-            kwargs["headers"] = headers
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
-        while True:
-            try:
-                producer.produce(topic, **kwargs)
-                break
-            except BufferError:  # local queue full: let deliveries drain
-                producer.poll(0.05)
         producer.poll(0)
-        digest.add(topic, partition, key, value, headers)
-        after_each(digest.count)
+    return rows
 
 
-class InjectedFailure(RuntimeError):
-    """Raised by the test-only option oncelog.test.fail_after."""
+def _produce_rows(
+    producer: Any,
+    n: int,
+    topic: str | None,
+    topics: list[Any] | None,
+    keys: list[Any],
+    values: list[Any] | None,
+    partitions: list[Any] | None,
+    headers: list[Any] | None,
+) -> None:
+    """Rows that name their topic, partition or headers."""
+    assert values is not None
+    for i in range(n):
+        target = topic or (topics[i] if topics is not None else None)
+        if not target:
+            raise ValueError("a row has a null topic and no topic option is set")
+        kwargs: dict[str, Any] = {"key": keys[i], "value": values[i]}
+        if partitions is not None and partitions[i] is not None:
+            kwargs["partition"] = partitions[i]
+        if headers is not None and headers[i]:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+        try:
+            producer.produce(target, **kwargs)
+        except BufferError:
+            _wait_for_room(producer, lambda t=target, kw=kwargs: producer.produce(t, **kw))
+
+
+# -- one task ------------------------------------------------------------------------------
+
+
+def write_task(
+    options: WriteOptions,
+    task: TaskAttempt,
+    batches: Iterator[pa.RecordBatch],
+    faults: Faults | None = None,
+    pool: ClientPool = POOL,
+) -> SinkCommitMessage:
+    if options.exactly_once:
+        return _write_exactly_once(options, task, batches, faults, pool)
+    return _write_at_least_once(options, task, batches, faults, pool)
+
+
+def _write_at_least_once(
+    options: WriteOptions,
+    task: TaskAttempt,
+    batches: Iterator[pa.RecordBatch],
+    faults: Faults | None,
+    pool: ClientPool,
+) -> SinkCommitMessage:
+    kept = pool.idempotent(options)
+    producer = kept.producer
+    if faults is not None:
+        batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
+    rows = produce_batches(producer, batches, options.topic)
+    remaining = producer.flush(TRANSACTION_TIMEOUT_S)
+    if kept.failures or remaining:
+        raise RuntimeError(
+            f"task {task.partition}: {len(kept.failures)} records failed, {remaining} "
+            f"undelivered: {kept.failures[:1]}"
+        )
+    return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, False)
+
+
+def _read_progress(
+    options: WriteOptions, clients: Any, partition: int, slots: int
+) -> sink.Progress:
+    slot = TopicPartition(options.progress_topic, partition)
+    (committed,) = clients.progress.committed([slot], timeout=TRANSACTION_TIMEOUT_S)
+    if committed.error is not None:
+        raise RuntimeError(f"task {partition}: reading sink progress failed: {committed.error}")
+    return sink.Progress.from_committed(
+        str(options.sink_id),
+        options.progress_topic,
+        slots,
+        committed.offset,
+        committed.metadata,
+    )
 
 
 def _abort_quietly(producer: Any) -> None:
     try:
         producer.abort_transaction(10.0)
-    except Exception:  # fenced or broken: the next attempt's init_transactions settles it
+    except Exception:  # fenced or broken: the next producer's init_transactions settles it
         log.debug("abort_transaction failed", exc_info=True)
-
-
-def _fail_injector(
-    options: WriteOptions, producer: Any, attempt: int, task: int
-) -> Callable[[int], None]:
-    """Tests only (option oncelog.test.fail_after=N): the first attempt of every task dies
-    after N records, with those records flushed to the broker."""
-    limit = options.fail_after
-
-    def check(count: int) -> None:
-        if limit is not None and attempt == 0 and count == limit:
-            producer.flush(TIMEOUT_S)
-            raise InjectedFailure(
-                f"oncelog.test.fail_after: task {task} attempt 0 fails after {count} records"
-            )
-
-    return check
-
-
-def write_task(
-    options: WriteOptions,
-    batch_id: int,
-    batches: Iterator[pa.RecordBatch],
-    progress_partitions: int,
-) -> SinkCommitMessage:
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    task = ctx.partitionId() if ctx is not None else 0
-    attempt = ctx.attemptNumber() if ctx is not None else 0
-    if options.exactly_once:
-        return _write_exactly_once(options, batch_id, batches, task, attempt, progress_partitions)
-    return _write_at_least_once(options, batch_id, batches, task, attempt)
-
-
-def _write_at_least_once(
-    options: WriteOptions, batch_id: int, batches: Iterator[pa.RecordBatch], task: int, attempt: int
-) -> SinkCommitMessage:
-    from confluent_kafka import Producer
-
-    config = producer_config(options.client)
-    config.setdefault("enable.idempotence", "true")
-    producer = Producer(config)
-    failures: list[Any] = []
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(err)
-
-    digest = _Digest()
-    _produce_all(
-        producer,
-        _records(batches, options),
-        digest,
-        _fail_injector(options, producer, attempt, task),
-        on_delivery,
-    )
-    remaining = producer.flush(TIMEOUT_S)
-    if failures or remaining:
-        raise RuntimeError(
-            f"task {task}: {len(failures)} records failed, {remaining} undelivered: {failures[:1]}"
-        )
-    return SinkCommitMessage(task, attempt, batch_id, digest.count, False, digest.hex)
-
-
-def _progress_metadata(options: WriteOptions, batch_id: int, task: int, digest: _Digest) -> str:
-    return json.dumps(
-        {
-            "v": PROGRESS_FORMAT,
-            "sink": options.sink_id,
-            "batch": batch_id,
-            "task": task,
-            "rows": digest.count,
-            "digest": digest.hex,
-            "at": int(time.time() * 1000),
-        },
-        separators=(",", ":"),
-    )
 
 
 def _write_exactly_once(
     options: WriteOptions,
-    batch_id: int,
+    task: TaskAttempt,
     batches: Iterator[pa.RecordBatch],
-    task: int,
-    attempt: int,
-    progress_partitions: int,
+    faults: Faults | None,
+    pool: ClientPool,
 ) -> SinkCommitMessage:
-    from confluent_kafka import Consumer, Producer, TopicPartition
-
-    if task >= progress_partitions:
-        raise SinkGuaranteeError(
-            f"task {task} has no progress slot: topic {options.progress_topic} has "
-            f"{progress_partitions} partitions and the write has more tasks. Create the sink "
-            "with a larger sink.progress.partitions (or name a bigger topic in "
-            "sink.progress.topic)."
-        )
-    config = producer_config(options.client)
-    producer = Producer({**config, "transactional.id": options.transactional_id(task)})
-    progress_reader = Consumer(
-        {
-            **consumer_config(options.client),
-            "group.id": options.progress_group,
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
+    slots = pool.progress_slots(options)
+    no_slot = sink.decide(
+        sink.Progress(str(options.sink_id), options.progress_topic, slots), 0, task.partition
     )
+    if isinstance(no_slot, sink.Refuse):  # refused before any client is made for the slot
+        raise SinkGuaranteeError(no_slot.reason)
+    new_producer = False
     try:
-        # fences older attempts of this task and settles their open transaction
-        producer.init_transactions(TIMEOUT_S)
-        slot = TopicPartition(options.progress_topic, task)
-        (committed,) = progress_reader.committed([slot], timeout=TIMEOUT_S)
-        if committed.error is not None:
-            raise RuntimeError(f"task {task}: reading sink progress failed: {committed.error}")
-        done_through = committed.offset if committed.offset >= 0 else 0
-        if done_through > batch_id + 1:
-            raise SinkGuaranteeError(
-                f"sink {options.sink_id!r} task {task} already wrote batch {done_through - 1}, "
-                f"ahead of batch {batch_id}: the query's checkpoint was reset or another query "
-                "uses the same sink.id (or a batch write reused an older write.id). "
-                "Use a new sink.id."
-            )
-        if done_through == batch_id + 1:
-            return _verify_replay(options, batch_id, batches, task, attempt, committed.metadata)
-        digest = _Digest()
-        producer.begin_transaction()
+        while True:
+            clients = pool.transactional(options, task.partition)
+            new_producer = new_producer or clients.fresh
+            progress = _read_progress(options, clients, task.partition, slots)
+            decision = sink.decide(progress, task.batch_id, task.partition)
+            if isinstance(decision, sink.Refuse):
+                raise SinkGuaranteeError(decision.reason)
+            if isinstance(decision, sink.Skip):
+                return _skip(options, task, batches, decision, progress, new_producer)
+            if _begin(options, clients, progress, decision, task):
+                break
+            pool.discard(options, task.partition)  # fenced: a fresh producer takes the id back
+        producer = clients.producer
+        if faults is not None:
+            batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
         try:
-            _produce_all(
-                producer,
-                _records(batches, options),
-                digest,
-                _fail_injector(options, producer, attempt, task),
-            )
-        except InjectedFailure:
-            raise  # a simulated crash: leave the transaction open, the retry must fence it
-        except BaseException:
+            rows = produce_batches(producer, batches, options.topic)
+            _send_progress(options, clients, progress, decision, task, rows)
+            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except Exception:
             _abort_quietly(producer)  # release the LSO now rather than at the timeout
             raise
-        progress = TopicPartition(
-            options.progress_topic,
-            task,
-            batch_id + 1,
-            metadata=_progress_metadata(options, batch_id, task, digest),
-        )
-        producer.send_offsets_to_transaction(
-            [progress], progress_reader.consumer_group_metadata(), TIMEOUT_S
-        )
-        producer.commit_transaction(TIMEOUT_S)
-        return SinkCommitMessage(task, attempt, batch_id, digest.count, False, digest.hex)
-    finally:
-        progress_reader.close()
-        producer.flush(1.0)
+    except BaseException:
+        # failed, fenced, or the worker is going away (then the transaction stays open, as
+        # after a crash, until the next producer of this id fences it): never kept
+        pool.discard(options, task.partition)
+        raise
+    return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, new_producer)
 
 
-def _verify_replay(
+def _skip(
     options: WriteOptions,
-    batch_id: int,
+    task: TaskAttempt,
     batches: Iterator[pa.RecordBatch],
-    task: int,
-    attempt: int,
-    metadata: str | None,
+    decision: sink.Skip,
+    progress: sink.Progress,
+    new_producer: bool,
 ) -> SinkCommitMessage:
-    """The batch was written by an earlier attempt: write nothing, but refuse if the input
-    differs from what was written (changed partitioning, non-deterministic input)."""
-    digest = _Digest()
-    for record in _records(batches, options):
-        digest.add(*record)
+    """The slot already wrote this batch: read the input (to count it), write nothing."""
+    rows = sum(batch.num_rows for batch in batches)
+    refused = sink.check_replay(decision, rows, progress, task.batch_id, task.partition)
+    if refused is not None:
+        raise SinkGuaranteeError(refused.reason)
+    log.info(
+        "sink %s task %d: batch %d already written, skipped",
+        options.sink_id,
+        task.partition,
+        task.batch_id,
+    )
+    return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, True, new_producer)
+
+
+def _send_progress(
+    options: WriteOptions,
+    clients: Any,
+    progress: sink.Progress,
+    decision: sink.Write,
+    task: TaskAttempt,
+    rows: int | None,
+) -> None:
+    """Add the slot's progress to the open transaction (a TxnOffsetCommit)."""
+    slot = TopicPartition(
+        options.progress_topic,
+        task.partition,
+        decision.next_batch,
+        metadata=decision.metadata(progress, task.partition, rows or 0, int(time.time() * 1000)),
+    )
+    clients.producer.send_offsets_to_transaction(
+        [slot], clients.progress.consumer_group_metadata(), TRANSACTION_TIMEOUT_S
+    )
+
+
+def _begin(
+    options: WriteOptions,
+    clients: Any,
+    progress: sink.Progress,
+    decision: sink.Write,
+    task: TaskAttempt,
+) -> bool:
+    """Open the transaction and register the progress in it before any record: the first
+    request a fenced producer makes is refused, with nothing written. False if fenced."""
+    clients.producer.begin_transaction()
     try:
-        stored = json.loads(metadata or "{}")
-    except json.JSONDecodeError:
-        stored = {}
-    if stored.get("digest") is not None and stored["digest"] != digest.hex:
-        raise SinkGuaranteeError(
-            f"sink {options.sink_id!r} task {task}: batch {batch_id} was already written with "
-            f"different rows (stored {stored['digest']}, now {digest.hex}, as count:digest). The "
-            f"input of a replayed batch changed: a different number of output partitions, a "
-            f"different partitioning, or non-deterministic input. Writing would duplicate or "
-            f"lose records; restore the query as it was, or use a new sink.id."
+        _send_progress(options, clients, progress, decision, task, None)
+    except KafkaException as exc:
+        if clients.fresh or not is_fenced(exc):
+            _abort_quietly(clients.producer)
+            raise
+        log.info(
+            "sink %s task %d: the kept producer was fenced (the task ran elsewhere); "
+            "making a new one",
+            options.sink_id,
+            task.partition,
         )
-    log.info("sink %s task %d: batch %d already written, skipped", options.sink_id, task, batch_id)
-    return SinkCommitMessage(task, attempt, batch_id, digest.count, True, digest.hex)
+        return False
+    return True
 
 
 def _summary(messages: list[WriterCommitMessage | None], batch_id: int) -> str:
     done = [m for m in messages if isinstance(m, SinkCommitMessage)]
     written = sum(m.rows for m in done if not m.skipped)
     skipped = sum(m.rows for m in done if m.skipped)
+    new = sum(m.new_producer for m in done)
     return (
         f"batch {batch_id}: {len(messages)} tasks, {written} rows written, "
-        f"{skipped} already written"
+        f"{skipped} already written, {new} new producers"
     )
 
 
+def _task(batch_id: int) -> TaskAttempt:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return TaskAttempt(0, 0, batch_id)
+    return TaskAttempt(ctx.partitionId(), ctx.attemptNumber(), batch_id)
+
+
 class _Base:
-    def __init__(self, options: WriteOptions, schema: StructType) -> None:
+    """Construction does no I/O: PySpark makes the stream writer again for every batch and
+    for every commit (the progress topic is checked by the tasks, once per worker)."""
+
+    def __init__(
+        self, options: WriteOptions, schema: StructType, faults: Faults | None = None
+    ) -> None:
         validate_schema(schema, options)
         self.options = options
-        self.progress_partitions = 0
-        if options.exactly_once:
-            # the progress slots are partitions of a topic: TxnOffsetCommit needs them to exist
-            self.progress_partitions = Cluster(options.client).ensure_topic(
-                options.progress_topic, options.progress_partitions
-            )
+        self.faults = faults
 
 
 class OncelogBatchWriter(_Base, DataSourceArrowWriter):
@@ -391,7 +376,7 @@ class OncelogBatchWriter(_Base, DataSourceArrowWriter):
     re-running the same write with the same sink.id and write.id writes nothing again."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_task(self.options, self.options.write_id, iterator, self.progress_partitions)
+        return write_task(self.options, _task(self.options.write_id), iterator, self.faults)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info(
@@ -420,7 +405,7 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
             raise SinkGuaranteeError(
                 f"no {BATCH_ID_PROPERTY} on the task: cannot tell which batch is being written"
             )
-        return write_task(self.options, int(raw), iterator, self.progress_partitions)
+        return write_task(self.options, _task(int(raw)), iterator, self.faults)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # No I/O: every task already committed its own transaction, so running this twice for

@@ -1,0 +1,210 @@
+"""Reading one offset range of one partition into Arrow batches: the executor's side.
+
+A consumer is assigned the partition at the range's start and reads under the query's
+isolation level. Every end the driver plans is at most the last stable offset (LSO) it
+listed (the high watermark under read_uncommitted), so every offset of a range is decided
+and a replay returns the same records: the client drops aborted records and transaction
+markers on every read alike. A range may therefore return fewer rows than `end - start`.
+
+No idle waits: the reader takes what the client has already fetched without blocking, and
+blocks only when nothing is there yet; it stops as soon as the consumer's position reaches
+the end. The position counts transaction markers too, so a range that ends on a commit
+marker ends when the marker is read, not after a long poll of the broker for records that
+will never be part of the range. librdkafka's fetch settings are tuned for a reader that
+always knows how much it will read (overridable with `kafka.*`).
+
+Arrow batches are built column by column from the client's messages (one C call per
+record and column, no Python objects per row).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from oncelog.spark.client import with_logger
+from oncelog.spark.offsets import OffsetRange
+from oncelog.spark.options import ReadOptions, consumer_config
+from oncelog.spark.schema import HEADER, arrow_schema
+
+ROWS_PER_BATCH = 8192
+IDLE_POLL_S = 0.01  # wait for the fetcher this long at a time, then look at the position
+
+# librdkafka's defaults suit a consumer that waits for new data; a range reader never does.
+# fetch.queue.backoff.ms (1000 by default) idles the fetcher for a second once
+# queued.min.messages are queued; fetch.wait.max.ms (500) is how long the broker holds a
+# fetch at the end of the log, which only delays the end-of-partition event here.
+FETCH_DEFAULTS = {
+    "fetch.queue.backoff.ms": "10",
+    "fetch.wait.max.ms": "10",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "queued.min.messages": "200000",
+}
+_DATA_LOSS = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+
+
+class DataLossError(RuntimeError):
+    """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
+
+
+def consumer_settings(options: ReadOptions, group_id: str) -> dict[str, Any]:
+    """The range reader's consumer: assign() only, never a group member, never committing."""
+    return with_logger(
+        {
+            **FETCH_DEFAULTS,
+            **consumer_config(options.client),
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "isolation.level": options.isolation_level,
+        }
+    )
+
+
+def read_range(options: ReadOptions, rng: OffsetRange, group_id: str) -> Iterator[pa.RecordBatch]:
+    """The records of one offset range as Arrow batches in the source's schema."""
+    if rng.size == 0:
+        return
+    consumer = Consumer(consumer_settings(options, group_id))
+    try:
+        reader = _RangeReader(consumer, options, rng)
+        for messages in reader.messages():
+            yield to_record_batch(messages, rng.topic, rng.partition, options.include_headers)
+    finally:
+        consumer.close()
+
+
+class _RangeReader:
+    def __init__(self, consumer: Consumer, options: ReadOptions, rng: OffsetRange) -> None:
+        self.consumer = consumer
+        self.options = options
+        self.rng = rng
+        self.tp = TopicPartition(rng.topic, rng.partition)
+
+    def _data_loss(self, message: str) -> None:
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{message}. Some data may have been lost because it is no longer in the log "
+                "(retention) or the topic was deleted. Set failOnDataLoss=false to skip ahead "
+                "instead."
+            )
+
+    def _position(self) -> int:
+        (position,) = self.consumer.position([self.tp])
+        return int(position.offset)
+
+    def messages(self) -> Iterator[list[Any]]:
+        """Lists of the range's records in offset order."""
+        rng = self.rng
+        self.consumer.assign([TopicPartition(rng.topic, rng.partition, rng.start)])
+        patience = self.options.poll_timeout_ms / 1000
+        deadline = time.monotonic() + patience
+        while True:
+            batch = self.consumer.consume(ROWS_PER_BATCH, 0)  # what is fetched already
+            if not batch:
+                if self._position() >= rng.end:
+                    return  # the range ended on records the client does not return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{rng.topic}-{rng.partition}: no record at or past offset "
+                        f"{self._position()} of the range [{rng.start}, {rng.end}) within "
+                        f"kafkaConsumer.pollTimeoutMs={self.options.poll_timeout_ms}"
+                    )
+                one = self.consumer.poll(IDLE_POLL_S)
+                if one is None:
+                    continue
+                batch = [one]
+            deadline = time.monotonic() + patience
+            records, done = self._within_range(batch)
+            if records:
+                yield records
+            if done:
+                return
+
+    def _within_range(self, batch: list[Any]) -> tuple[list[Any], bool]:
+        """The records of `batch` below the range's end, and whether the range is done."""
+        end = self.rng.end
+        if any([m.error() is not None for m in batch]):  # noqa: C419 (C calls, no generator)
+            return self._within_range_slowly(batch)
+        offsets = [m.offset() for m in batch]
+        cut = bisect.bisect_left(offsets, end)
+        return batch[:cut], cut < len(batch) or offsets[-1] >= end - 1
+
+    def _within_range_slowly(self, batch: list[Any]) -> tuple[list[Any], bool]:
+        """`batch` holds events: end of partition, lost offsets or errors."""
+        rng = self.rng
+        records = []
+        for message in batch:
+            error = message.error()
+            if error is None:
+                if message.offset() >= rng.end:
+                    return records, True
+                records.append(message)
+                if message.offset() == rng.end - 1:
+                    return records, True
+            elif error.code() == KafkaError._PARTITION_EOF:
+                if message.offset() >= rng.end:
+                    return records, True
+            elif error.code() in _DATA_LOSS:
+                return records, self._lost(message.offset())
+            else:
+                raise RuntimeError(f"{rng.topic}-{rng.partition}: {error.str()}")
+        return records, False
+
+    def _lost(self, offset: int) -> bool:
+        """The client could not fetch `offset`: it is no longer (or not yet) in the log.
+        failOnDataLoss=false goes on from the log start; True if nothing is left to read."""
+        rng = self.rng
+        low, high = self.consumer.get_watermark_offsets(self.tp, timeout=30.0, cached=False)
+        where = "below the log start offset" if offset < low else "past the log end offset"
+        self._data_loss(
+            f"{rng.topic}-{rng.partition}: offset {offset} of the range [{rng.start}, "
+            f"{rng.end}) is {where} (the partition holds [{low}, {high}))"
+        )
+        if low >= rng.end or low >= high or offset >= high:
+            return True
+        self.consumer.assign([TopicPartition(rng.topic, rng.partition, max(low, offset))])
+        return False
+
+
+def to_record_batch(
+    messages: Sequence[Any], topic: str, partition: int, include_headers: bool
+) -> pa.RecordBatch:
+    """Arrow columns from confluent-kafka messages, one pass per column."""
+    n = len(messages)
+    kinds, millis = zip(*[m.timestamp() for m in messages], strict=True)
+    # librdkafka: 0 = not available, 1 = CreateTime, 2 = LogAppendTime; Spark: null, 0, 1
+    if kinds.count(kinds[0]) == n:
+        kind = None if kinds[0] == 0 else kinds[0] - 1
+        kind_column = pa.repeat(pa.scalar(kind, pa.int32()), n)
+        stamps = pa.array(millis, pa.int64()) if kind is not None else pa.nulls(n, pa.int64())
+    else:
+        raw_kinds = pa.array(kinds, pa.int32())
+        missing = pc.equal(raw_kinds, 0)
+        kind_column = pc.if_else(missing, None, pc.subtract(raw_kinds, 1))
+        stamps = pc.if_else(missing, None, pa.array(millis, pa.int64()))
+    columns = [
+        pa.array([m.key() for m in messages], pa.binary()),
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array([m.offset() for m in messages], pa.int64()),
+        pc.multiply(stamps, 1000).cast(pa.timestamp("us", tz="UTC")),
+        kind_column,
+    ]
+    if include_headers:
+        columns.append(
+            pa.array(
+                [[{"key": k, "value": v} for k, v in (m.headers() or ())] for m in messages],
+                pa.list_(HEADER),
+            )
+        )
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))

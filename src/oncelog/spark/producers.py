@@ -1,0 +1,159 @@
+"""Kafka clients kept for the life of a Python worker, shared by the tasks it runs.
+
+Spark reuses its Python workers across tasks and micro-batches, so a task finds the
+clients an earlier task of the same sink left: a transactional producer per (sink.id, task
+partition, configuration) that keeps its transactional.id and ran `init_transactions()`
+once, the consumer that reads the sink's progress, an idempotent producer for
+at_least_once, and the progress topic's partition count. Making them costs a
+connection, a coordinator lookup and an epoch bump each; keeping them makes a
+micro-batch's fixed cost a few round trips.
+
+A kept producer can be fenced: when a task moves to another worker, that worker's new
+producer bumps the epoch of the same transactional.id. The writer finds out before it
+writes anything (its first transactional request is refused) and asks for a fresh one.
+A worker runs one task at a time, so the pool needs no lock.
+
+The progress is read without `require_stable` (isolation.level read_uncommitted for the
+OffsetFetch): a transaction left open by a dead attempt would otherwise hold the read until
+that transaction times out. The value read can only be stale while another producer of the
+same transactional.id has a transaction open, and that producer has the newer epoch: the
+kept producer is then fenced, the writer finds out before writing, and a fresh producer's
+`init_transactions()` settles that transaction before the progress is read again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Producer
+
+from oncelog.spark.client import Cluster, with_logger
+from oncelog.spark.options import WriteOptions, consumer_config, producer_config
+
+TRANSACTION_TIMEOUT_S = 60.0
+
+ConfigKey = tuple[tuple[str, str], ...]
+
+
+def _config_key(config: Mapping[str, str]) -> ConfigKey:
+    return tuple(sorted(config.items()))
+
+
+@dataclass
+class TransactionalClients:
+    """A task slot's producer and the consumer that reads (and commits) its progress."""
+
+    producer: Any
+    progress: Any
+    fresh: bool  # made for this task: init_transactions() has just fenced older producers
+
+
+@dataclass
+class IdempotentProducer:
+    producer: Any
+    failures: list[Any] = field(default_factory=list)  # delivery errors of the current task
+
+    def on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.failures.append(err)
+
+
+class ClientPool:
+    """The clients of one Python worker. `POOL` is the worker's; tests make their own to
+    play several workers in one process."""
+
+    def __init__(self) -> None:
+        self._transactional: dict[tuple[str, int, ConfigKey], TransactionalClients] = {}
+        self._progress: dict[tuple[str, ConfigKey], Any] = {}
+        self._idempotent: dict[ConfigKey, IdempotentProducer] = {}
+        self._slots: dict[tuple[str, ConfigKey], int] = {}
+
+    def _key(self, options: WriteOptions, partition: int) -> tuple[str, int, ConfigKey]:
+        return (str(options.sink_id), partition, _config_key(options.client))
+
+    def transactional(self, options: WriteOptions, partition: int) -> TransactionalClients:
+        """The kept clients of this slot, or new ones (the producer initialised)."""
+        key = self._key(options, partition)
+        clients = self._transactional.get(key)
+        if clients is not None:
+            clients.fresh = False
+            return clients
+        producer = Producer(
+            with_logger(
+                {
+                    **producer_config(options.client),
+                    "transactional.id": options.transactional_id(partition),
+                }
+            )
+        )
+        producer.init_transactions(TRANSACTION_TIMEOUT_S)
+        clients = TransactionalClients(producer, self._progress_reader(options), fresh=True)
+        self._transactional[key] = clients
+        return clients
+
+    def discard(self, options: WriteOptions, partition: int) -> None:
+        """Forget this slot's producer (fenced, failed, or left mid-transaction)."""
+        self._transactional.pop(self._key(options, partition), None)
+
+    def _progress_reader(self, options: WriteOptions) -> Any:
+        key = (str(options.sink_id), _config_key(options.client))
+        reader = self._progress.get(key)
+        if reader is None:
+            reader = Consumer(
+                with_logger(
+                    {
+                        **consumer_config(options.client),
+                        "group.id": options.progress_group,
+                        "enable.auto.commit": False,
+                        "isolation.level": "read_uncommitted",  # see the module's docstring
+                    }
+                )
+            )
+            self._progress[key] = reader
+        return reader
+
+    def idempotent(self, options: WriteOptions) -> IdempotentProducer:
+        """The worker's plain idempotent producer for this configuration (at_least_once)."""
+        key = _config_key(options.client)
+        kept = self._idempotent.get(key)
+        if kept is None:
+            kept = IdempotentProducer(None)
+            config = {
+                "enable.idempotence": "true",
+                **producer_config(options.client),
+                "delivery.report.only.error": True,
+                "on_delivery": kept.on_delivery,
+            }
+            kept.producer = Producer(with_logger(config))
+            self._idempotent[key] = kept
+        kept.failures.clear()
+        return kept
+
+    def progress_slots(self, options: WriteOptions) -> int:
+        """Partitions of the progress topic, which is created if missing (once per worker:
+        a TxnOffsetCommit needs an existing partition on Kafka)."""
+        key = (options.progress_topic, _config_key(options.client))
+        slots = self._slots.get(key)
+        if slots is None:
+            slots = Cluster(options.client).ensure_topic(
+                options.progress_topic, options.progress_partitions
+            )
+            self._slots[key] = slots
+        return slots
+
+
+POOL = ClientPool()
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """A KafkaException saying another producer with this transactional.id took over."""
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    return error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    ) or bool(error.fatal() and "fenced" in error.str().lower())

@@ -1,0 +1,94 @@
+"""The source's decisions on offsets: rate limits, delayed triggers, split ranges (pure)."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oncelog.spark import offsets as off
+from oncelog.spark.offsets import OffsetRange
+
+
+def test_offsets_json_round_trip() -> None:
+    offsets = {("b", 1): 7, ("a", 0): 3, ("a", 10): 0}
+    encoded = off.to_json(offsets)
+    assert encoded == {"a": {"0": 3, "10": 0}, "b": {"1": 7}}
+    assert off.from_json(encoded) == offsets
+
+
+def test_plan_ranges_starts_new_partitions_at_their_earliest() -> None:
+    ranges = off.plan_ranges({("t", 0): 5}, {("t", 0): 9, ("t", 1): 4}, {("t", 1): 2})
+    assert ranges == [OffsetRange("t", 0, 5, 9), OffsetRange("t", 1, 2, 4)]
+
+
+def test_rate_limit_shares_in_proportion_as_spark_does() -> None:
+    start = {("t", 0): 0, ("t", 1): 0, ("t", 2): 10}
+    available = {("t", 0): 30, ("t", 1): 10, ("t", 2): 10}
+    assert off.rate_limit(start, available, 8) == {("t", 0): 6, ("t", 1): 2, ("t", 2): 10}
+    assert off.rate_limit(start, available, 1000) == available
+    # a share below one offset is rounded up: small partitions are not starved
+    skewed = off.rate_limit({("t", 0): 0, ("t", 1): 0}, {("t", 0): 1000, ("t", 1): 1}, 10)
+    assert skewed == {("t", 0): 9, ("t", 1): 1}
+
+
+def test_a_trigger_waits_for_min_offsets_until_the_delay_passes() -> None:
+    start = {("t", 0): 100}
+    few = {("t", 0): 104}
+    # Spark's first trigger runs at once (nothing ran yet)
+    assert off.admit_trigger(start, few, 10, 60_000, 0, 1_000_000) == off.TriggerDecision(
+        True, 1_000_000
+    )
+    held = off.admit_trigger(start, few, 10, 60_000, 1_000_000, 1_030_000)
+    assert held == off.TriggerDecision(False, 1_000_000)
+    enough = off.admit_trigger(start, {("t", 0): 110}, 10, 60_000, 1_000_000, 1_030_000)
+    assert enough == off.TriggerDecision(True, 1_030_000)
+    late = off.admit_trigger(start, few, 10, 60_000, 1_000_000, 1_060_000)
+    assert late == off.TriggerDecision(True, 1_060_000)
+    # a partition not in the start counts from offset 0
+    assert off.admit_trigger({}, {("u", 0): 12}, 10, 60_000, 1_000_000, 1_000_001).run
+
+
+def test_min_partitions_splits_large_ranges_as_spark_does() -> None:
+    ranges = [OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 0, 100), OffsetRange("t", 2, 5, 5)]
+    assert off.split_ranges(ranges) == ranges[:2]  # empty ranges dropped
+    assert off.split_ranges(ranges, min_partitions=2) == ranges[:2]
+    split = off.split_ranges(ranges, min_partitions=10)
+    # partition 1's share rounds to one task: it stays whole; partition 0 takes the other 9
+    assert [r for r in split if r.partition == 1] == [ranges[1]]
+    zero = [r for r in split if r.partition == 0]
+    assert len(zero) == 9 and [r.size for r in zero] == [100] * 9
+    assert zero[0].start == 0 and zero[-1].end == 900
+    assert all(a.end == b.start for a, b in itertools.pairwise(zero))
+
+
+def test_max_records_per_partition_then_min_partitions() -> None:
+    ranges = [OffsetRange("t", 0, 0, 250), OffsetRange("t", 1, 0, 40)]
+    pieces = off.split_ranges(ranges, max_records_per_partition=100)
+    assert [(r.partition, r.start, r.end) for r in pieces] == [
+        (0, 0, 83),
+        (0, 83, 166),
+        (0, 166, 250),
+        (1, 0, 40),
+    ]
+    more = off.split_ranges(ranges, min_partitions=8, max_records_per_partition=100)
+    assert len(more) >= 7 and all(r.size <= 100 for r in more)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 2000)), min_size=1, max_size=6),
+    st.one_of(st.none(), st.integers(1, 40)),
+    st.one_of(st.none(), st.integers(1, 500)),
+)
+def test_split_ranges_cover_every_offset_once(
+    spans: list[tuple[int, int]], min_partitions: int | None, max_records: int | None
+) -> None:
+    ranges = [OffsetRange("t", p, start, start + size) for p, (start, size) in enumerate(spans)]
+    split = off.split_ranges(ranges, min_partitions, max_records)
+    for rng in ranges:
+        pieces = sorted((r for r in split if r.partition == rng.partition), key=lambda r: r.start)
+        covered = [o for r in pieces for o in range(r.start, r.end)]
+        assert covered == list(range(rng.start, rng.end))
+    if max_records is not None:
+        assert all(r.size <= max_records for r in split)

@@ -1,0 +1,88 @@
+"""Producers kept across micro-batches, fenced correctly when a task moves between Python
+workers. Each `ClientPool` plays one worker; the writer runs as Spark would run it in that
+worker (no Spark session needed). The at_least_once control shows the duplicates the same
+moves and crash leave without the protocol."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from spark_helpers import create_topic, read_all, unique
+
+from oncelog.spark.options import parse_write_options
+from oncelog.spark.producers import ClientPool
+from oncelog.spark.writer import SinkCommitMessage, TaskAttempt, write_task
+from oncelog.testing.spark import FailAfter, SimulatedCrash
+
+ROWS = 40
+CRASH_AFTER = 15
+
+
+def _rows(batch: int) -> list[pa.RecordBatch]:
+    values = [b"b%d-r%02d" % (batch, i) for i in range(ROWS)]
+    half = ROWS // 2  # two Arrow batches, as Spark hands them over
+    return [
+        pa.record_batch([pa.array(values[:half], pa.binary())], names=["value"]),
+        pa.record_batch([pa.array(values[half:], pa.binary())], names=["value"]),
+    ]
+
+
+def _write(options, pool: ClientPool, batch: int, attempt: int = 0, faults=None):  # type: ignore[no-untyped-def]
+    return write_task(options, TaskAttempt(0, attempt, batch), iter(_rows(batch)), faults, pool)
+
+
+def test_a_kept_producer_writes_every_batch_without_a_new_init(bootstrap: str) -> None:
+    topic = create_topic(bootstrap, unique("kept"), partitions=1)
+    options = parse_write_options(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
+    )
+    worker = ClientPool()
+    messages = [_write(options, worker, batch) for batch in range(4)]
+    assert [m.new_producer for m in messages] == [True, False, False, False]
+    assert [m.rows for m in messages] == [ROWS] * 4
+    replay = _write(options, worker, 3)  # the last batch again: nothing written
+    assert replay.skipped and not replay.new_producer
+    assert Counter(read_all(bootstrap, topic)) == Counter(
+        b"b%d-r%02d" % (b, i) for b in range(4) for i in range(ROWS)
+    )
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_task_moving_between_workers_and_a_retry_elsewhere(
+    bootstrap: str, guarantee: str
+) -> None:
+    topic = create_topic(bootstrap, unique("moves"), partitions=1)
+    options = parse_write_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sink.id": unique("sink"),
+            "delivery.guarantee": guarantee,
+        }
+    )
+    a, b = ClientPool(), ClientPool()
+    done: list[SinkCommitMessage] = [
+        _write(options, a, 0),  # worker A keeps its producer
+        _write(options, b, 1),  # the task moved: B's new producer fences A's
+        _write(options, a, 2),  # back on A: its kept producer is fenced, found out, replaced
+    ]
+    # batch 3: the first attempt dies on A half-way, its transaction left open; Spark retries
+    # it on B, whose kept producer was fenced by A's new one
+    with pytest.raises(SimulatedCrash):
+        _write(options, a, 3, attempt=0, faults=FailAfter(CRASH_AFTER))
+    done.append(_write(options, b, 3, attempt=1, faults=FailAfter(CRASH_AFTER)))
+    done.append(_write(options, a, 4))  # A's new producer, fenced by B's, is replaced again
+
+    counts = Counter(read_all(bootstrap, topic))
+    expected = {b"b%d-r%02d" % (batch, i) for batch in range(5) for i in range(ROWS)}
+    assert set(counts) == expected
+    duplicates = sum(n - 1 for n in counts.values())
+    if guarantee == "exactly_once":
+        assert duplicates == 0
+        assert [m.new_producer for m in done] == [True, True, True, True, True]
+        # the dead attempt's records reached the log, in a transaction that was aborted
+        assert len(read_all(bootstrap, topic, "read_uncommitted")) == 5 * ROWS + CRASH_AFTER
+    else:
+        assert duplicates == CRASH_AFTER  # the dead attempt's records, written again
