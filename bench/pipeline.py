@@ -1,5 +1,5 @@
-"""Pipeline benchmark: the order-enrichment job's records/s with the sink exactly_once
-against at_least_once, in the same run, as a ratio.
+"""Pipeline benchmark: the order-enrichment job's records/s with the sink exactly_once against
+at_least_once, in the same run, as a ratio.
 
     .venv/bin/python bench/pipeline.py                    # 20,000 orders per guarantee
     .venv/bin/python bench/pipeline.py --orders 50000 --max-offsets-per-trigger 5000
@@ -11,7 +11,8 @@ runs a warm-up query on a few orders (Python workers started), then the job
 into its own output topic with a fresh checkpoint and sink.id, alternating the order of
 the guarantees over --rounds rounds. Time is measured from the query's start to its end
 (no session start-up), and every output is verified (exactly once, or at least once). The
-broker is always stopped and the temporary directory removed.
+broker is always stopped and the temporary directory removed. `bench/spark.py` runs the
+same measurement as one of its phases.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from oncelog.pipeline import PARTITIONS
 from oncelog.pipeline.demo import _create_topics
@@ -32,6 +34,50 @@ from oncelog.pipeline.verify import verify
 from oncelog.testing.process import BrokerProcess
 
 GUARANTEES = ("exactly_once", "at_least_once")
+
+
+class VerificationFailed(RuntimeError):
+    pass
+
+
+def measure_pipeline(
+    spark: Any, bootstrap: str, work: Path, orders: int, per_trigger: int, rounds: int
+) -> dict[str, float]:
+    """records/s of the job per guarantee (best of `rounds`), every output verified."""
+    _create_topics(bootstrap, ["orders", "warmup", "warmup-out"], {})
+    produce_orders(bootstrap, "orders", orders)
+    produce_orders(bootstrap, "warmup", 30, transactional_id="bench-warmup")
+    run(
+        spark, JobConfig(bootstrap, str(work / "ck-warmup"), "bench-warmup", "warmup", "warmup-out")
+    )
+    times: dict[str, list[float]] = {g: [] for g in GUARANTEES}
+    for r in range(rounds):
+        for guarantee in GUARANTEES if r % 2 == 0 else GUARANTEES[::-1]:
+            name = f"{guarantee}-{r}"
+            _create_topics(bootstrap, [f"out-{name}"], {})
+            config = JobConfig(
+                bootstrap,
+                str(work / f"ck-{name}"),
+                f"bench-{name}",
+                "orders",
+                f"out-{name}",
+                guarantee,
+                per_trigger,
+            )
+            started = time.perf_counter()
+            rows = run(spark, config)
+            elapsed = time.perf_counter() - started
+            check = verify(bootstrap, "orders", f"out-{name}", orders)
+            if rows != orders or check.missing or (guarantee == "exactly_once" and not check.ok):
+                raise VerificationFailed(f"{name}: {check}")
+            times[guarantee].append(elapsed)
+            exact = "exactly once" if check.ok else f"{check.duplicates} duplicates"
+            print(
+                f"  pipeline {name:<16} {orders:>8,} orders in {elapsed:6.2f} s  "
+                f"{orders / elapsed:>8,.0f} records/s  (verified: {exact})",
+                flush=True,
+            )
+    return {g: orders / min(ts) for g, ts in times.items()}
 
 
 def main() -> int:
@@ -46,53 +92,17 @@ def main() -> int:
     broker = BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)})
     try:
         bootstrap = broker.start().bootstrap_servers
-        _create_topics(bootstrap, ["orders", "warmup"], {})
-        produce_orders(bootstrap, "orders", args.orders)
-        produce_orders(bootstrap, "warmup", 30, transactional_id="bench-warmup")
         spark = new_session("oncelog-bench-pipeline")
         spark.sparkContext.setLogLevel("ERROR")
-        _create_topics(bootstrap, ["warmup-out"], {})
-        run(
-            spark,
-            JobConfig(bootstrap, str(work / "ck-warmup"), "bench-warmup", "warmup", "warmup-out"),
-        )
-        times: dict[str, list[float]] = {g: [] for g in GUARANTEES}
-        for r in range(args.rounds):
-            order = GUARANTEES if r % 2 == 0 else GUARANTEES[::-1]
-            for guarantee in order:
-                name = f"{guarantee}-{r}"
-                _create_topics(bootstrap, [f"out-{name}"], {})
-                config = JobConfig(
-                    bootstrap,
-                    str(work / f"ck-{name}"),
-                    f"bench-{name}",
-                    "orders",
-                    f"out-{name}",
-                    guarantee,
-                    args.max_offsets_per_trigger,
-                )
-                started = time.perf_counter()
-                rows = run(spark, config)
-                elapsed = time.perf_counter() - started
-                check = verify(bootstrap, "orders", f"out-{name}", args.orders)
-                exact = check.ok
-                if (
-                    rows != args.orders
-                    or check.missing
-                    or (guarantee == "exactly_once" and not exact)
-                ):
-                    print(f"{name}: verification failed: {check}", file=sys.stderr)
-                    return 1
-                times[guarantee].append(elapsed)
-                print(
-                    f"  {name:<18} {args.orders:>8,} orders in {elapsed:6.2f} s  "
-                    f"{args.orders / elapsed:>8,.0f} records/s  (verified: "
-                    f"{'exactly once' if exact else f'{check.duplicates} duplicates'})",
-                    flush=True,
-                )
-        spark.stop()
-        best = {g: min(ts) for g, ts in times.items()}
-        rate = {g: args.orders / best[g] for g in GUARANTEES}
+        try:
+            rate = measure_pipeline(
+                spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, args.rounds
+            )
+        except VerificationFailed as exc:
+            print(f"verification failed: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            spark.stop()
         print(
             f"pipeline, {args.orders:,} orders, "
             f"maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "

@@ -20,13 +20,14 @@ record and column, no Python objects per row).
 from __future__ import annotations
 
 import bisect
+import operator
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from oncelog.spark.client import with_logger
 from oncelog.spark.offsets import OffsetRange
@@ -47,6 +48,7 @@ FETCH_DEFAULTS = {
     "queued.min.messages": "200000",
 }
 _DATA_LOSS = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 
 
 class DataLossError(RuntimeError):
@@ -132,11 +134,13 @@ class _RangeReader:
     def _within_range(self, batch: list[Any]) -> tuple[list[Any], bool]:
         """The records of `batch` below the range's end, and whether the range is done."""
         end = self.rng.end
-        if any([m.error() is not None for m in batch]):  # noqa: C419 (C calls, no generator)
+        if any(map(Message.error, batch)):
             return self._within_range_slowly(batch)
-        offsets = [m.offset() for m in batch]
-        cut = bisect.bisect_left(offsets, end)
-        return batch[:cut], cut < len(batch) or offsets[-1] >= end - 1
+        last = batch[-1].offset()
+        if last < end:
+            return batch, last == end - 1
+        cut = bisect.bisect_left(list(map(Message.offset, batch)), end)
+        return batch[:cut], True
 
     def _within_range_slowly(self, batch: list[Any]) -> tuple[list[Any], bool]:
         """`batch` holds events: end of partition, lost offsets or errors."""
@@ -180,7 +184,9 @@ def to_record_batch(
 ) -> pa.RecordBatch:
     """Arrow columns from confluent-kafka messages, one pass per column."""
     n = len(messages)
-    kinds, millis = zip(*[m.timestamp() for m in messages], strict=True)
+    stamped = list(map(Message.timestamp, messages))  # the costly one: a tuple per record
+    kinds = list(map(_FIRST, stamped))
+    millis = list(map(_SECOND, stamped))
     # librdkafka: 0 = not available, 1 = CreateTime, 2 = LogAppendTime; Spark: null, 0, 1
     if kinds.count(kinds[0]) == n:
         kind = None if kinds[0] == 0 else kinds[0] - 1
@@ -192,11 +198,11 @@ def to_record_batch(
         kind_column = pc.if_else(missing, None, pc.subtract(raw_kinds, 1))
         stamps = pc.if_else(missing, None, pa.array(millis, pa.int64()))
     columns = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array(list(map(Message.key, messages)), pa.binary()),
+        pa.array(list(map(Message.value, messages)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array([m.offset() for m in messages], pa.int64()),
+        pa.array(list(map(Message.offset, messages)), pa.int64()),
         pc.multiply(stamps, 1000).cast(pa.timestamp("us", tz="UTC")),
         kind_column,
     ]
