@@ -1,4 +1,5 @@
-"""Offsets lost to retention follow failOnDataLoss (reader code, no Spark session)."""
+"""The reader's range reading without Spark: offsets lost to retention follow failOnDataLoss; a
+range that never arrives fails after kafkaConsumer.pollTimeoutMs."""
 
 from __future__ import annotations
 
@@ -54,3 +55,28 @@ def test_range_below_the_log_start_fails_or_skips_ahead() -> None:
         ]
         assert offsets[0] >= log_start and offsets[-1] == end - 1
         assert offsets == list(range(offsets[0], end))
+
+
+def test_a_range_that_does_not_arrive_fails_after_the_poll_timeout(bootstrap: str) -> None:
+    topic = create_topic(bootstrap, unique("short"), partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=b"v%d" % i)
+    producer.flush(10)
+    options = parse_read_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "kafkaconsumer.polltimeoutms": "1000",
+        },
+        False,
+    )
+    assert [
+        o
+        for b in read_range(options, OffsetRange(topic, 0, 2, 5), "g")
+        for o in b.column("offset").to_pylist()
+    ] == [2, 3, 4]
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"kafkaConsumer\.pollTimeoutMs=1000"):
+        list(read_range(options, OffsetRange(topic, 0, 2, 9), "g"))  # offsets 5..8 never come
+    assert time.monotonic() - started < 30

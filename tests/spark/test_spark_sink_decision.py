@@ -64,3 +64,28 @@ def test_each_batch_is_written_by_a_slot_at_most_once(
         assert decision == Write(batch + 1)
         # after the write commits, the same batch is never written again
         assert isinstance(decide(_progress(batch + 1, slots=slots), batch, partition), Skip)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["commit", "die before commit", "die after commit", "driver dies"]),
+        max_size=40,
+    )
+)
+def test_whatever_fails_a_slot_writes_every_batch_exactly_once(events: list[str]) -> None:
+    """The engine's side as Spark runs it: a task that dies before its commit is retried
+    (same batch); one that dies after its commit, or a driver that dies before recording the
+    batch, makes the batch run again. The slot's output must hold every batch once."""
+    next_batch, rows = 0, None  # the slot's progress, as the progress topic holds it
+    batch = 0  # the batch the engine runs
+    written: list[int] = []
+    for event in events:
+        decision = decide(_progress(next_batch, rows), batch, 0)
+        assert not isinstance(decision, Refuse)
+        if isinstance(decision, Write) and event != "die before commit":
+            next_batch, rows = decision.next_batch, 10
+            written.append(batch)  # output and progress committed together
+        if event == "commit":
+            batch += 1  # Spark records the batch and goes on
+    assert written == sorted(set(written))
+    assert set(written) >= set(range(batch))

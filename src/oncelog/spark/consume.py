@@ -139,13 +139,14 @@ class _RangeReader:
         last = batch[-1].offset()
         if last < end:
             return batch, last == end - 1
-        cut = bisect.bisect_left(list(map(Message.offset, batch)), end)
+        offsets: list[int] = list(map(Message.offset, batch))  # type: ignore[arg-type]
+        cut = bisect.bisect_left(offsets, end)
         return batch[:cut], True
 
     def _within_range_slowly(self, batch: list[Any]) -> tuple[list[Any], bool]:
         """`batch` holds events: end of partition, lost offsets or errors."""
         rng = self.rng
-        records = []
+        records: list[Any] = []
         for message in batch:
             error = message.error()
             if error is None:

@@ -393,10 +393,10 @@ def _parse_limit(
             _partition_json(by_timestamp_key, text, _TIMESTAMPS_EXAMPLE),
             latest_when_none,
         )
-    text = raw.get(offsets_key)
-    if text is None:
+    given = raw.get(offsets_key)
+    if given is None:
         return default
-    text = text.strip()
+    text = given.strip()
     if text.lower() == "latest":
         return Latest()
     if text.lower() == "earliest":

@@ -10,6 +10,9 @@ raises it from its first call instead, where Spark reports it as it is.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -72,8 +75,8 @@ class _RefusedStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict | None = None, limit: object = None) -> dict:
         raise self.error
 
-    def partitions(self, start: dict, end: dict) -> list:
+    def partitions(self, start: dict, end: dict) -> list[Any]:
         raise self.error
 
-    def read(self, partition: object) -> list:
+    def read(self, partition: object) -> Iterator[Any]:
         raise self.error

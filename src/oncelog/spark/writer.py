@@ -18,6 +18,7 @@ record but the produce call itself.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -103,7 +104,14 @@ def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None if index < 0 else batch.column(index).to_pylist()
 
 
-def _wait_for_room(producer: Any, produce: Callable[[], None]) -> None:
+def _values(batch: pa.RecordBatch) -> list[Any]:
+    values = _column(batch, "value")
+    if values is None:  # validate_schema refuses such data before any task
+        raise ValueError("the data to write has no 'value' column")
+    return values
+
+
+def _wait_for_room(producer: Any, produce: Callable[[], Any]) -> None:
     """The client's queue is full: serve deliveries until it takes the record."""
     while True:
         producer.poll(0.05)
@@ -121,7 +129,7 @@ def produce_batches(producer: Any, batches: Iterator[pa.RecordBatch], topic: str
     produce = producer.produce
     for batch in batches:
         rows += batch.num_rows
-        values = _column(batch, "value")
+        values = _values(batch)
         keys = _column(batch, "key") or [None] * batch.num_rows
         topics = None if topic is not None else _column(batch, "topic")
         partitions = _column(batch, "partition")
@@ -131,7 +139,7 @@ def produce_batches(producer: Any, batches: Iterator[pa.RecordBatch], topic: str
                 try:
                     produce(topic, value, key)
                 except BufferError:
-                    _wait_for_room(producer, lambda k=key, v=value: produce(topic, v, k))
+                    _wait_for_room(producer, functools.partial(produce, topic, value, key))
         else:
             _produce_rows(
                 producer, batch.num_rows, topic, topics, keys, values, partitions, headers
@@ -146,12 +154,11 @@ def _produce_rows(
     topic: str | None,
     topics: list[Any] | None,
     keys: list[Any],
-    values: list[Any] | None,
+    values: list[Any],
     partitions: list[Any] | None,
     headers: list[Any] | None,
 ) -> None:
     """Rows that name their topic, partition or headers."""
-    assert values is not None
     for i in range(n):
         target = topic or (topics[i] if topics is not None else None)
         if not target:
@@ -164,7 +171,7 @@ def _produce_rows(
         try:
             producer.produce(target, **kwargs)
         except BufferError:
-            _wait_for_room(producer, lambda t=target, kw=kwargs: producer.produce(t, **kw))
+            _wait_for_room(producer, functools.partial(producer.produce, target, **kwargs))
 
 
 # -- one task ------------------------------------------------------------------------------

@@ -1,0 +1,63 @@
+"""The driver's cluster calls: Spark's fetchOffset retries, and an unreachable cluster
+reported once (no broker: the failures are made by hand)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from oncelog.spark.client import Cluster, ClusterError
+from oncelog.spark.options import parse_read_options
+from oncelog.spark.reader import _group_id
+
+
+def _failing(errors: list[KafkaError]):  # type: ignore[no-untyped-def]
+    calls: list[int] = []
+
+    def call() -> str:
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise KafkaException(errors[len(calls) - 1])
+        return "answer"
+
+    return call, calls
+
+
+def _retriable() -> KafkaError:
+    return KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "moved", retriable=True)
+
+
+def test_retriable_errors_are_tried_again_fetch_offset_num_retries_times() -> None:
+    cluster = Cluster({"bootstrap.servers": "127.0.0.1:9"}, retries=3, retry_interval_ms=1)
+    call, calls = _failing([_retriable(), _retriable()])
+    assert cluster._call("listing", call) == "answer" and len(calls) == 3
+    call, calls = _failing([_retriable()] * 3)
+    with pytest.raises(ClusterError, match="listing: moved"):
+        cluster._call("listing", call)
+    assert len(calls) == 3  # fetchOffset.numRetries attempts in all, as Spark counts them
+    call, calls = _failing([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "no")])
+    with pytest.raises(ClusterError, match="listing: no"):
+        cluster._call("listing", call)
+    assert len(calls) == 1  # not retriable: at once
+
+
+def test_an_unreachable_cluster_is_reported_once() -> None:
+    cluster = Cluster({"bootstrap.servers": "127.0.0.1:9", "socket.timeout.ms": "1500"}, retries=5)
+    call, calls = _failing([KafkaError(KafkaError._TRANSPORT, "transport failure")] * 5)
+    with pytest.raises(ClusterError) as failed:
+        cluster._call("listing topics", call)
+    assert len(calls) == 1
+    assert str(failed.value) == (
+        "listing topics: no answer from the cluster at kafka.bootstrap.servers=127.0.0.1:9 "
+        "within 1.5 s (kafka.socket.timeout.ms): transport failure"
+    )
+
+
+def test_the_consumers_group_follows_group_id_prefix_or_kafka_group_id() -> None:
+    boot = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
+    default = _group_id(parse_read_options(boot, False), "spark-kafka-relation")
+    assert default.startswith("spark-kafka-relation-") and default.endswith("-executor")
+    prefixed = parse_read_options({**boot, "groupidprefix": "mine"}, False)
+    assert _group_id(prefixed, "spark-kafka-relation").startswith("mine-")
+    fixed = parse_read_options({**boot, "kafka.group.id": "authorised"}, False)
+    assert _group_id(fixed, "spark-kafka-relation") == "authorised"
