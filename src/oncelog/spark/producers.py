@@ -9,20 +9,23 @@ connection, a coordinator lookup and an epoch bump each; keeping them makes a
 micro-batch's fixed cost a few round trips.
 
 A kept producer can be fenced: when a task moves to another worker, that worker's new
-producer bumps the epoch of the same transactional.id. The writer finds out before it
-writes anything (its first transactional request is refused) and asks for a fresh one.
-A worker runs one task at a time, so the pool needs no lock.
+producer bumps the epoch of the same transactional.id. Each producer instance has an id
+that it records in the progress it commits, and remembers the last commit of its slot it
+saw: when the progress shows a commit by another instance since, the kept producer is
+fenced, and the writer asks for a fresh one before writing anything. A worker runs one
+task at a time, so the pool needs no lock.
 
-The progress is read without `require_stable` (isolation.level read_uncommitted for the
-OffsetFetch): a transaction left open by a dead attempt would otherwise hold the read until
-that transaction times out. The value read can only be stale while another producer of the
-same transactional.id has a transaction open, and that producer has the newer epoch: the
-kept producer is then fenced, the writer finds out before writing, and a fresh producer's
-`init_transactions()` settles that transaction before the progress is read again.
+The progress is read with `require_stable` (KIP-447, the consumer's read_committed): a
+commit whose markers are still being written is waited for, never read stale. A read that
+waits longer than `KEPT_PROGRESS_WAIT_S` with a kept producer means another producer of the
+id holds a transaction with the slot's progress open (a dead attempt): that producer has
+the newer epoch, so the kept one is fenced, and a fresh producer's `init_transactions()`
+settles that transaction before the progress is read again.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,7 @@ from oncelog.spark.client import Cluster, with_logger
 from oncelog.spark.options import WriteOptions, consumer_config, producer_config
 
 TRANSACTION_TIMEOUT_S = 60.0
+KEPT_PROGRESS_WAIT_S = 10.0
 
 ConfigKey = tuple[tuple[str, str], ...]
 
@@ -48,6 +52,8 @@ class TransactionalClients:
     producer: Any
     progress: Any
     fresh: bool  # made for this task: init_transactions() has just fenced older producers
+    instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # recorded in progress
+    last_seen: tuple[int, str | None] | None = None  # the slot's last commit, as last seen
 
 
 @dataclass
@@ -107,7 +113,7 @@ class ClientPool:
                         **consumer_config(options.client),
                         "group.id": options.progress_group,
                         "enable.auto.commit": False,
-                        "isolation.level": "read_uncommitted",  # see the module's docstring
+                        "isolation.level": "read_committed",  # require_stable
                     }
                 )
             )

@@ -5,6 +5,9 @@ group `oncelog-sink-S` for partition `k` of the progress topic, written in the s
 transaction as the task's output. `N` means "this slot has written batches up to N - 1";
 its metadata records how many rows the slot wrote in batch N - 1.
 
+(and which producer instance wrote it, so that a worker can tell whether its kept producer
+is still the last one that committed for this slot).
+
 For batch `B` the decision is:
 
 - `N < B + 1`: **write** (begin a transaction, produce, commit output and progress B + 1);
@@ -35,20 +38,34 @@ class Progress:
     slots: int  # its partitions: the most tasks a write may have
     next_batch: int = 0  # batches below this one are written by the slot
     rows: int | None = None  # rows the slot wrote in batch next_batch - 1, when recorded
+    writer: str | None = None  # the producer instance that wrote it, when recorded
+
+    @property
+    def last_commit(self) -> tuple[int, str | None]:
+        """Identifies the slot's last commit: a producer commits each batch at most once."""
+        return (self.next_batch, self.writer)
 
     @classmethod
     def from_committed(
         cls, sink_id: str, topic: str, slots: int, offset: int, metadata: str | None
     ) -> Progress:
         """From a committed offset (negative: nothing committed) and its metadata."""
-        rows = None
         try:
             recorded = json.loads(metadata or "{}")
-            if isinstance(recorded, dict) and isinstance(recorded.get("rows"), int):
-                rows = recorded["rows"]
         except json.JSONDecodeError:
-            pass
-        return cls(sink_id, topic, slots, max(offset, 0), rows)
+            recorded = {}
+        if not isinstance(recorded, dict):
+            recorded = {}
+        rows = recorded.get("rows")
+        writer = recorded.get("writer")
+        return cls(
+            sink_id,
+            topic,
+            slots,
+            max(offset, 0),
+            rows if isinstance(rows, int) else None,
+            writer if isinstance(writer, str) else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -57,7 +74,9 @@ class Write:
 
     next_batch: int
 
-    def metadata(self, progress: Progress, partition: int, rows: int, now_ms: int) -> str:
+    def metadata(
+        self, progress: Progress, partition: int, rows: int, writer: str, now_ms: int
+    ) -> str:
         return json.dumps(
             {
                 "v": PROGRESS_FORMAT,
@@ -65,6 +84,7 @@ class Write:
                 "batch": self.next_batch - 1,
                 "task": partition,
                 "rows": rows,
+                "writer": writer,
                 "at": now_ms,
             },
             separators=(",", ":"),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -36,7 +36,13 @@ from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
 from oncelog.spark import sink
 from oncelog.spark.options import OptionError, WriteOptions
-from oncelog.spark.producers import POOL, TRANSACTION_TIMEOUT_S, ClientPool, is_fenced
+from oncelog.spark.producers import (
+    KEPT_PROGRESS_WAIT_S,
+    POOL,
+    TRANSACTION_TIMEOUT_S,
+    ClientPool,
+    is_fenced,
+)
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +218,17 @@ def _write_at_least_once(
 
 def _read_progress(
     options: WriteOptions, clients: Any, partition: int, slots: int
-) -> sink.Progress:
+) -> sink.Progress | None:
+    """The slot's progress; None when a kept producer waited too long for it (see
+    `producers`: another producer's open transaction holds it)."""
     slot = TopicPartition(options.progress_topic, partition)
-    (committed,) = clients.progress.committed([slot], timeout=TRANSACTION_TIMEOUT_S)
+    wait = TRANSACTION_TIMEOUT_S if clients.fresh else KEPT_PROGRESS_WAIT_S
+    try:
+        (committed,) = clients.progress.committed([slot], timeout=wait)
+    except KafkaException as exc:
+        if clients.fresh or exc.args[0].code() != KafkaError._TIMED_OUT:
+            raise
+        return None
     if committed.error is not None:
         raise RuntimeError(f"task {partition}: reading sink progress failed: {committed.error}")
     return sink.Progress.from_committed(
@@ -252,14 +266,26 @@ def _write_exactly_once(
             clients = pool.transactional(options, task.partition)
             new_producer = new_producer or clients.fresh
             progress = _read_progress(options, clients, task.partition, slots)
+            if progress is None:  # a transaction of another producer holds the progress
+                _replace(options, task, pool, "another producer has a transaction open")
+                continue
+            if not clients.fresh and progress.last_commit != clients.last_seen:
+                # another producer of this id committed since this one last did: it took
+                # the id over, so the kept one is fenced
+                _replace(options, task, pool, "another producer committed since")
+                continue
+            clients.last_seen = progress.last_commit
             decision = sink.decide(progress, task.batch_id, task.partition)
             if isinstance(decision, sink.Refuse):
                 raise SinkGuaranteeError(decision.reason)
             if isinstance(decision, sink.Skip):
                 return _skip(options, task, batches, decision, progress, new_producer)
-            if _begin(options, clients, progress, decision, task):
+            clients.producer.begin_transaction()
+            if clients.fresh or task.attempt == 0:
                 break
-            pool.discard(options, task.partition)  # fenced: a fresh producer takes the id back
+            if _still_current(options, clients, progress, decision, task):
+                break
+            _replace(options, task, pool, "an earlier attempt elsewhere fenced it")
         producer = clients.producer
         if faults is not None:
             batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
@@ -270,12 +296,23 @@ def _write_exactly_once(
         except Exception:
             _abort_quietly(producer)  # release the LSO now rather than at the timeout
             raise
+        clients.last_seen = (decision.next_batch, clients.instance)
     except BaseException:
         # failed, fenced, or the worker is going away (then the transaction stays open, as
         # after a crash, until the next producer of this id fences it): never kept
         pool.discard(options, task.partition)
         raise
     return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, new_producer)
+
+
+def _replace(options: WriteOptions, task: TaskAttempt, pool: ClientPool, why: str) -> None:
+    log.info(
+        "sink %s task %d: the kept producer is fenced (%s); making a new one",
+        options.sink_id,
+        task.partition,
+        why,
+    )
+    pool.discard(options, task.partition)
 
 
 def _skip(
@@ -306,42 +343,39 @@ def _send_progress(
     progress: sink.Progress,
     decision: sink.Write,
     task: TaskAttempt,
-    rows: int | None,
+    rows: int,
 ) -> None:
     """Add the slot's progress to the open transaction (a TxnOffsetCommit)."""
+    now_ms = int(time.time() * 1000)
     slot = TopicPartition(
         options.progress_topic,
         task.partition,
         decision.next_batch,
-        metadata=decision.metadata(progress, task.partition, rows or 0, int(time.time() * 1000)),
+        metadata=decision.metadata(progress, task.partition, rows, clients.instance, now_ms),
     )
     clients.producer.send_offsets_to_transaction(
         [slot], clients.progress.consumer_group_metadata(), TRANSACTION_TIMEOUT_S
     )
 
 
-def _begin(
+def _still_current(
     options: WriteOptions,
     clients: Any,
     progress: sink.Progress,
     decision: sink.Write,
     task: TaskAttempt,
 ) -> bool:
-    """Open the transaction and register the progress in it before any record: the first
-    request a fenced producer makes is refused, with nothing written. False if fenced."""
-    clients.producer.begin_transaction()
+    """A retry with a kept producer: an earlier attempt of this task may have run elsewhere
+    and initialised its own producer without committing (so the progress does not show it).
+    The open transaction's first request tells, with nothing written: the progress is added
+    to it now (and again, with the row count, before the commit), and a fenced producer's
+    AddOffsetsToTxn is refused."""
     try:
-        _send_progress(options, clients, progress, decision, task, None)
+        _send_progress(options, clients, progress, decision, task, 0)
     except KafkaException as exc:
-        if clients.fresh or not is_fenced(exc):
+        if not is_fenced(exc):
             _abort_quietly(clients.producer)
             raise
-        log.info(
-            "sink %s task %d: the kept producer was fenced (the task ran elsewhere); "
-            "making a new one",
-            options.sink_id,
-            task.partition,
-        )
         return False
     return True
 
