@@ -13,8 +13,9 @@ partitions per topic) and measures, in this order:
    over --rounds rounds, best of each);
 5. the fixed cost of a streaming micro-batch at the log tail: `oncelog` source into the
    `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
-   rate source into the noop sink (mean `triggerExecution` of the progress reports after
-   a warm-up);
+   rate source into the noop sink, and against PySpark's own floor, a Python source and a
+   Python sink that do nothing (mean `triggerExecution` of the progress reports after a
+   warm-up);
 6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement).
 
 It prints the load average (`uptime`) before and after: the machine is shared, so compare
@@ -37,7 +38,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
 
 from oncelog.pipeline.demo import _create_topics
 from oncelog.pipeline.job import new_session
@@ -210,6 +219,66 @@ def fixed_cost_oncelog(
         feeder.join(30)
 
 
+class _FloorReader(DataSourceStreamReader):
+    """Three partitions of 20 rows per micro-batch, no I/O."""
+
+    def initialOffset(self) -> dict:
+        return {"t": 0}
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        return {"t": time.monotonic_ns()}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition) -> Any:
+        yield pa.record_batch([pa.array([b"x"] * 20, pa.binary())], names=["value"])
+
+
+class _FloorWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: Any, batchId: int) -> None:
+        pass
+
+
+class FloorSource(DataSource):
+    """PySpark's own cost of a Python source and a Python sink: both do nothing. Defined in
+    the benchmark's __main__, so the workers get it by value (cloudpickle)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_floor"
+
+    def schema(self) -> str:
+        return "value binary"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return _FloorReader()
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
+        return _FloorWriter()
+
+
+def fixed_cost_python_floor(spark: Any, work: Path, batches: int, warmup: int) -> float:
+    spark.dataSource.register(FloorSource)
+    query = (
+        spark.readStream.format("bench_floor")
+        .load()
+        .writeStream.format("bench_floor")
+        .option("checkpointLocation", str(work / "ck-floor"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    try:
+        return _mean_trigger_ms(query, batches, warmup)
+    finally:
+        query.stop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -272,6 +341,8 @@ def main() -> int:
                     write_s[guarantee] = min(write_s.get(guarantee, seconds), seconds)
             rate_ms = fixed_cost_rate_noop(spark, work, args.batches, 5)
             print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
+            floor_ms = fixed_cost_python_floor(spark, work, args.batches, 5)
+            print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
             tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, args.batches, 5)
             print(
                 f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
@@ -305,6 +376,7 @@ def main() -> int:
                 ">= 0.95",
             ),
             ("micro-batch cost: oncelog EOS / rate into noop", tail_ms / rate_ms, "<= 2"),
+            ("micro-batch cost: do-nothing Python source and sink / rate", floor_ms / rate_ms, "-"),
         ]
         for name, ratio, goal in rows:
             print(f"  {name:<50} {ratio:6.2f}   (goal {goal})")

@@ -34,7 +34,9 @@ def _write(options, pool: ClientPool, batch: int, attempt: int = 0, faults=None)
     return write_task(options, TaskAttempt(0, attempt, batch), iter(_rows(batch)), faults, pool)
 
 
-def test_a_kept_producer_writes_every_batch_without_a_new_init(bootstrap: str) -> None:
+def test_a_kept_producer_writes_every_batch_without_a_new_init(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     topic = create_topic(bootstrap, unique("kept"), partitions=1)
     options = parse_write_options(
         {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
@@ -45,8 +47,10 @@ def test_a_kept_producer_writes_every_batch_without_a_new_init(bootstrap: str) -
     assert [m.rows for m in messages] == [ROWS] * 4
     replay = _write(options, worker, 3)  # the last batch again: nothing written
     assert replay.skipped and not replay.new_producer
+    monkeypatch.setattr("oncelog.spark.producers.IDLE_EVICTION_S", 0.0)
+    assert _write(options, worker, 4).new_producer  # an idle producer is closed, not kept
     assert Counter(read_all(bootstrap, topic)) == Counter(
-        b"b%d-r%02d" % (b, i) for b in range(4) for i in range(ROWS)
+        b"b%d-r%02d" % (b, i) for b in range(5) for i in range(ROWS)
     )
 
 

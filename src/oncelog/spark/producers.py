@@ -25,6 +25,7 @@ settles that transaction before the progress is read again.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,13 @@ from oncelog.spark.options import WriteOptions, consumer_config, producer_config
 
 TRANSACTION_TIMEOUT_S = 60.0
 KEPT_PROGRESS_WAIT_S = 10.0
+# librdkafka 2.16 looks its transaction coordinator up as soon as a producer connects; an
+# init_transactions() called while that lookup is in flight does not send its own ("Not
+# sending coordinator query (Acquire PID): waiting for previous query to finish") and then
+# waits for its 500 ms PID timer. Measured here: about half of all inits paid the 500 ms
+# when called at once, none when called 50 ms after the producer was made.
+COORDINATOR_SETTLE_S = 0.05
+IDLE_EVICTION_S = 600.0  # a kept client unused this long is closed (Spark's producer cache)
 
 ConfigKey = tuple[tuple[str, str], ...]
 
@@ -54,12 +62,14 @@ class TransactionalClients:
     fresh: bool  # made for this task: init_transactions() has just fenced older producers
     instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # recorded in progress
     last_seen: tuple[int, str | None] | None = None  # the slot's last commit, as last seen
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
 class IdempotentProducer:
     producer: Any
     failures: list[Any] = field(default_factory=list)  # delivery errors of the current task
+    last_used: float = field(default_factory=time.monotonic)
 
     def on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -79,12 +89,27 @@ class ClientPool:
     def _key(self, options: WriteOptions, partition: int) -> tuple[str, int, ConfigKey]:
         return (str(options.sink_id), partition, _config_key(options.client))
 
+    def _evict_idle(self) -> None:
+        """Close kept producers no task has used for IDLE_EVICTION_S (a worker that ran
+        tasks of many slots or sinks would otherwise keep all their producers)."""
+        horizon = time.monotonic() - IDLE_EVICTION_S
+        for key, kept in list(self._transactional.items()):
+            if kept.last_used < horizon:
+                del self._transactional[key]
+                kept.producer.close()
+        for config, idle in list(self._idempotent.items()):
+            if idle.last_used < horizon:
+                del self._idempotent[config]
+                idle.producer.close()
+
     def transactional(self, options: WriteOptions, partition: int) -> TransactionalClients:
         """The kept clients of this slot, or new ones (the producer initialised)."""
+        self._evict_idle()
         key = self._key(options, partition)
         clients = self._transactional.get(key)
         if clients is not None:
             clients.fresh = False
+            clients.last_used = time.monotonic()
             return clients
         producer = Producer(
             with_logger(
@@ -94,6 +119,7 @@ class ClientPool:
                 }
             )
         )
+        time.sleep(COORDINATOR_SETTLE_S)
         producer.init_transactions(TRANSACTION_TIMEOUT_S)
         clients = TransactionalClients(producer, self._progress_reader(options), fresh=True)
         self._transactional[key] = clients
@@ -122,6 +148,7 @@ class ClientPool:
 
     def idempotent(self, options: WriteOptions) -> IdempotentProducer:
         """The worker's plain idempotent producer for this configuration (at_least_once)."""
+        self._evict_idle()
         key = _config_key(options.client)
         kept = self._idempotent.get(key)
         if kept is None:
@@ -135,6 +162,7 @@ class ClientPool:
             kept.producer = Producer(with_logger(config))
             self._idempotent[key] = kept
         kept.failures.clear()
+        kept.last_used = time.monotonic()
         return kept
 
     def progress_slots(self, options: WriteOptions) -> int:
