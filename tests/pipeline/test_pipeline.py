@@ -34,13 +34,17 @@ def _run(guarantee: str):  # type: ignore[no-untyped-def]
     from oncelog.pipeline.demo import run_pipeline_demo
 
     out = io.StringIO()
-    result = run_pipeline_demo(
-        ORDERS,
-        guarantee=guarantee,
-        max_offsets_per_trigger=PER_TRIGGER,
-        console=Console(file=out, width=140, color_system=None),
-        timeout_s=600,  # generous: the machine may be shared; a healthy run takes about 100 s
-    )
+    try:
+        result = run_pipeline_demo(
+            ORDERS,
+            guarantee=guarantee,
+            max_offsets_per_trigger=PER_TRIGGER,
+            console=Console(file=out, width=140, color_system=None),
+            timeout_s=600,  # generous: the machine may be shared; a healthy run takes ~100 s
+        )
+    except BaseException:
+        print(out.getvalue())  # the events and the driver log's tail, in pytest's report
+        raise
     return result, out.getvalue()
 
 
