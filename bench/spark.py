@@ -328,10 +328,11 @@ def main() -> int:
                 for guarantee in ("exactly_once", "at_least_once")[:: 1 if r % 2 == 0 else -1]:
                     topic = f"write-{guarantee}-{r}"
                     _create_topics(bootstrap, [topic], {})
-                    _, seconds = _timed(
-                        f"Spark write {guarantee}",
-                        lambda t=topic, g=guarantee: spark_write(spark, bootstrap, t, n, g),
-                    )
+
+                    def write(t: str = topic, g: str = guarantee) -> int:
+                        return spark_write(spark, bootstrap, t, n, g)
+
+                    _, seconds = _timed(f"Spark write {guarantee}", write)
                     latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
                         [(topic, p) for p in range(PARTITIONS)], "latest", True
                     )

@@ -77,11 +77,14 @@ PUBLIC_API: dict[str, list[str]] = {
     "oncelog.spark": [
         "AT_LEAST_ONCE",
         "EXACTLY_ONCE",
-        "SCHEMA",
+        "ClusterError",
+        "DataLossError",
         "OncelogDataSource",
         "OptionError",
         "SinkGuaranteeError",
+        "TopicNotFoundError",
         "register",
+        "spark_schema",
     ],
     "oncelog.storage": [
         "AppendResult",

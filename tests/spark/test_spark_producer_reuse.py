@@ -10,12 +10,13 @@ from collections import Counter
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from spark_helpers import create_topic, read_all, unique
 
 from oncelog.spark.options import parse_write_options
 from oncelog.spark.producers import ClientPool
 from oncelog.spark.writer import SinkCommitMessage, TaskAttempt, write_task
 from oncelog.testing.spark import FailAfter, SimulatedCrash
+
+from .spark_helpers import create_topic, read_all, unique
 
 ROWS = 40
 CRASH_AFTER = 15

@@ -8,6 +8,10 @@ exactly-once sink. Needs the `spark` extra: `pip install 'oncelog[spark]'`.
 docs/spark.md documents the options, the guarantee and its limits.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from oncelog.spark.client import ClusterError, TopicNotFoundError
 from oncelog.spark.consume import DataLossError
 from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError

@@ -282,11 +282,11 @@ def consumer_config(config: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in config.items() if k not in _PRODUCER_ONLY}
 
 
-def producer_config(config: Mapping[str, str]) -> ClientConfig:
+def producer_config(config: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY}
 
 
-def admin_config(config: Mapping[str, str]) -> ClientConfig:
+def admin_config(config: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in config.items() if k not in _CONSUMER_ONLY and k not in _PRODUCER_ONLY}
 
 
