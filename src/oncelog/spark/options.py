@@ -529,6 +529,8 @@ def parse_subscription(raw: _Raw) -> Subscription:
 
 @dataclass(frozen=True)
 class ReadOptions:
+    """The source's options, parsed and checked."""
+
     client: dict[str, str]  # kafka.*, prefix removed, without a group.id
     subscription: Subscription
     starting: OffsetLimit

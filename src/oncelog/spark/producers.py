@@ -67,6 +67,9 @@ class TransactionalClients:
 
 @dataclass
 class IdempotentProducer:
+    """An at_least_once sink's producer, kept by the worker, with the delivery errors of the
+    task using it (a task fails when any of its records was not delivered)."""
+
     producer: Any
     failures: list[Any] = field(default_factory=list)  # delivery errors of the current task
     last_used: float = field(default_factory=time.monotonic)

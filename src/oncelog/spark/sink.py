@@ -3,10 +3,9 @@
 Each task slot `k` of sink `S` has a progress entry: the committed offset `N` of consumer
 group `oncelog-sink-S` for partition `k` of the progress topic, written in the same Kafka
 transaction as the task's output. `N` means "this slot has written batches up to N - 1";
-its metadata records how many rows the slot wrote in batch N - 1.
-
-(and which producer instance wrote it, so that a worker can tell whether its kept producer
-is still the last one that committed for this slot).
+its metadata records how many rows the slot wrote in batch N - 1 and which producer
+instance wrote them (so a worker can tell whether its kept producer is still the last one
+that committed for this slot).
 
 For batch `B` the decision is:
 
