@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +52,44 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's micro-batch engine
 
 class SinkGuaranteeError(RuntimeError):
     """The sink refuses to go on because doing so could write a record twice or lose one."""
+
+
+class ClientCallStuck(RuntimeError):
+    """A client call did not return within its own timeout plus a grace period."""
+
+
+STUCK_GRACE_S = 10.0  # beyond the call's own timeout
+
+
+def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Run `call` in a helper thread and give up after `timeout_s`.
+
+    librdkafka's send_offsets_to_transaction can ignore its timeout and wait forever
+    (librdkafka issues #5456 and #5511; seen here with a kept producer whose group
+    coordinator went away in a broker restart). Given up on, the call keeps its thread and
+    its producer, which is never used again: the task fails, and Spark's retry makes a
+    fresh producer whose init_transactions fences the stuck one and aborts its transaction.
+    """
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    thread = threading.Thread(target=run, name=f"oncelog-sink-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        raise ClientCallStuck(
+            f"{what} did not return within {timeout_s:g} s (a librdkafka call that ignored "
+            "its timeout); the task fails and its retry uses a new producer"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 @dataclass
@@ -293,6 +332,8 @@ def _write_exactly_once(
             rows = produce_batches(producer, batches, options.topic)
             _send_progress(options, clients, progress, decision, task, rows)
             producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+        except ClientCallStuck:
+            raise  # no abort: the producer is busy for good; the next one fences it
         except Exception:
             _abort_quietly(producer)  # release the LSO now rather than at the timeout
             raise
@@ -353,8 +394,13 @@ def _send_progress(
         decision.next_batch,
         metadata=decision.metadata(progress, task.partition, rows, clients.instance, now_ms),
     )
-    clients.producer.send_offsets_to_transaction(
-        [slot], clients.progress.consumer_group_metadata(), TRANSACTION_TIMEOUT_S
+    metadata = clients.progress.consumer_group_metadata()
+    _bounded(
+        lambda: clients.producer.send_offsets_to_transaction(
+            [slot], metadata, TRANSACTION_TIMEOUT_S
+        ),
+        TRANSACTION_TIMEOUT_S + STUCK_GRACE_S,
+        "send_offsets_to_transaction",
     )
 
 
