@@ -285,6 +285,7 @@ def test_security_options_in_kafkas_java_names_reach_librdkafka() -> None:
     )
     assert options.client == {
         "bootstrap.servers": "127.0.0.1:9092",
+        "isolation.level": "read_committed",  # the source's default, Spark's too
         "client.id": "x",
         "security.protocol": "SASL_SSL",
         "sasl.mechanism": "SCRAM-SHA-512",

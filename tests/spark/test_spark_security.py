@@ -113,12 +113,13 @@ def test_exactly_once_write_and_read_over_sasl_ssl(
     frame = spark.range(0, ROWS, 1, 2).selectExpr(  # two partitions: two write tasks
         "cast(id as string) as key", "concat('v', id) as value"
     )
-    writer = frame.write.format("oncelog").mode("append")
+    # the sink with failAfter (oncelog.testing.spark): every task's first attempt dies
+    writer = frame.write.format("oncelog_faults").mode("append")
     write_options = options | {
         "topic": topic,
         "delivery.guarantee": EXACTLY_ONCE,
         "sink.id": unique("sink"),
-        "oncelog.test.fail_after": str(FAIL_AFTER),
+        "failAfter": str(FAIL_AFTER),
     }
     for key, value in write_options.items():
         writer = writer.option(key, value)
