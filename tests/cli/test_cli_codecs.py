@@ -9,7 +9,9 @@ import pytest
 
 from oncelog.testing import EmbeddedBroker
 
-LINES = [b"line %d of compressible text text text" % i for i in range(50)]
+# Compressible enough that even a batch of one line is smaller compressed: librdkafka sends
+# a batch uncompressed when compressing does not shrink it (small batches under load).
+LINES = [b"line %d of compressible text " % i + b"text " * 40 for i in range(50)]
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
