@@ -65,7 +65,6 @@ def transaction_coordinator(log: MemoryLog, markers: RecordingMarkers) -> Transa
         lambda: next(pids),
         markers,
         offsets_partition,
-        single_node=False,
     )
 
 
@@ -116,7 +115,7 @@ def test_groups_move_with_their_partition() -> None:
     async def scenario() -> None:
         log = MemoryLog(partitions=1)
         config = GroupConfig(initial_rebalance_delay_ms=0)
-        first = GroupCoordinator(log, log, log, lambda: 1_000, config, single_node=False)
+        first = GroupCoordinator(log, log, log, lambda: 1_000, config)
         await first.on_elected(0, 1)
         commit = TxnOffsetCommitRequest(
             transactional_id=TID,
@@ -139,7 +138,7 @@ def test_groups_move_with_their_partition() -> None:
         except Exception as exc:
             assert getattr(exc, "code", None) == E.not_coordinator
 
-        second = GroupCoordinator(log, log, log, lambda: 2_000, config, single_node=False)
+        second = GroupCoordinator(log, log, log, lambda: 2_000, config)
         await second.on_elected(0, 2)
         assert second.shard_for("g").fetch_offsets("g").partitions[0].offset == 42
         await first.stop()

@@ -32,8 +32,12 @@ from oncelog.broker.request_context import RequestContext
 from oncelog.broker.scram_store import FileScramStore
 from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer, Listener
 from oncelog.broker.topics import TopicRegistry
-from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
-from oncelog.broker.txn_markers import LocalMarkerWriter
+from oncelog.broker.transaction_coordinator import (
+    MarkerWriter,
+    TransactionCoordinator,
+    TxnSettings,
+)
+from oncelog.broker.txn_markers import LocalMarkerWriter, NodePartitions
 from oncelog.clock import wall_clock_ms
 from oncelog.groups import GroupConfig
 from oncelog.producers.pid_allocator import ProducerIdAllocator
@@ -46,7 +50,11 @@ from oncelog.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
+    from oncelog.cluster.coordinators import ClusterCoordinatorIO, ReplicatedInternalTopic
     from oncelog.cluster.node import ClusterNode
+    from oncelog.cluster.txn_verification import Admission
+
+    CoordinatorTopic = InternalTopicLog | ReplicatedInternalTopic
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +110,29 @@ class Broker:
         self.hosted = HostedPartitions(self)
         self.flusher = GroupCommitFlusher()
         self.producer_ids: ProducerIdAllocator | None = None
-        self.groups = _group_coordinator(config, self.topics, self.flusher, self.now_ms)
-        self.markers = LocalMarkerWriter(
-            self.topics, self.flusher, self.groups.complete_transaction, self.now_ms
+        self._coordinators: LocalCoordinatorIO | ClusterCoordinatorIO = (
+            LocalCoordinatorIO(config, self.topics, self.flusher, self.now_ms)
+            if self.cluster is None
+            else _cluster_coordinator_io(config, self.cluster)
         )
+        self.groups = _group_coordinator(config, self._coordinators.offsets, self.now_ms)
+        # Markers this broker writes itself (WriteTxnMarkers lands here); the transaction
+        # coordinator's go through ``markers``, which in a cluster sends the others'.
+        self.local_markers = LocalMarkerWriter(
+            self._coordinators.marked, self.groups.complete_transaction, self.now_ms
+        )
+        self.markers = self._coordinators.marker_writer(self.local_markers)
         self.transactions = _transaction_coordinator(
             config,
-            self.topics,
-            self.flusher,
+            self._coordinators.state,
             self.now_ms,
-            self._allocate_producer_id,
+            self._coordinators.take_producer_id(self),
             self.markers,
             self.groups.locate,
         )
+        if isinstance(self._coordinators, LocalCoordinatorIO):
+            self.groups.lead_every_partition(self._coordinators.offsets)
+            self.transactions.lead_every_partition(self._coordinators.state)
         self.cleaner = LogCleaner(self.hosted, config, clock_ms=self.now_ms)
         if self.cluster is not None:
             self.cluster.on_truncation(self.cleaner.truncated)
@@ -141,7 +159,8 @@ class Broker:
     def now_ms(self) -> int:
         return wall_clock_ms()
 
-    def _allocate_producer_id(self) -> int:
+    def allocate_producer_id(self) -> int:
+        """A new producer id from this node's allocator (single node)."""
         assert self.producer_ids is not None, "producer ids are allocated once started"
         return self.producer_ids.allocate()
 
@@ -277,6 +296,9 @@ class Broker:
             await self.flusher.stop()
             raise
         self.cluster_id = cluster.cluster_id
+        await self.groups.start()
+        await self.transactions.start()
+        self._coordinators.start(self)
         if self._metrics_server is not None:
             await self._metrics_server.start()
         maintenance = Maintenance(self.hosted, self.flusher, self.config, self.now_ms)
@@ -301,6 +323,10 @@ class Broker:
             await asyncio.gather(self._maintenance, return_exceptions=True)
         await self.cleaner.stop()
         if self.cluster is not None:
+            # Coordinators first: they write to replicas the cluster node closes.
+            await self._coordinators.stop()
+            await self.transactions.stop()
+            await self.groups.stop()
             await self.cluster.stop()
         await self._server.stop()
         if self._metrics_server is not None:
@@ -326,17 +352,26 @@ class Broker:
     # -- transactions --------------------------------------------------------------------
 
     def check_transactional_write(
-        self, transactional_id: str | None, header: BatchHeader, topic: str, partition: int
-    ) -> None:
-        """Refuse a transactional batch that is not part of an ongoing transaction."""
+        self, transactional_id: str | None, header: BatchHeader, partition: Partition
+    ) -> Admission | None:
+        """Refuse a transactional batch that is not part of an ongoing transaction
+        (KafkaError); in a cluster, where the coordinator may be another broker, the
+        Admission the batch must wait for, if any (KIP-890 part 1)."""
         if transactional_id is None:
             raise KafkaError(
                 ErrorCode.transactional_id_authorization_failed,
                 "a transactional batch needs the request's transactional id",
             )
-        self.transactions.check_write(
-            transactional_id, header.producer_id, header.producer_epoch, topic, partition
-        )
+        if isinstance(self._coordinators, LocalCoordinatorIO):
+            self.transactions.check_write(
+                transactional_id,
+                header.producer_id,
+                header.producer_epoch,
+                partition.topic,
+                partition.index,
+            )
+            return None
+        return self._coordinators.verifier.admit(transactional_id, header, partition)
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -381,15 +416,48 @@ class HostedPartitions:
         return [] if cluster.replicas is None else cluster.replicas.partitions()
 
 
+class LocalCoordinatorIO:
+    """What a single node's coordinators stand on: internal topics of this node, producer
+    ids from its own allocator, markers written in process (``ClusterCoordinatorIO`` is a
+    cluster broker's)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicRegistry,
+        flusher: GroupCommitFlusher,
+        clock: Callable[[], int],
+    ) -> None:
+        self.offsets = InternalTopicLog(
+            topics, flusher, CONSUMER_OFFSETS, config.offsets_topic_num_partitions, clock
+        )
+        self.state = InternalTopicLog(
+            topics, flusher, TRANSACTION_STATE, config.transaction_state_log_num_partitions, clock
+        )
+        self.marked = NodePartitions(topics, flusher)
+
+    def marker_writer(self, local: LocalMarkerWriter) -> MarkerWriter:
+        return local
+
+    def take_producer_id(self, broker: Broker) -> Callable[[], int]:
+        return broker.allocate_producer_id
+
+    def start(self, broker: Broker) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+def _cluster_coordinator_io(config: BrokerConfig, cluster: ClusterNode) -> ClusterCoordinatorIO:
+    from oncelog.cluster.coordinators import ClusterCoordinatorIO  # kazoo only where used
+
+    return ClusterCoordinatorIO(config, cluster)
+
+
 def _group_coordinator(
-    config: BrokerConfig,
-    topics: TopicRegistry,
-    flusher: GroupCommitFlusher,
-    clock: Callable[[], int],
+    config: BrokerConfig, offsets: CoordinatorTopic, clock: Callable[[], int]
 ) -> GroupCoordinator:
-    offsets = InternalTopicLog(
-        topics, flusher, CONSUMER_OFFSETS, config.offsets_topic_num_partitions, clock
-    )
     group_config = GroupConfig(
         min_session_timeout_ms=config.group_min_session_timeout_ms,
         max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -399,31 +467,17 @@ def _group_coordinator(
         retention_ms=config.offsets_retention_minutes * 60_000,
         check_interval_ms=config.offsets_retention_check_interval_ms,
     )
-    # In a cluster no partition is led until elected: nothing is created or loaded here
-    # (coordinators that follow leadership are issue 11's).
-    return GroupCoordinator(
-        offsets,
-        offsets,
-        offsets,
-        clock,
-        group_config,
-        expiry=expiry,
-        single_node=not config.cluster_mode,
-    )
+    return GroupCoordinator(offsets, offsets, offsets, clock, group_config, expiry=expiry)
 
 
 def _transaction_coordinator(
     config: BrokerConfig,
-    topics: TopicRegistry,
-    flusher: GroupCommitFlusher,
+    state: CoordinatorTopic,
     clock: Callable[[], int],
     allocate_producer_id: Callable[[], int],
-    markers: LocalMarkerWriter,
+    markers: MarkerWriter,
     offsets_partition: Callable[[str], Awaitable[int]],
 ) -> TransactionCoordinator:
-    state = InternalTopicLog(
-        topics, flusher, TRANSACTION_STATE, config.transaction_state_log_num_partitions, clock
-    )
     settings = TxnSettings(
         max_timeout_ms=config.transaction_max_timeout_ms,
         abort_timed_out_interval_ms=(
@@ -441,7 +495,6 @@ def _transaction_coordinator(
         allocate_producer_id,
         markers,
         offsets_partition,
-        single_node=not config.cluster_mode,
     )
 
 

@@ -121,14 +121,9 @@ class InternalTopicLog:
         producer_id: int = NO_PRODUCER,
         producer_epoch: int = -1,
     ) -> int:
-        batch = build_batch(
-            [Record(key, value) for key, value in records],
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            transactional=producer_id != NO_PRODUCER,
-            timestamp_ms=now_ms,
+        return append_coordinator_records(
+            self._partition(partition), records, now_ms, producer_id, producer_epoch
         )
-        return self._partition(partition).append_from_coordinator(batch, now_ms).last_offset
 
     def append_marker(
         self,
@@ -149,39 +144,62 @@ class InternalTopicLog:
     # -- CoordinatorLoader -----------------------------------------------------------------
 
     async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:
-        """Replay the partition into ``shard``. A record the shard cannot apply (a record
-        type it does not model, a value that does not parse) is skipped with a warning:
-        one bad record must not take every other group or transactional id down."""
-        source = self._partition(partition)
-        replayed = skipped = 0
-        end = source.log.log_end_offset
-        last_report = time.monotonic()
-        for stored in read_records(source):
-            if time.monotonic() - last_report >= LOAD_PROGRESS_INTERVAL_S:
-                last_report = time.monotonic()
-                at = stored.base_offset if isinstance(stored, UnreadableBatch) else stored.offset
-                log.info("%r: loading, at offset %d of %d", source, at, end)
-            if isinstance(stored, UnreadableBatch):
-                skipped += stored.last_offset - stored.base_offset + 1
-                log.warning(
-                    "%r: skipping unreadable batch at offsets %d..%d: %s",
-                    source,
-                    stored.base_offset,
-                    stored.last_offset,
-                    stored.reason,
-                )
-                continue
-            try:
-                if isinstance(stored, StoredMarker):
-                    shard.replay_end_transaction_marker(stored.producer_id, stored.committed)
-                elif stored.key is not None:
-                    shard.replay(stored.offset, stored.producer_id, stored.key, stored.value)
-            except Exception as exc:
-                skipped += 1
-                log.warning("%r: skipping record %d: %s", source, stored.offset, _describe(exc))
-                continue
-            replayed += 1
-        return LoadReport(replayed, skipped)
+        return replay_partition(self._partition(partition), shard)
+
+
+def append_coordinator_records(
+    partition: Partition,
+    records: Sequence[tuple[bytes, bytes | None]],
+    now_ms: int,
+    producer_id: int = NO_PRODUCER,
+    producer_epoch: int = -1,
+) -> int:
+    """Append a coordinator's records to ``partition`` as one batch (transactional when
+    ``producer_id`` is set); the offset of the last record."""
+    batch = build_batch(
+        [Record(key, value) for key, value in records],
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=producer_id != NO_PRODUCER,
+        timestamp_ms=now_ms,
+    )
+    return partition.append_from_coordinator(batch, now_ms).last_offset
+
+
+def replay_partition(source: Partition, shard: CoordinatorShard) -> LoadReport:
+    """Replay ``source`` into ``shard``, from its log start to its log end. A record the
+    shard cannot apply (a record type it does not model, a value that does not parse) is
+    skipped with a warning: one bad record must not take every other group or
+    transactional id down."""
+    replayed = skipped = 0
+    end = source.log.log_end_offset
+    last_report = time.monotonic()
+    for stored in read_records(source):
+        if time.monotonic() - last_report >= LOAD_PROGRESS_INTERVAL_S:
+            last_report = time.monotonic()
+            at = stored.base_offset if isinstance(stored, UnreadableBatch) else stored.offset
+            log.info("%r: loading, at offset %d of %d", source, at, end)
+        if isinstance(stored, UnreadableBatch):
+            skipped += stored.last_offset - stored.base_offset + 1
+            log.warning(
+                "%r: skipping unreadable batch at offsets %d..%d: %s",
+                source,
+                stored.base_offset,
+                stored.last_offset,
+                stored.reason,
+            )
+            continue
+        try:
+            if isinstance(stored, StoredMarker):
+                shard.replay_end_transaction_marker(stored.producer_id, stored.committed)
+            elif stored.key is not None:
+                shard.replay(stored.offset, stored.producer_id, stored.key, stored.value)
+        except Exception as exc:
+            skipped += 1
+            log.warning("%r: skipping record %d: %s", source, stored.offset, _describe(exc))
+            continue
+        replayed += 1
+    return LoadReport(replayed, skipped)
 
 
 def read_records(partition: Partition) -> Iterator[StoredRecord | StoredMarker | UnreadableBatch]:

@@ -51,10 +51,8 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         clock: Callable[[], int],
         config: GroupConfig,
         *,
-        single_node: bool = True,
         expiry: OffsetExpiry | None = None,
     ) -> None:
-        """``single_node``: see ``LedCoordinator``."""
         super().__init__(
             CoordinatorRuntime(
                 topic.name,
@@ -67,7 +65,6 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
                 on_unloaded=self._on_unloaded,
             ),
             topic,
-            single_node=single_node,
         )
         self._clock = clock
         # Parked JoinGroup/SyncGroup requests: request id -> (partition, answer).

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from oncelog.broker.topics import Topic
 
 if TYPE_CHECKING:
+    from oncelog.broker.config import BrokerConfig
     from oncelog.broker.topics import TopicRegistry
 
 TRANSACTION_STATE = "__transaction_state"
@@ -32,16 +33,21 @@ _SEGMENT_BYTES_KEYS = {
 }
 
 
+def internal_topic_configs(name: str, broker_config: BrokerConfig) -> dict[str, str]:
+    """The overrides an internal topic is created with (on one node and in a cluster)."""
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(broker_config.get(_SEGMENT_BYTES_KEYS[name])),
+        "segment.ms": str(INTERNAL_SEGMENT_MS),
+    }
+
+
 async def ensure_internal_topic(
     topics: TopicRegistry, name: str, partitions: int, now_ms: int
 ) -> Topic:
     """The internal topic `name`, created with `partitions` partitions if missing."""
     topic = topics.get(name)
     if topic is None:
-        configs = {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(topics.broker_config.get(_SEGMENT_BYTES_KEYS[name])),
-            "segment.ms": str(INTERNAL_SEGMENT_MS),
-        }
+        configs = internal_topic_configs(name, topics.broker_config)
         topic = await topics.create(name, partitions, configs, now_ms, internal=True)
     return topic

@@ -27,10 +27,15 @@ class InternalTopic(Protocol):
     @property
     def name(self) -> str: ...
 
-    def exists(self) -> bool: ...
-
     def partition_count(self) -> int:
         """The topic's partitions if it exists, else how many it will be created with."""
+
+
+class LocalInternalTopic(InternalTopic, Protocol):
+    """An internal topic of a single node, which the broker creates itself when needed (in
+    a cluster the topic is created in ZooKeeper instead)."""
+
+    def exists(self) -> bool: ...
 
     async def ensure(self) -> int:
         """Create the topic if it is missing; its partition count."""
@@ -40,7 +45,9 @@ class SingleNodeLeadership:
     """Loads every partition of ``topic`` once, at epoch 0, with ``load(partition, epoch)``
     (the coordinator runtime's)."""
 
-    def __init__(self, load: Callable[[int, int], Awaitable[None]], topic: InternalTopic) -> None:
+    def __init__(
+        self, load: Callable[[int, int], Awaitable[None]], topic: LocalInternalTopic
+    ) -> None:
         self._load = load
         self._topic = topic
         self._loaded: asyncio.Future[None] | None = None
@@ -64,15 +71,18 @@ class SingleNodeLeadership:
 
 class LedCoordinator(Generic[S]):
     """A coordinator whose shards live on a runtime, one per partition of ``topic`` this
-    broker leads. ``single_node``: it leads every partition (``ready`` loads them);
-    otherwise partitions are loaded only by ``on_elected``."""
+    broker leads: on one node every partition (``lead_every_partition``: ``ready`` loads
+    them), in a cluster those ``on_elected`` loads."""
 
-    def __init__(
-        self, runtime: CoordinatorRuntime[S], topic: InternalTopic, *, single_node: bool
-    ) -> None:
+    def __init__(self, runtime: CoordinatorRuntime[S], topic: InternalTopic) -> None:
         self._runtime = runtime
         self._topic = topic
-        self._leadership = SingleNodeLeadership(runtime.load, topic) if single_node else None
+        self._leadership: SingleNodeLeadership | None = None
+
+    def lead_every_partition(self, topic: LocalInternalTopic) -> None:
+        """One node: this broker leads every partition of ``topic`` (created on first need
+        by ``ready``, loaded at start if it exists)."""
+        self._leadership = SingleNodeLeadership(self._runtime.load, topic)
 
     @property
     def num_partitions(self) -> int:

@@ -87,11 +87,9 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         allocate_producer_id: Callable[[], int],
         markers: MarkerWriter,
         offsets_partition: Callable[[str], Awaitable[int]],
-        *,
-        single_node: bool = True,
     ) -> None:
         """``offsets_partition(group_id)`` is the group's `__consumer_offsets` partition,
-        once that topic exists; ``single_node``: see ``LedCoordinator``."""
+        once that topic exists."""
         super().__init__(
             CoordinatorRuntime(
                 topic.name,
@@ -104,7 +102,6 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 on_unloaded=self._on_unloaded,
             ),
             topic,
-            single_node=single_node,
         )
         self._clock = clock
         self._settings = settings

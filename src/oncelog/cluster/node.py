@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from oncelog.cluster.configs import ClusterConfigs
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.lease import SessionLease
 from oncelog.cluster.metadata import Change, MetadataCache, MetadataWatcher
+from oncelog.cluster.producer_ids import ProducerIdBlocks
 from oncelog.cluster.replica_manager import ReplicaManager
 from oncelog.cluster.topic_admin import TopicAdmin
 from oncelog.cluster.zookeeper import (
@@ -76,7 +78,9 @@ class ClusterNode:
         self._truncation_listeners: list[Callable[[Partition, int], None]] = []
         self._session_lost = asyncio.Event()
         self.replicas: ReplicaManager | None = None
-        self._producer_ids: tuple[int, int] = (0, -1)  # the block being handed out
+        self.producer_ids = ProducerIdBlocks(
+            partial(self.zk.allocate_producer_ids, broker_id, PRODUCER_ID_BLOCK)
+        )
         self._registered_session: int | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -125,21 +129,13 @@ class ClusterNode:
             *(t for t in [*self._tasks, self._reregistering] if t is not None),
             return_exceptions=True,
         )
+        await self.producer_ids.stop()
         self._watcher.stop()
         await self.configs.stop()
         self.lease.revoke()
         await self.zk.close()
         if self.replicas is not None:
             await self.replicas.stop()
-
-    async def allocate_producer_id(self) -> int:
-        """A producer id no other broker ever hands out (blocks of 1000 from ZooKeeper)."""
-        next_id, last = self._producer_ids
-        if next_id > last:
-            next_id, last = await self.zk.allocate_producer_ids(self.broker_id, PRODUCER_ID_BLOCK)
-            log.info("producer ids %d..%d reserved in ZooKeeper", next_id, last)
-        self._producer_ids = (next_id + 1, last)
-        return next_id
 
     def on_lease_change(self, listener: Callable[[], None]) -> None:
         """Call ``listener`` when the lease is revoked or granted (the replica manager

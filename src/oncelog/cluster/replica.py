@@ -42,7 +42,9 @@ class LeaderRole:
     zk_version: int
     controller_epoch: int
     min_insync: int
-    acks_waiting: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    # (end offset, waiter, whether the ISR must then have min.insync.replicas members):
+    # acks=all producers and coordinator writes, and loads waiting for the high watermark.
+    acks_waiting: list[tuple[int, asyncio.Future[None], bool]] = field(default_factory=list)
     # DeleteRecords waiting for every live replica's log start to reach an offset.
     low_watermark_waiting: list[tuple[int, asyncio.Future[int]]] = field(default_factory=list)
 
@@ -53,11 +55,11 @@ class LeaderRole:
     def release(self, high_watermark: int) -> None:
         """Answer the producers whose batches the ISR now all hold."""
         still = []
-        for end_offset, waiter in self.acks_waiting:
+        for end_offset, waiter, min_insync in self.acks_waiting:
             if waiter.done():
                 continue
             if end_offset <= high_watermark:
-                if len(self.state.isr) < self.min_insync:
+                if min_insync and len(self.state.isr) < self.min_insync:
                     waiter.set_exception(
                         KafkaError(
                             ErrorCode.not_enough_replicas_after_append,
@@ -68,7 +70,7 @@ class LeaderRole:
                 else:
                     waiter.set_result(None)
             else:
-                still.append((end_offset, waiter))
+                still.append((end_offset, waiter, min_insync))
         self.acks_waiting = still
 
     def release_low_watermark(self, low_watermark: int) -> None:
@@ -93,7 +95,7 @@ class LeaderRole:
         """Leadership lost: every waiting producer gets NOT_LEADER_OR_FOLLOWER (it retries
         on the new leader; an idempotent producer's retry is deduplicated there), and so
         does every waiting DeleteRecords."""
-        waiters: list[asyncio.Future[Any]] = [w for _, w in self.acks_waiting]
+        waiters: list[asyncio.Future[Any]] = [w for _, w, _ in self.acks_waiting]
         waiters += [w for _, w in self.low_watermark_waiting]
         for waiter in waiters:
             if not waiter.done():

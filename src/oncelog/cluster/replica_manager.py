@@ -170,9 +170,37 @@ class ReplicaManager:
         """A future resolved once every ISR member holds the offsets below ``end_offset``
         (KafkaError NOT_ENOUGH_REPLICAS_AFTER_APPEND, or NOT_LEADER_OR_FOLLOWER when the
         leadership ends first)."""
+        return self._wait_for_high_watermark(partition, end_offset, min_insync=True)
+
+    def wait_high_watermark(self, partition: Partition, offset: int) -> asyncio.Future[None]:
+        """A future resolved once this leader's high watermark reaches ``offset``, however
+        small the ISR (a coordinator loads only what the ISR holds; KafkaError
+        NOT_LEADER_OR_FOLLOWER when the leadership ends first)."""
+        return self._wait_for_high_watermark(partition, offset, min_insync=False)
+
+    async def wait_committed(self, partition: Partition, end_offset: int) -> None:
+        """acks=all for a coordinator's write: every ISR member holds the offsets below
+        ``end_offset`` (at least min.insync.replicas of them) and this broker fsynced them."""
+        await asyncio.gather(
+            self.wait_replicated(partition, end_offset),
+            self.flusher.wait_durable(partition, end_offset),
+        )
+
+    def leads(self, topic: str, index: int, leader_epoch: int) -> bool:
+        """Whether this broker leads ``topic``-``index`` at ``leader_epoch`` now."""
+        replica = self.replicas.get((topic, index))
+        return (
+            replica is not None
+            and isinstance(replica.role, LeaderRole)
+            and replica.role.leader_epoch == leader_epoch
+        )
+
+    def _wait_for_high_watermark(
+        self, partition: Partition, offset: int, *, min_insync: bool
+    ) -> asyncio.Future[None]:
         role = self._leader_role(partition)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        role.acks_waiting.append((end_offset, waiter))
+        role.acks_waiting.append((offset, waiter, min_insync))
         role.release(partition.high_watermark)
         return waiter
 

@@ -1,4 +1,5 @@
-"""FindCoordinator: on one node this broker coordinates every group and transactional id.
+"""FindCoordinator: on one node this broker coordinates every group and transactional id;
+in a cluster the leader of the key's partition of the internal topic does.
 
 Finding a coordinator creates the internal topic it keeps its state in, as Kafka does.
 A group key needs Describe on the group (GROUP_AUTHORIZATION_FAILED), a transactional id
@@ -10,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize
-from oncelog.protocol.errors import ErrorCode
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -52,33 +54,38 @@ def _refusal(key_type: int, key: str) -> dict[str, Any]:
 
 
 async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[str, Any]:
-    if broker.cluster is not None:
-        # Coordinators that move with their partitions' leadership are issue 11's work.
+    if key_type not in (GROUP, TRANSACTION):
+        return _failed(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
+    if key_type == TRANSACTION and not key:
         return _failed(
-            key,
-            ErrorCode.coordinator_not_available,
-            "cluster mode has no transaction or group coordinator yet",
+            key, ErrorCode.invalid_request, "an empty transactional id has no coordinator"
         )
-    host, port = broker.advertised_address_for(listener)
-    found = {
+    if broker.cluster is not None:
+        from oncelog.cluster.coordinators import find_coordinator, internal_topic_specs
+
+        topic = TRANSACTION_STATE if key_type == TRANSACTION else CONSUMER_OFFSETS
+        spec = internal_topic_specs(broker.config)[topic]
+        try:
+            leader = await find_coordinator(broker.cluster, spec, key)
+        except KafkaError as exc:
+            return _failed(key, exc.code, exc.message)
+        return _found(key, leader.broker_id, leader.host, leader.port)
+    if key_type == TRANSACTION:
+        await broker.transactions.ready()
+    else:
+        await broker.groups.ready()
+    return _found(key, broker.node_id, *broker.advertised_address_for(listener))
+
+
+def _found(key: str, node_id: int, host: str, port: int) -> dict[str, Any]:
+    return {
         "key": key,
-        "node_id": broker.node_id,
+        "node_id": node_id,
         "host": host,
         "port": port,
         "error_code": ErrorCode.none,
         "error_message": None,
     }
-    if key_type == TRANSACTION:
-        if not key:
-            return _failed(
-                key, ErrorCode.invalid_request, "an empty transactional id has no coordinator"
-            )
-        await broker.transactions.ready()
-    elif key_type == GROUP:
-        await broker.groups.ready()
-    else:
-        return _failed(key, ErrorCode.invalid_request, f"unknown coordinator key type {key_type}")
-    return found
 
 
 def _failed(key: str, code: ErrorCode, message: str) -> dict[str, Any]:

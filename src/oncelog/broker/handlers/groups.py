@@ -174,7 +174,11 @@ async def handle_heartbeat(broker: Broker, header: RequestContext, request: Any)
     try:
         code = await broker.groups.run(request.group_id, lambda s, now: s.heartbeat(beat, now))
     except CoordinatorError as failed:
-        code = failed.code
+        # While the group's partition loads (a new coordinator after a failover) Kafka
+        # answers a heartbeat NONE: the member keeps its place, and clients such as
+        # kafka-python do not handle the error here.
+        load = failed.code == ErrorCode.coordinator_load_in_progress
+        code = ErrorCode.none if load else failed.code
     return {"throttle_time": 0, "error_code": code}
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize
 from oncelog.broker.topic_names import is_internal
+from oncelog.cluster.txn_verification import Admission
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
     HEADER_SIZE,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
     from oncelog.broker.partition import Partition
     from oncelog.broker.request_context import RequestContext
+    from oncelog.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +50,6 @@ VALID_ACKS = (-1, 0, 1)
 async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any] | None:
     now = broker.now_ms()
     acks = request.acks
-    replication = broker.cluster.replicas if broker.cluster is not None else None
-    waits: list[tuple[dict[str, Any], asyncio.Future[None]]] = []
     transactional_id = request.transactional_id
     if _has_transactional_batches(request) and not (
         transactional_id is not None
@@ -62,6 +62,8 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
         name: authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
         for name in {t.name for t in request.topic_data}
     }
+    appended: list[tuple[dict[str, Any], Partition, int]] = []
+    deferred: list[tuple[dict[str, Any], Admission, str, Any]] = []
     topics = []
     for topic_data in request.topic_data:
         answers = []
@@ -73,23 +75,29 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
                 broker, topic_data.name, partition_data, acks, transactional_id, now
             )
             answers.append(answer)
-            if partition is None:
-                continue
-            if replication is not None:
-                replication.after_leader_append(partition)
-            if acks == -1 and partition.fsync_before_ack:
-                waits.append((answer, broker.flusher.wait_durable(partition, end_offset)))
-            elif partition.flush_due():
-                broker.flusher.request_flush(partition)
-            if acks == -1 and replication is not None:
-                waits.append((answer, replication.wait_replicated(partition, end_offset)))
+            if isinstance(end_offset, Admission):
+                deferred.append((answer, end_offset, topic_data.name, partition_data))
+            elif partition is not None:
+                appended.append((answer, partition, end_offset))
         topics.append({"name": topic_data.name, "partition_responses": answers})
+    # Transactional batches whose coordinator (on another broker) is asked first: each is
+    # appended in its turn once confirmed (cluster/txn_verification.py).
+    for answer, admission, topic, partition_data in deferred:
+        outcome = await _append_admitted(broker, admission, topic, partition_data, acks)
+        answer.update(outcome[0])
+        if outcome[1] is not None:
+            appended.append((answer, outcome[1], outcome[2]))
+    waits = [
+        wait
+        for answer, partition, end_offset in appended
+        for wait in _durability_waits(broker, answer, partition, end_offset, acks)
+    ]
     if acks == 0:
         return None
     if waits:
         # A single node waits for its fsync however long it takes, as it always has; a
         # cluster leader waits for the ISR at most the request's timeout, as Kafka does.
-        timeout_s = None if replication is None else request.timeout.total_seconds()
+        timeout_s = None if broker.cluster is None else request.timeout.total_seconds()
         await _await_all(waits, timeout_s)
     return {"responses": topics, "throttle_time": 0}
 
@@ -124,6 +132,24 @@ def _refuse_all(request: Any) -> dict[str, Any]:
         ],
         "throttle_time": 0,
     }
+
+
+def _durability_waits(
+    broker: Broker, answer: dict[str, Any], partition: Partition, end_offset: int, acks: int
+) -> list[tuple[dict[str, Any], asyncio.Future[None]]]:
+    """What an appended batch waits for before it is acknowledged (fsync and, in a
+    cluster, the ISR), and, when nothing waits, a flush if one is due."""
+    replication = broker.cluster.replicas if broker.cluster is not None else None
+    waits = []
+    if replication is not None:
+        replication.after_leader_append(partition)
+    if acks == -1 and partition.fsync_before_ack:
+        waits.append((answer, broker.flusher.wait_durable(partition, end_offset)))
+    elif partition.flush_due():
+        broker.flusher.request_flush(partition)
+    if acks == -1 and replication is not None:
+        waits.append((answer, replication.wait_replicated(partition, end_offset)))
+    return waits
 
 
 async def _await_all(
@@ -162,7 +188,9 @@ def _append(
     acks: int,
     transactional_id: str | None,
     now_ms: int,
-) -> tuple[dict[str, Any], Partition | None, int]:
+) -> tuple[dict[str, Any], Partition | None, int | Admission]:
+    """Append one partition's batch now; or, for a transactional batch a coordinator on
+    another broker must confirm first, the Admission it waits for."""
     index = partition_data.index
     if acks not in VALID_ACKS:
         return (
@@ -180,16 +208,46 @@ def _append(
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
         header, batch = partition.split(partition_data.records, now_ms)
         if header.is_transactional:
-            broker.check_transactional_write(transactional_id, header, topic, index)
-        if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
-            broker.cluster.replicas.check_min_insync(partition)
-        outcome = partition.append_client_batch(batch, header, now_ms)
+            admission = broker.check_transactional_write(transactional_id, header, partition)
+            if admission is not None:
+                return _pending(index), partition, admission
+        return _append_now(broker, partition, header, batch, acks, now_ms)
     except KafkaError as exc:
-        log.debug("produce to %s-%d refused: %s", topic, index, exc)
-        record_errors = exc.record_errors if isinstance(exc, InvalidRecordBatch) else ()
-        return _error(index, exc.code, exc.message, record_errors), None, 0
+        return _refused(topic, index, exc), None, 0
+
+
+async def _append_admitted(
+    broker: Broker, admission: Admission, topic: str, partition_data: Any, acks: int
+) -> tuple[dict[str, Any], Partition | None, int]:
+    """Append a transactional batch once its Admission lets it (the leadership, and the
+    producer's transaction, may have changed meanwhile)."""
+    index = partition_data.index
+    try:
+        await admission.wait()
+        now_ms = broker.now_ms()
+        partition = broker.partition_for_clients(topic, index)
+        header, batch = partition.split(partition_data.records, now_ms)
+        admission.check_still_open(partition, header.producer_id)
+        return _append_now(broker, partition, header, batch, acks, now_ms)
+    except KafkaError as exc:
+        return _refused(topic, index, exc), None, 0
+    finally:
+        admission.done()
+
+
+def _append_now(
+    broker: Broker,
+    partition: Partition,
+    header: BatchHeader,
+    batch: memoryview | bytes,
+    acks: int,
+    now_ms: int,
+) -> tuple[dict[str, Any], Partition, int]:
+    if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
+        broker.cluster.replicas.check_min_insync(partition)
+    outcome = partition.append_client_batch(batch, header, now_ms)
     answer = {
-        "index": index,
+        "index": partition.index,
         "error_code": ErrorCode.none,
         "base_offset": outcome.base_offset,
         "log_append_time": outcome.log_append_time_ms,
@@ -198,6 +256,17 @@ def _append(
         "error_message": None,
     }
     return answer, partition, outcome.last_offset + 1
+
+
+def _refused(topic: str, index: int, exc: KafkaError) -> dict[str, Any]:
+    log.debug("produce to %s-%d refused: %s", topic, index, exc)
+    record_errors = exc.record_errors if isinstance(exc, InvalidRecordBatch) else ()
+    return _error(index, exc.code, exc.message, record_errors)
+
+
+def _pending(index: int) -> dict[str, Any]:
+    """The answer of a batch waiting for its Admission (filled in once appended)."""
+    return _error(index, ErrorCode.unknown_server_error, "not appended yet")
 
 
 def _error(

@@ -1,5 +1,6 @@
-"""DescribeProducers (KIP-664): the producer state each partition holds. Each topic needs
-Read (TOPIC_AUTHORIZATION_FAILED), as in Kafka."""
+"""DescribeProducers (KIP-664): the producer state each partition holds (in a cluster, as
+its leader holds it: NOT_LEADER_OR_FOLLOWER elsewhere, as in Kafka). Each topic needs Read
+(TOPIC_AUTHORIZATION_FAILED), as in Kafka."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ async def handle_describe_producers(
             try:
                 if not readable:
                     raise KafkaError(ErrorCode.topic_authorization_failed)
-                partition = broker.topics.partition(topic.name, index)
+                partition = broker.partition_for_clients(topic.name, index)
             except KafkaError as exc:
                 answers.append(
                     {

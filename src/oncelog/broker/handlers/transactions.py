@@ -19,6 +19,7 @@ from oncelog.broker.authorization import (
     authorize_by_resource_type,
     authorize_cluster,
 )
+from oncelog.broker.coordinator_runtime import CoordinatorError
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
@@ -52,31 +53,41 @@ async def handle_init_producer_id(
         or authorize_by_resource_type(broker, header, AclOperation.WRITE, ResourceType.TOPIC)
     ):
         return _refused(ErrorCode.cluster_authorization_failed)
-    if request.transactional_id is None:
-        # No transactional id: always a new producer id at epoch 0, as Kafka does; in a
-        # cluster from a block reserved in ZooKeeper, so no other broker hands it out.
+    try:
         if broker.cluster is not None:
-            producer_id = await broker.cluster.allocate_producer_id()
-        else:
-            assert broker.producer_ids is not None
-            producer_id = broker.producer_ids.allocate()
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "producer_id": producer_id,
-            "producer_epoch": 0,
-        }
+            # In a cluster ids come from blocks reserved in ZooKeeper (no other broker
+            # hands them out): have one at hand before the coordinator decides.
+            await broker.cluster.producer_ids.ready()
+        if request.transactional_id is None:
+            # No transactional id: always a new producer id at epoch 0, as Kafka does.
+            return _producer_id(ErrorCode.none, _new_producer_id(broker), 0)
+    except CoordinatorError as exc:
+        return _producer_id(client_error(ApiKey.INIT_PRODUCER_ID, header.api_version, exc.code))
     answer = await broker.transactions.init_producer_id(
         request.transactional_id,
         int(request.transaction_timeout.total_seconds() * 1000),
         getattr(request, "producer_id", -1),
         getattr(request, "producer_epoch", -1),
     )
+    return _producer_id(
+        client_error(ApiKey.INIT_PRODUCER_ID, header.api_version, answer.error),
+        answer.producer_id,
+        answer.producer_epoch,
+    )
+
+
+def _new_producer_id(broker: Broker) -> int:
+    if broker.cluster is not None:
+        return broker.cluster.producer_ids.take()
+    return broker.allocate_producer_id()
+
+
+def _producer_id(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> dict[str, Any]:
     return {
         "throttle_time": 0,
-        "error_code": client_error(ApiKey.INIT_PRODUCER_ID, header.api_version, answer.error),
-        "producer_id": answer.producer_id,
-        "producer_epoch": answer.producer_epoch,
+        "error_code": code,
+        "producer_id": producer_id,
+        "producer_epoch": epoch,
     }
 
 
@@ -160,6 +171,14 @@ def _verify(
     producer_epoch: int,
     wanted: list[tuple[str, int]],
 ) -> ErrorCode:
+    """KIP-890 part 1, asked by a partition leader: whether each partition is in the
+    producer's ongoing transaction. A broker that does not coordinate the id (any more)
+    says NOT_COORDINATOR, so the leader retries rather than refuses."""
+    coordinators = broker.transactions
+    if broker.cluster is not None and coordinators.partition_of(transactional_id) not in (
+        coordinators.shards
+    ):
+        return ErrorCode.not_coordinator
     try:
         for topic, index in wanted:
             broker.transactions.check_write(
@@ -171,6 +190,8 @@ def _verify(
 
 
 def _exists(broker: Broker, topic: str, index: int) -> bool:
+    if broker.cluster is not None:
+        return index in broker.cluster.cache.partitions_of(topic)
     found = broker.topics.get(topic)
     return found is not None and 0 <= index < len(found.partitions)
 

@@ -4,8 +4,8 @@ WriteTxnMarkers.
 ListTransactions and DescribeTransactions read the transaction coordinator's shards.
 WriteTxnMarkers is the cluster-internal API a transaction coordinator sends to partition
 leaders; Kafka's admin `abortTransaction` sends it too, to end a hanging transaction on one
-partition. On one node the coordinator writes its markers in-process, so here the API
-serves the admin tools (and a future cluster).
+partition. A broker writes markers only to partitions it leads (NOT_LEADER_OR_FOLLOWER
+for others); on one node the coordinator writes its own in process.
 
 Authorization, as in Kafka: ListTransactions shows only the transactional ids the
 principal may Describe; DescribeTransactions needs Describe on each id
@@ -36,8 +36,11 @@ _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
 
 
 async def _coordinator_loaded(broker: Broker) -> bool:
-    """Whether `__transaction_state` exists (then wait until it is loaded). Listing and
-    describing never create it: no topic means no transactional id was ever seen."""
+    """Whether `__transaction_state` exists (then, on one node, wait until it is loaded).
+    Listing and describing never create it: no topic means no transactional id was ever
+    seen. In a cluster each broker answers for the partitions it coordinates."""
+    if broker.cluster is not None:
+        return TRANSACTION_STATE in broker.cluster.cache.topics
     if broker.topics.get(TRANSACTION_STATE) is None:
         return False
     await broker.transactions.ready()
@@ -110,7 +113,14 @@ async def handle_describe_transactions(
             index = partition_for(tid, broker.transactions.num_partitions) if tid else 0
             shard = broker.transactions.shards.get(index)
             if shard is None:
-                found = TxnDescription(tid, ErrorCode.coordinator_not_available)
+                # In a cluster another broker may coordinate it: the admin client asks
+                # FindCoordinator again.
+                code = (
+                    ErrorCode.not_coordinator
+                    if broker.cluster is not None
+                    else ErrorCode.coordinator_not_available
+                )
+                found = TxnDescription(tid, code)
             else:
                 (found,) = shard.describe([tid])
         states.append(_description(found, header, broker))
@@ -164,7 +174,7 @@ async def handle_write_txn_markers(
         return _markers_answer(request, outcomes)
     outcomes = await asyncio.gather(
         *(
-            broker.markers.write(
+            broker.local_markers.write(
                 marker.producer_id,
                 marker.producer_epoch,
                 marker.transaction_result,
