@@ -34,9 +34,16 @@ def find_coordinator(conn: KafkaConnection, key: str, key_type: int) -> tuple[Er
 
 
 def wait_for_coordinator(
-    cluster: LocalCluster, key: str, key_type: int, timeout_s: float = 60
+    cluster: LocalCluster,
+    key: str,
+    key_type: int,
+    timeout_s: float = 60,
+    *,
+    not_in: Iterable[int] = (),
 ) -> int:
-    """The coordinator every live broker names for ``key``, once it is loaded there."""
+    """The coordinator every live broker names for ``key`` (once it is none of
+    ``not_in``)."""
+    excluded = set(not_in)
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -48,7 +55,7 @@ def wait_for_coordinator(
                     answers.add(find_coordinator(conn, key, key_type))
             if len(answers) == 1:
                 ((code, node),) = answers
-                if code == ErrorCode.none:
+                if code == ErrorCode.none and node not in excluded:
                     return node
             last = answers
         except Exception as exc:  # a broker between death and restart
@@ -76,6 +83,14 @@ def init_producer_id(
     return ErrorCode(answer.error_code), answer.producer_id, answer.producer_epoch
 
 
+def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:
+    """Partition indexes grouped by topic, as requests list them."""
+    topics: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        topics.setdefault(topic, []).append(index)
+    return topics
+
+
 def add_partitions(
     conn: KafkaConnection,
     transactional_id: str,
@@ -84,9 +99,7 @@ def add_partitions(
     partitions: Iterable[TopicPartition],
 ) -> dict[TopicPartition, ErrorCode]:
     """AddPartitionsToTxn as clients send it (v3: one transaction)."""
-    topics: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        topics.setdefault(topic, []).append(index)
+    topics = by_topic(partitions)
     answer = conn.request(
         ApiKey.ADD_PARTITIONS_TO_TXN,
         {
@@ -165,9 +178,7 @@ def write_markers(
     partitions: Iterable[TopicPartition],
 ) -> dict[TopicPartition, ErrorCode]:
     """WriteTxnMarkers, as a transaction coordinator sends it to a partition leader."""
-    topics: dict[str, list[int]] = {}
-    for topic, index in partitions:
-        topics.setdefault(topic, []).append(index)
+    topics = by_topic(partitions)
     answer = conn.request(
         ApiKey.WRITE_TXN_MARKERS,
         {
@@ -212,3 +223,42 @@ def list_offset(
     )
     result = answer.topics[0].partitions[0]
     return ErrorCode(result.error_code), result.offset
+
+
+def fetch_stored(
+    conn: KafkaConnection, topic: str, partition: int, *, read_committed: bool = False
+) -> tuple[ErrorCode, bytes, list[tuple[int, int]]]:
+    """(error, the stored batches from offset 0 up to what the leader serves, the aborted
+    transactions as (producer id, first offset)) as a consumer's Fetch gets them."""
+    answer = conn.request(
+        ApiKey.FETCH,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 0,
+            "max_bytes": 1 << 24,
+            "isolation_level": 1 if read_committed else 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": partition,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": 0,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 24,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+        version=12,
+    )
+    result: Any = answer.responses[0].partitions[0]
+    aborted = [(a.producer_id, a.first_offset) for a in result.aborted_transactions or ()]
+    return ErrorCode(result.error_code), bytes(result.records or b""), aborted

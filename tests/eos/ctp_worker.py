@@ -18,6 +18,14 @@ Each committed batch appends one line to the progress file, which the test reads
 time its kills; in eos mode an ``in txn`` line marks a transaction whose records are
 produced (with ``--flush-in-txn``: in the log) but not yet committed. Any unexpected failure
 exits nonzero.
+
+A client call that hangs past its own timeout ends the process with status 4 and a
+``HUNG`` progress line: a supervisor starts a new instance, which fences this one, as an
+operator's would. Seen with broker kills: librdkafka's send_offsets_to_transaction waits
+forever for a group coordinator it cached on a broker that left the metadata
+(confluentinc/librdkafka#5511; its timeout is never checked, #5456), and kafka-python's
+send_offsets_to_transaction/commit_transaction, which take no timeout, wait for a
+coordinator that was killed.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +60,36 @@ class Progress:
     def line(self, text: str) -> None:
         if self._file is not None:
             self._file.write(f"{time.monotonic():.3f} {text}\n")
+
+
+HUNG_EXIT = 4
+# Well above what these calls take through a coordinator failover (a few seconds); a call
+# stuck longer is a client that will not recover by itself.
+HUNG_AFTER_S = 20.0
+
+
+def bounded(progress: Progress, timeout_s: float, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``'s result or exception, if it returns within ``timeout_s``; otherwise
+    the process exits with HUNG_EXIT (see the module docstring)."""
+    what = getattr(call, "__name__", repr(call))
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(*args)))
+        except BaseException as exc:  # handed to the caller's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if not outcome:
+        progress.line(f"HUNG in {what} for {timeout_s:.0f} s: exiting")
+        os._exit(HUNG_EXIT)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -239,8 +278,13 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
             if a.work_s:
                 time.sleep(a.work_s)
                 producer.poll(0)
-            producer.send_offsets_to_transaction(
-                positions(), consumer.consumer_group_metadata(), 30
+            bounded(
+                progress,
+                HUNG_AFTER_S,
+                producer.send_offsets_to_transaction,
+                positions(),
+                consumer.consumer_group_metadata(),
+                30,
             )
             producer.commit_transaction(60)
         except KafkaException as exc:
@@ -376,8 +420,14 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
             progress.line(f"in txn n={n} flushed={a.flush_in_txn}")
             if a.work_s:
                 time.sleep(a.work_s)
-            producer.send_offsets_to_transaction(offsets(batches), consumer.group_metadata())
-            producer.commit_transaction()
+            bounded(
+                progress,
+                HUNG_AFTER_S,
+                producer.send_offsets_to_transaction,
+                offsets(batches),
+                consumer.group_metadata(),
+            )
+            bounded(progress, HUNG_AFTER_S, producer.commit_transaction)
         except ProducerFencedError:
             raise
         except KafkaError as exc:

@@ -21,9 +21,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -31,14 +28,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.testing import BrokerProcess
 
+from .ctp_loop import Worker, committed_offsets, end_offsets, read_all
+
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).with_name("ctp_worker.py")
 INPUT, OUTPUT, PARTITIONS = "input", "output", 3
 BROKER_CONFIG = {
     "transaction.state.log.num.partitions": "4",
@@ -77,69 +75,6 @@ def setup_topics_and_input(bootstrap: str, records: int) -> None:
     assert producer.flush(IO_TIMEOUT_S) == 0, "input not flushed"
 
 
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"probe-{uuid.uuid4()}"})
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=IO_TIMEOUT_S)[1]
-            for p in range(PARTITIONS)
-        }
-    finally:
-        consumer.close()
-
-
-def read_all(bootstrap: str, topic: str, isolation: str) -> list[tuple[int, int, bytes, bytes]]:
-    """Every record of `topic` visible at `isolation`: (partition, offset, key, value), read
-    from the beginning until each partition reports its end (bounded)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{uuid.uuid4()}",
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    out: list[tuple[int, int, bytes, bytes]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        at_eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(at_eof) < PARTITIONS:
-            assert time.monotonic() < deadline, (
-                f"reading {topic} ({isolation}) did not reach the end"
-            )
-            for m in consumer.consume(1000, timeout=0.5):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        at_eof.add(m.partition())
-                        continue
-                    raise AssertionError(f"reading {topic}: {m.error()}")
-                at_eof.discard(m.partition())
-                out.append((m.partition(), m.offset(), m.key(), m.value()))
-    finally:
-        consumer.close()
-    return out
-
-
-def committed_offsets(bootstrap: str, group: str) -> dict[int, int]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        tps = consumer.committed(
-            [TopicPartition(INPUT, p) for p in range(PARTITIONS)], timeout=IO_TIMEOUT_S
-        )
-        return {tp.partition: tp.offset for tp in tps}
-    finally:
-        consumer.close()
-
-
 @dataclass
 class LoopStats:
     client: str
@@ -166,74 +101,6 @@ class LoopStats:
     aborted_leftovers: int = 0
     duplicates: int = 0
     missing: int = 0
-
-
-class Worker:
-    """One worker process; its progress file and stderr live in `run_dir`."""
-
-    def __init__(self, run_dir: Path, index: int, argv: list[str]) -> None:
-        self.progress = run_dir / f"run{index:02d}.progress"
-        self.stderr_path = run_dir / f"run{index:02d}.stderr"
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(WORKER), *argv, "--progress-file", str(self.progress)],
-                stdin=subprocess.DEVNULL,
-                stdout=err,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                close_fds=True,
-            )
-        self.started = time.monotonic()
-
-    def lines(self) -> list[str]:
-        try:
-            return self.progress.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-
-    def commits(self) -> int:
-        return sum(1 for line in self.lines() if " committed n=" in line or " produced n=" in line)
-
-    def in_txn(self) -> int:
-        """Transactions whose records were produced, uncommitted (eos mode)."""
-        return sum(1 for line in self.lines() if " in txn n=" in line)
-
-    def killed_inside_txn(self) -> bool:
-        """The last progress line is an open transaction with its records already written."""
-        lines = self.lines()
-        return bool(lines) and " in txn n=" in lines[-1] and "flushed=True" in lines[-1]
-
-    def wait_while_progressing(self, stall_s: float) -> int | None:
-        """Wait for the exit status while the progress file keeps growing; None once it
-        stood still for ``stall_s``. The whole run is bounded by the worker's own
-        --max-run-s (it exits with status 3): a loaded machine only makes it slower, a
-        stuck rebalance or transaction still fails here."""
-        seen, deadline = -1, 0.0
-        while True:
-            try:
-                return self.proc.wait(0.5)
-            except subprocess.TimeoutExpired:
-                pass
-            lines = len(self.lines())
-            if lines != seen:
-                seen, deadline = lines, time.monotonic() + stall_s
-            elif time.monotonic() > deadline:
-                return None
-
-    def kill(self) -> None:
-        """SIGKILL this pid only, and reap it."""
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.proc.wait(30)
-
-    def diagnostics(self) -> str:
-        tail = self.stderr_path.read_text(errors="replace").splitlines()[-40:]
-        return (
-            "progress:\n  " + "\n  ".join(self.lines()[-20:]) + "\nstderr:\n  " + "\n  ".join(tail)
-        )
 
 
 def run_kill_loop(
@@ -353,8 +220,8 @@ def run_kill_loop(
 
 def check_output(bootstrap: str, stats: LoopStats, *, exactly_once: bool) -> None:
     expected = {record_value(i) + b"|done": i for i in range(stats.records)}
-    committed = read_all(bootstrap, OUTPUT, "read_committed")
-    uncommitted = read_all(bootstrap, OUTPUT, "read_uncommitted")
+    committed = read_all(bootstrap, OUTPUT, "read_committed", PARTITIONS)
+    uncommitted = read_all(bootstrap, OUTPUT, "read_uncommitted", PARTITIONS)
     counts = Counter(value for _, _, _, value in committed)
     stats.read_committed = len(committed)
     stats.read_uncommitted = len(uncommitted)
@@ -418,9 +285,9 @@ def test_ctp_loop_killed_and_restarted_is_exactly_once(
     try:
         check_output(bootstrap, stats, exactly_once=True)
         assert stats.kills >= kills // 2, f"too few kills landed: {stats.kill_points}"
-        ends = end_offsets(bootstrap, INPUT)
+        ends = end_offsets(bootstrap, INPUT, PARTITIONS)
         assert ends == {p: len(range(p, records, PARTITIONS)) for p in range(PARTITIONS)}
-        assert committed_offsets(bootstrap, stats.group) == ends
+        assert committed_offsets(bootstrap, stats.group, INPUT, PARTITIONS) == ends
         if stats.kills_before_end_txn:
             # those transactions' records are in the log, aborted by the next instance's
             # init_transactions: read_uncommitted shows them, read_committed does not

@@ -204,6 +204,16 @@ class LocalCluster(Lifecycle):
         except NoNodeError:
             return []
 
+    def assignment(self, topic: str) -> dict[int, list[int]]:
+        """The replicas of each partition of ``topic`` ({} if it does not exist)."""
+        data = self.znode(f"/brokers/topics/{topic}")
+        if data is None:
+            return {}
+        return {int(p): list(r) for p, r in json.loads(data)["partitions"].items()}
+
+    def topics(self) -> list[str]:
+        return self.znode_children("/brokers/topics")
+
     def leader(self, topic: str, partition: int) -> int | None:
         state = self.partition_state(topic, partition)
         if state is None or int(state["leader"]) < 0:
@@ -252,6 +262,22 @@ class LocalCluster(Lifecycle):
             return state is not None and sorted(state["isr"]) == wanted
 
         self._wait(reached, f"ISR {wanted} of {topic}-{partition}", timeout_s)
+
+    def wait_until_in_sync(self, timeout_s: float | None = None) -> None:
+        """Every partition of every topic led, with all its replicas in its ISR (after a
+        restart: the broker has caught up everywhere)."""
+
+        def in_sync() -> bool:
+            for topic in self.topics():
+                for partition, replicas in self.assignment(topic).items():
+                    state = self.partition_state(topic, partition)
+                    if state is None or state["leader"] < 0:
+                        return False
+                    if sorted(state["isr"]) != sorted(replicas):
+                        return False
+            return True
+
+        self._wait(in_sync, "every replica in sync", timeout_s)
 
     def _wait(self, condition: Callable[[], bool], what: str, timeout_s: float | None) -> None:
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
