@@ -29,7 +29,12 @@ from .raw import fetch_batches
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    config = {"log.cleaner.backoff.ms": "300"}  # the cleaner looks often: tests wait for it
+    config = {
+        "log.cleaner.backoff.ms": "300",  # the cleaner looks often: tests wait for it
+        # The consumers' groups (group.id "x") make __consumer_offsets: 3 partitions, not
+        # Kafka's 50, so that a broker kill does not move 50 coordinator partitions.
+        "offsets.topic.num.partitions": "3",
+    }
     with LocalCluster(tmp_path_factory.mktemp("records"), brokers=3, config=config) as running:
         yield running
 
