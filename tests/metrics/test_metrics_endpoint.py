@@ -77,8 +77,11 @@ def test_counters_move_with_the_traffic() -> None:
     assert value(second, "kafka_log_logflushstats_logflush_seconds_count") > value(
         first, "kafka_log_logflushstats_logflush_seconds_count"
     )
-    for gauge in ("kafka_log_log_logendoffset", "kafka_cluster_partition_highwatermark",
-                  "kafka_cluster_partition_laststableoffset"):  # fmt: skip
+    for gauge in (
+        "kafka_log_log_logendoffset",
+        "kafka_cluster_partition_highwatermark",
+        "kafka_cluster_partition_laststableoffset",
+    ):
         assert value(second, gauge, topic=topic, partition="0") == 1500
     assert value(second, "oncelog_log_producer_state_entries", topic=topic, partition="0") >= 1
     loaded = [k for k in second if k[0] == "kafka_coordinator_partition_load_time_seconds"]

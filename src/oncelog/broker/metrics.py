@@ -398,11 +398,12 @@ class MetricsServer:
             started = time.monotonic()
             body = self._metrics.render()
             status = b"200 OK" if request.startswith(b"GET ") else b"405 Method Not Allowed"
-            writer.write(
-                b"HTTP/1.1 " + status + b"\r\nContent-Type: " + CONTENT_TYPE_LATEST.encode()
-                + b"\r\nContent-Length: " + str(len(body)).encode()
-                + b"\r\nConnection: close\r\n\r\n" + body
-            )  # fmt: skip
+            head = b"HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (
+                status,
+                CONTENT_TYPE_LATEST.encode(),
+                len(body),
+            )
+            writer.write(head + b"Connection: close\r\n\r\n" + body)
             await writer.drain()
             log.debug("metrics scraped in %.3f s", time.monotonic() - started)
         except (
