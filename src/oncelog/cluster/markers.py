@@ -9,6 +9,11 @@ NOT_LEADER_OR_FOLLOWER at once. Whatever fails comes back as a per-partition cod
 coordinator retries what is not done, asking the metadata again, so a marker follows its
 partition when leadership moves.
 
+Whether a partition was deleted is this broker's metadata's call, as in Kafka: a partition
+missing from it needs no marker (UNKNOWN_TOPIC_OR_PARTITION, which the coordinator takes as
+final), while UNKNOWN_TOPIC_OR_PARTITION from the leader (its metadata may lag behind ours
+for a new topic) is retried like NOT_LEADER_OR_FOLLOWER.
+
 Each marker carries the coordinator epoch (the leader epoch of the coordinator's
 ``__transaction_state`` partition): a partition refuses a marker from a coordinator epoch
 older than one that already wrote there (TRANSACTION_COORDINATOR_FENCED).
@@ -143,6 +148,13 @@ class MarkerChannel(BatchingChannel[_Queued]):
             )
 
 
+def _retried_if_unknown(code: ErrorCode) -> ErrorCode:
+    """A leader that does not know a partition our metadata holds lags behind it: retry."""
+    if code == ErrorCode.unknown_topic_or_partition:
+        return ErrorCode.not_leader_or_follower
+    return code
+
+
 class ClusterMarkerWriter:
     """The transaction coordinator's MarkerWriter in a cluster (see the module docstring)."""
 
@@ -160,11 +172,17 @@ class ClusterMarkerWriter:
         partitions: Iterable[TopicPartition],
     ) -> dict[TopicPartition, ErrorCode]:
         by_leader: dict[int, list[TopicPartition]] = {}
+        outcomes: dict[TopicPartition, ErrorCode] = {}
         for topic, index in partitions:
+            if index not in self._node.cache.partitions_of(topic):
+                outcomes[topic, index] = ErrorCode.unknown_topic_or_partition  # deleted
+                continue
             state = self._node.cache.states.get((topic, index))
             leader = NO_LEADER if state is None else state.leader
             by_leader.setdefault(leader, []).append((topic, index))
-        outcomes = dict.fromkeys(by_leader.pop(NO_LEADER, []), ErrorCode.not_leader_or_follower)
+        outcomes.update(
+            dict.fromkeys(by_leader.pop(NO_LEADER, []), ErrorCode.not_leader_or_follower)
+        )
         mine = by_leader.pop(self._node.broker_id, [])
         waits: list[Awaitable[dict[TopicPartition, ErrorCode]]] = []
         if mine:
@@ -178,7 +196,7 @@ class ClusterMarkerWriter:
             self._channels.to(broker_id).send(queued)
             waits.append(queued.answer)
         for answered in await asyncio.gather(*waits):
-            outcomes.update(answered)
+            outcomes.update({tp: _retried_if_unknown(code) for tp, code in answered.items()})
         return outcomes
 
     async def stop(self) -> None:
