@@ -26,6 +26,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 
+import confluent_kafka
 import pytest
 
 from oncelog.client.connection import KafkaConnection
@@ -635,7 +636,6 @@ def test_requests_before_a_bad_frame_are_answered_then_closed(
 
 
 def test_real_clients_are_served_after_every_kind_of_bad_input(broker: EmbeddedBroker) -> None:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     bad_sockets = []
     for data, _ in CLOSING_CASES.values():
         sock = connect(broker)

@@ -21,10 +21,11 @@ def oncelog(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_start_status_stop(tmp_path: Path) -> None:
     data = tmp_path / "dev"
-    started = oncelog("start", "--brokers", "2", "--data-dir", str(data))
-    state = json.loads((data / "cluster.json").read_text())
-    pids = [state["zookeeper"]["pid"], *(b["pid"] for b in state["brokers"].values())]
+    pids: list[int] = []
     try:
+        started = oncelog("start", "--brokers", "2", "--data-dir", str(data))
+        state = json.loads((data / "cluster.json").read_text())
+        pids = [state["zookeeper"]["pid"], *(b["pid"] for b in state["brokers"].values())]
         assert started.returncode == 0, started.stderr
         servers = started.stdout.splitlines()[-1].removeprefix("bootstrap servers: ")
         metadata = AdminClient({"bootstrap.servers": servers}).list_topics(timeout=30)

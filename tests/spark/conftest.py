@@ -9,9 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
-
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:

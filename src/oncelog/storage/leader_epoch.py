@@ -78,9 +78,6 @@ class LeaderEpochCache:
     def latest_epoch(self) -> int:
         return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
 
-    def epoch_start(self, epoch: int) -> int | None:
-        return next((e.start_offset for e in self._entries if e.epoch == epoch), None)
-
     def assign(self, epoch: int, start_offset: int) -> None:
         if epoch < 0:
             return
