@@ -36,6 +36,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing.lifecycle import Lifecycle
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.proxy import FaultInjectionProxy
@@ -88,8 +90,8 @@ class LocalCluster(Lifecycle):
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> LocalCluster:
-        """ZooKeeper, then every broker; return once all are registered and one of them is
-        the controller."""
+        """ZooKeeper, then every broker; return once all are registered and the controller
+        counts every one of them live (it places replicas on the brokers it has seen)."""
         try:
             self.zookeeper.start()
             for broker_id in self.broker_ids:
@@ -99,8 +101,9 @@ class LocalCluster(Lifecycle):
                 if self.proxied:
                     self._kafka_proxies[self._id_of(broker)].set_upstream("127.0.0.1", broker.port)
             self.wait_for_brokers(self.broker_ids)
-            # Admin clients send CreateTopics to the controller: have one before returning.
-            self._wait(lambda: self.controller() is not None, "a controller", None)
+            # Admin clients send CreateTopics to the controller: have one, and one that has
+            # seen every broker (a topic of replication factor N needs N live brokers).
+            self._wait(self._controller_sees_every_broker, "a controller seeing every broker", None)
         except BaseException:
             self.stop()
             raise
@@ -173,6 +176,25 @@ class LocalCluster(Lifecycle):
 
     def registered_brokers(self) -> set[int]:
         return {int(i) for i in self._zk().get_children("/brokers/ids")}
+
+    def _controller_sees_every_broker(self) -> bool:
+        controller = self.controller()
+        if controller is None:
+            return False
+        try:
+            with KafkaConnection(self.address(controller)) as conn:
+                answer = conn.request(
+                    ApiKey.METADATA,
+                    {
+                        "topics": [],
+                        "allow_auto_topic_creation": False,
+                        "include_cluster_authorized_operations": False,
+                        "include_topic_authorized_operations": False,
+                    },
+                )
+        except (OSError, ProtocolClientError):
+            return False  # the controller moved or is still starting: ask again
+        return set(self.broker_ids) <= {broker.node_id for broker in answer.brokers}
 
     def controller(self) -> int | None:
         try:
