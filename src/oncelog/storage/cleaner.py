@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import threading
 import time
@@ -100,7 +99,7 @@ class CleaningJob:
     index_interval_bytes: int
     key_map_bytes: int
     # log.cleaner.io.max.bytes.per.second: bytes read and written, both phases together
-    io_max_bytes_per_s: float = math.inf
+    io_max_bytes_per_s: float
 
     def close(self) -> None:
         for source in self.sources:

@@ -39,7 +39,6 @@ class Throttler:
         self._check_interval_s = check_interval_s
         self._window_start = clock()
         self._window_bytes = 0
-        self.waited_s = 0.0
 
     def done(self, nbytes: int) -> bool:
         """Account for ``nbytes`` just read or written; waits if the window ran too fast.
@@ -54,7 +53,6 @@ class Throttler:
         owed = allowed_s - elapsed
         stopped = False
         if owed > 0:
-            self.waited_s += owed
             stopped = self._wait(owed)
         self._window_start, self._window_bytes = self._clock(), 0
         return stopped
