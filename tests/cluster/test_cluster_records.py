@@ -18,6 +18,7 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KPTopicPartition
 from kafka.admin import NewPartitions as KPNewPartitions
 
+from oncelog.client.admin import Admin, AdminError, OffsetSpec
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
@@ -183,25 +184,11 @@ def test_cli_topics_alter_reaches_the_controller(cluster: LocalCluster, admin: A
 def log_start_on(cluster: LocalCluster, broker_id: int, topic: str) -> int | None:
     """Partition 0's log start offset as broker ``broker_id`` answers ListOffsets (earliest),
     or None while it does not lead the partition yet."""
-    with KafkaConnection(cluster.address(broker_id)) as conn:
-        answer = conn.request(
-            ApiKey.LIST_OFFSETS,
-            {
-                "replica_id": -1,
-                "isolation_level": 0,
-                "topics": [
-                    {
-                        "name": topic,
-                        "partitions": [
-                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}
-                        ],
-                    }
-                ],
-            },
-            7,  # without KIP-1042's timeout field
-        )
-    partition = answer.topics[0].partitions[0]
-    return int(partition.offset) if partition.error_code == ErrorCode.none else None
+    with Admin.connect(cluster.address(broker_id)) as admin:
+        try:
+            return admin.list_offsets({topic: [0]}, OffsetSpec.EARLIEST)[topic, 0]
+        except AdminError:
+            return None
 
 
 def log_start_checkpoint(cluster: LocalCluster, broker_id: int, topic: str) -> int | None:

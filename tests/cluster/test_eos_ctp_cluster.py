@@ -38,9 +38,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.client.connection import KafkaConnection
+from oncelog.client.admin import Admin, AdminError
 from oncelog.coordinator_partitions import partition_for
-from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing.cluster import LocalCluster
 
 from ..eos.ctp_loop import Worker, committed_offsets, end_offsets, read_all
@@ -208,23 +207,13 @@ def create_topics(cluster: LocalCluster, loops: list[Loop]) -> None:
 
 
 def knows_every_partition(cluster: LocalCluster, broker_id: int, topics: list[str]) -> bool:
-    """Whether broker ``broker_id``'s Metadata answer has a leader for every partition."""
-    with KafkaConnection(cluster.address(broker_id)) as conn:
-        answer = conn.request(
-            ApiKey.METADATA,
-            {
-                "topics": [{"name": name, "topic_id": None} for name in topics],
-                "allow_auto_topic_creation": False,
-                "include_cluster_authorized_operations": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
-    return all(
-        topic.error_code == 0
-        and len(topic.partitions) == PARTITIONS
-        and all(p.leader_id >= 0 for p in topic.partitions)
-        for topic in answer.topics
-    )
+    """Whether broker ``broker_id``'s Metadata lists every partition of ``topics``."""
+    with Admin.connect(cluster.address(broker_id)) as admin:
+        try:
+            known = admin.topic_partitions(topics)
+        except AdminError:  # UNKNOWN_TOPIC_OR_PARTITION: not there yet
+            return False
+    return all(len(known.get(topic, [])) == PARTITIONS for topic in topics)
 
 
 def coordinators(cluster: LocalCluster, loop: Loop) -> tuple[int | None, int | None]:
