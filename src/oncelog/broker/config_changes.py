@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
-    "RESOURCE_BROKER",
-    "RESOURCE_TOPIC",
     "ConfigChange",
     "OpType",
     "apply_ops",
@@ -25,9 +23,6 @@ __all__ = [
     "duplicate_resources",
     "preflight",
 ]
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 
 
 class OpType(enum.IntEnum):

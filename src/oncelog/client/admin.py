@@ -24,6 +24,7 @@ from typing import Any
 from oncelog.client.connection import Bootstrap, KafkaConnection, ProtocolClientError
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.config_resource import ConfigResourceType
 from oncelog.protocol.describe_transactions import (
     DESCRIBE_TRANSACTIONS_VERSION,
     DescribeTransactionsDecodeError,
@@ -135,13 +136,6 @@ class TopicDescription:
     def replicated(self) -> bool:
         """A cluster, or a topic with more than one replica: worth showing replicas."""
         return self.brokers > 1 or any(len(p.replicas) > 1 for p in self.partitions)
-
-
-class ConfigResourceType(enum.IntEnum):
-    """Kafka's ``ConfigResource.Type``: what a configuration belongs to."""
-
-    TOPIC = 2
-    BROKER = 4  # resource name: a broker id, or '' for the cluster-wide default
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker import config as cfg
 from oncelog.broker.authorization import authorize, authorize_cluster
 from oncelog.broker.topics import check_partitions_per_request
+from oncelog.protocol.config_resource import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
     from oncelog.cluster.node import ClusterNode
 
 log = logging.getLogger(__name__)
-
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
 
 
 async def handle_create_topics(
@@ -287,11 +285,11 @@ async def handle_describe_configs(
 def _describe_configs_refusal(
     broker: Broker, header: RequestContext, resource: Any
 ) -> ErrorCode | None:
-    if resource.resource_type == RESOURCE_TOPIC and not authorize(
+    if resource.resource_type == ConfigResourceType.TOPIC and not authorize(
         broker, header, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, resource.resource_name
     ):
         return ErrorCode.topic_authorization_failed
-    if resource.resource_type == RESOURCE_BROKER and not authorize_cluster(
+    if resource.resource_type == ConfigResourceType.BROKER and not authorize_cluster(
         broker, header, AclOperation.DESCRIBE_CONFIGS
     ):
         return ErrorCode.cluster_authorization_failed
@@ -317,7 +315,7 @@ def _describe(
     refusal = _describe_configs_refusal(broker, header, resource)
     if refusal is not None:
         return {**answer, "error_code": refusal, "error_message": None}
-    if resource.resource_type == RESOURCE_TOPIC:
+    if resource.resource_type == ConfigResourceType.TOPIC:
         overrides = _topic_overrides(broker, resource.resource_name)
         if overrides is None:
             return {
@@ -326,7 +324,7 @@ def _describe(
                 "error_message": f"topic {resource.resource_name!r} does not exist",
             }
         entries = cfg.TopicConfig(broker.config, overrides).entries()
-    elif resource.resource_type == RESOURCE_BROKER:
+    elif resource.resource_type == ConfigResourceType.BROKER:
         if resource.resource_name not in ("", str(broker.node_id)):
             return {
                 **answer,

@@ -27,14 +27,13 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker import config as cfg
 from oncelog.broker.authorization import authorize
 from oncelog.broker.config_changes import (
-    RESOURCE_BROKER,
-    RESOURCE_TOPIC,
     ConfigChange,
     apply_ops,
     check_broker_name,
     duplicate_resources,
     preflight,
 )
+from oncelog.protocol.config_resource import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -90,9 +89,9 @@ async def _alter(
                 )
             _check_permission(broker, header, kind, name)
             preflight(changes)
-            if kind == RESOURCE_TOPIC:
+            if kind == ConfigResourceType.TOPIC:
                 await _alter_topic(broker, name, changes, validate_only, incremental)
-            elif kind == RESOURCE_BROKER:
+            elif kind == ConfigResourceType.BROKER:
                 await _alter_broker(broker, name, changes, validate_only, incremental)
             else:
                 raise KafkaError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
@@ -105,11 +104,11 @@ async def _alter(
 
 
 def _check_permission(broker: Broker, header: RequestContext, kind: int, name: str) -> None:
-    if kind == RESOURCE_TOPIC and not authorize(
+    if kind == ConfigResourceType.TOPIC and not authorize(
         broker, header, AclOperation.ALTER_CONFIGS, ResourceType.TOPIC, name
     ):
         raise KafkaError(ErrorCode.topic_authorization_failed, "Topic authorization failed.")
-    if kind == RESOURCE_BROKER and not authorize(
+    if kind == ConfigResourceType.BROKER and not authorize(
         broker, header, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER, CLUSTER_NAME
     ):
         raise KafkaError(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
