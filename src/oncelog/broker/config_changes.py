@@ -9,10 +9,10 @@ running partitions and services up to date.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from oncelog.protocol.configs import OpType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 __all__ = [
@@ -23,15 +23,6 @@ __all__ = [
     "duplicate_resources",
     "preflight",
 ]
-
-
-class OpType(enum.IntEnum):
-    """IncrementalAlterConfigs operations (Kafka's AlterConfigOp.OpType ids)."""
-
-    SET = 0
-    DELETE = 1
-    APPEND = 2
-    SUBTRACT = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import Any
 from oncelog.client.connection import Bootstrap, KafkaConnection, ProtocolClientError
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
-from oncelog.protocol.config_resource import ConfigResourceType
+from oncelog.protocol.configs import ConfigResourceType, OpType
 from oncelog.protocol.describe_transactions import (
     DESCRIBE_TRANSACTIONS_VERSION,
     DescribeTransactionsDecodeError,
@@ -535,8 +535,8 @@ class Admin:
         """IncrementalAlterConfigs: set and unset keys; other keys stay as they are. A
         broker's own layer is changed on that broker (Kafka refuses it elsewhere)."""
         changes = [
-            {"name": k, "config_operation": _SET, "value": v} for k, v in set_keys.items()
-        ] + [{"name": k, "config_operation": _DELETE, "value": None} for k in delete_keys]
+            {"name": k, "config_operation": OpType.SET, "value": v} for k, v in set_keys.items()
+        ] + [{"name": k, "config_operation": OpType.DELETE, "value": None} for k in delete_keys]
         with self._connection_to(_config_owner(resource, name)) as conn:
             response = conn.request(
                 ApiKey.INCREMENTAL_ALTER_CONFIGS,
@@ -784,9 +784,6 @@ class Admin:
         for topic in response.topics:
             for p in topic.partitions:
                 check(p.error_code, None, f"commit of {topic.name}-{p.partition_index}")
-
-
-_SET, _DELETE = 0, 1  # IncrementalAlterConfigs' config_operation (Kafka's OpType)
 
 
 def _config_owner(resource: ConfigResourceType, name: str) -> int | None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker import config as cfg
 from oncelog.broker.authorization import authorize, authorize_cluster
 from oncelog.broker.topics import check_partitions_per_request
-from oncelog.protocol.config_resource import ConfigResourceType
+from oncelog.protocol.configs import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 

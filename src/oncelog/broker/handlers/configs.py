@@ -33,7 +33,7 @@ from oncelog.broker.config_changes import (
     duplicate_resources,
     preflight,
 )
-from oncelog.protocol.config_resource import ConfigResourceType
+from oncelog.protocol.configs import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
