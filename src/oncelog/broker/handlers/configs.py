@@ -155,16 +155,8 @@ def _topic_plan(
 
     def plan(current: dict[str, str]) -> dict[str, str]:
         try:
-            if incremental:
-                effective = cfg.TopicConfig(config, current)
-                wanted = apply_ops(
-                    current,
-                    changes,
-                    is_list=lambda key: _is_list(cfg.topic_def(key)),
-                    effective=lambda key: cfg.format_value(cfg.topic_def(key), effective.get(key)),  # type: ignore[arg-type]
-                )
-            else:
-                wanted = {c.name: c.value for c in changes if c.value is not None}
+            effective = cfg.TopicConfig(config, current).get if incremental else None
+            wanted = _wanted(current, changes, cfg.topic_def, effective)
             return cfg.TopicConfig.validate(wanted)
         except cfg.ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from exc
@@ -191,15 +183,7 @@ def _broker_plan(
     INVALID_REQUEST, as Kafka answers a bad broker key)."""
 
     def plan(current: dict[str, str]) -> dict[str, str]:
-        if incremental:
-            wanted = apply_ops(
-                current,
-                changes,
-                is_list=lambda key: _is_list(cfg.broker_def(key)),
-                effective=lambda key: cfg.format_value(cfg.broker_def(key), config.get(key)),  # type: ignore[arg-type]
-            )
-        else:
-            wanted = {c.name: c.value for c in changes if c.value is not None}
+        wanted = _wanted(current, changes, cfg.broker_def, config.get if incremental else None)
         try:
             return cfg.validate_dynamic(wanted)
         except cfg.ConfigError as exc:
@@ -208,5 +192,24 @@ def _broker_plan(
     return plan
 
 
-def _is_list(definition: cfg.ConfigDef | None) -> bool | None:
-    return None if definition is None else definition.type is cfg.ConfigType.LIST
+def _wanted(
+    current: dict[str, str],
+    changes: Sequence[ConfigChange],
+    definition: Callable[[str], cfg.ConfigDef | None],
+    effective: Callable[[str], Any] | None,
+) -> dict[str, str]:
+    """The keys a request asks for, before validation: AlterConfigs (``effective`` None)
+    replaces them all; IncrementalAlterConfigs applies its operations to ``current``,
+    APPEND and SUBTRACT starting from the ``effective`` value of a key not set there."""
+    if effective is None:
+        return {c.name: c.value for c in changes if c.value is not None}
+
+    def is_list(key: str) -> bool | None:
+        d = definition(key)
+        return None if d is None else d.type is cfg.ConfigType.LIST
+
+    def effective_text(key: str) -> str | None:
+        d = definition(key)
+        return None if d is None else cfg.format_value(d, effective(key))
+
+    return apply_ops(current, changes, is_list=is_list, effective=effective_text)
