@@ -10,6 +10,9 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
+
+from oncelog.broker.coordinator_runtime import CoordinatorError
 from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnSettings
 from oncelog.coordinator_partitions import partition_for
@@ -132,11 +135,9 @@ def test_groups_move_with_their_partition() -> None:
         assert first.shard_for("g").fetch_offsets("g").partitions[0].offset == 42
 
         first.on_resigned(0, 2)
-        try:
+        with pytest.raises(CoordinatorError) as refused:
             first.shard_for("g")
-            raise AssertionError("still coordinating after resigning")
-        except Exception as exc:
-            assert getattr(exc, "code", None) == E.not_coordinator
+        assert refused.value.code == E.not_coordinator
 
         second = GroupCoordinator(log, log, log, lambda: 2_000, config)
         await second.on_elected(0, 2)
