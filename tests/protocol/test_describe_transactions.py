@@ -6,6 +6,7 @@ import datetime
 from importlib.metadata import version
 
 import pytest
+from kio.serial.errors import OutOfBoundValue
 
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
@@ -56,7 +57,7 @@ def test_kio_still_cannot_read_a_negative_start_time() -> None:
     """The reason for the workaround. When a kio upgrade reads this, drop
     oncelog.protocol.describe_transactions and use the codec."""
     assert version("kio") == "0.6.5"
-    with pytest.raises(Exception, match="negative"):
+    with pytest.raises(OutOfBoundValue, match="negative"):
         codec.decode_response(API, _frame(IDLE))
 
 
