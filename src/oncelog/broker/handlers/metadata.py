@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.authorization import authorize, authorized_operations
 from oncelog.broker.topic_names import is_internal
@@ -112,17 +112,17 @@ class _Access:
 
 async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
     access = _Access(broker, header)
-    if broker.cluster is not None:
-        answer = await _handle_in_cluster(broker, broker.cluster, header, request, access)
-        return _with_authorized_operations(broker, header, request, answer)
+    catalog = _LocalCatalog(broker) if broker.cluster is None else _ClusterCatalog(broker.cluster)
     requested = request.topics
+    topics: list[dict[str, Any]]
     if requested is None or (header.api_version == 0 and not requested):
-        topics = [_describe(broker, t) for t in broker.topics.all() if access.listed(t.name)]
+        described = (catalog.describe(n) for n in catalog.names() if access.listed(n))
+        topics = [t for t in described if t is not None]  # each name listed has one
     elif _misuses_topic_ids(header, requested):
         topics = _all_invalid(requested)
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
-        topics = [await _lookup(broker, t, allow_create, access) for t in requested]
+        topics = [await _lookup(broker, catalog, t, allow_create, access) for t in requested]
     answer = _answer(cluster_view(broker, header.listener), topics)
     return _with_authorized_operations(broker, header, request, answer)
 
@@ -165,38 +165,74 @@ def _topic_id(requested: Any) -> uuid.UUID | None:
 
 
 async def _lookup(
-    broker: Broker, requested: Any, allow_create: bool, access: _Access
+    broker: Broker, catalog: _Catalog, requested: Any, allow_create: bool, access: _Access
 ) -> dict[str, Any]:
     name = requested.name
     topic_id = _topic_id(requested)
     if topic_id is not None:  # v12+: the id wins, as in Kafka
-        topic = broker.topics.by_id(topic_id)
-        if topic is None:
+        name = catalog.name_of(topic_id)
+        if name is None:
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
-        if not access.describe(topic.name):  # ids are not secret, as in Kafka
+        if not access.describe(name):  # ids are not secret, as in Kafka
             return _missing(ErrorCode.topic_authorization_failed, None, topic_id)
-        return _describe(broker, topic)
     if name is None:  # v12+: neither a name nor an id
         return _missing(ErrorCode.invalid_request, None, None)
     if not access.describe(name):
         return _missing(ErrorCode.topic_authorization_failed, name, None)
-    topic = broker.topics.get(name)
-    if topic is not None:
-        return _describe(broker, topic)
+    described = catalog.describe(name)
+    if described is not None:
+        return described
     if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
         # Internal topics are created by their coordinators alone, with their own counts.
         return _missing(ErrorCode.unknown_topic_or_partition, name, None)
     if not access.create(name):
         return _missing(ErrorCode.topic_authorization_failed, name, None)
-    try:
-        topic = await broker.topics.create(name, -1, {}, broker.now_ms())
-    except KafkaError as exc:
-        if exc.code == ErrorCode.topic_already_exists:
-            # Another request is creating it right now: retriable, as Kafka answers.
-            return _missing(ErrorCode.leader_not_available, name, None)
-        log.info("metadata could not auto-create %r: %s", name, exc)
-        return _missing(exc.code, name, None)
-    return _describe(broker, topic)
+    return await catalog.auto_create(name)
+
+
+class _Catalog(Protocol):
+    """Where Metadata looks topics up: a single node's own topics, or a cluster broker's
+    copy of ZooKeeper."""
+
+    def names(self) -> list[str]: ...
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None: ...
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        """The topic's answer, None when there is no such topic."""
+
+    async def auto_create(self, name: str) -> dict[str, Any]:
+        """Create the topic with the broker's defaults; its answer."""
+
+
+class _LocalCatalog:
+    """A single node's topics: it leads every partition."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def names(self) -> list[str]:
+        return [t.name for t in self._broker.topics.all()]
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        topic = self._broker.topics.by_id(topic_id)
+        return None if topic is None else topic.name
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        topic = self._broker.topics.get(name)
+        return None if topic is None else _describe(self._broker, topic)
+
+    async def auto_create(self, name: str) -> dict[str, Any]:
+        broker = self._broker
+        try:
+            topic = await broker.topics.create(name, -1, {}, broker.now_ms())
+        except KafkaError as exc:
+            if exc.code == ErrorCode.topic_already_exists:
+                # Another request is creating it right now: retriable, as Kafka answers.
+                return _missing(ErrorCode.leader_not_available, name, None)
+            log.info("metadata could not auto-create %r: %s", name, exc)
+            return _missing(exc.code, name, None)
+        return _describe(broker, topic)
 
 
 def _describe(broker: Broker, topic: Topic) -> dict[str, Any]:
@@ -238,56 +274,32 @@ def _missing(code: ErrorCode, name: str | None, topic_id: Any) -> dict[str, Any]
 NO_LEADER = -1
 
 
-async def _handle_in_cluster(
-    broker: Broker, cluster: ClusterNode, header: RequestContext, request: Any, access: _Access
-) -> dict[str, Any]:
-    cache = cluster.cache
-    requested = request.topics
-    if requested is None or (header.api_version == 0 and not requested):
-        topics = [
-            _describe_in_cluster(cluster, name)
-            for name in sorted(cache.topics)
-            if access.listed(name)
-        ]
-    elif _misuses_topic_ids(header, requested):
-        topics = _all_invalid(requested)
-    else:
-        allow_create = getattr(request, "allow_auto_topic_creation", True)
-        topics = [
-            await _lookup_in_cluster(broker, cluster, t, allow_create, access) for t in requested
-        ]
-    return _answer(cluster_view(broker, header.listener), topics)
+class _ClusterCatalog:
+    """A cluster broker's metadata cache: the controller creates topics."""
 
+    def __init__(self, cluster: ClusterNode) -> None:
+        self._cluster = cluster
 
-async def _lookup_in_cluster(
-    broker: Broker, cluster: ClusterNode, requested: Any, allow_create: bool, access: _Access
-) -> dict[str, Any]:
-    name = requested.name
-    topic_id = _topic_id(requested)
-    if topic_id is not None:  # v12+: the id wins, as in Kafka
-        name = cluster.cache.topic_name(topic_id)
-        if name is None:
-            return _missing(ErrorCode.unknown_topic_id, None, topic_id)
-        if not access.describe(name):
-            return _missing(ErrorCode.topic_authorization_failed, None, topic_id)
-    if name is None:  # v12+: neither a name nor an id
-        return _missing(ErrorCode.invalid_request, None, None)
-    if not access.describe(name):
-        return _missing(ErrorCode.topic_authorization_failed, name, None)
-    if name in cluster.cache.topics:
-        return _describe_in_cluster(cluster, name)
-    if not (allow_create and broker.config.auto_create_topics_enable) or is_internal(name):
-        return _missing(ErrorCode.unknown_topic_or_partition, name, None)
-    if not access.create(name):
-        return _missing(ErrorCode.topic_authorization_failed, name, None)
-    try:
-        await cluster.topic_admin.create(name, -1, -1, {})
-    except KafkaError as exc:
-        if exc.code != ErrorCode.topic_already_exists:
-            log.info("metadata could not auto-create %r: %s", name, exc)
-            return _missing(exc.code, name, None)
-    # As Kafka: the topic exists but has no leaders yet; the client asks again.
-    return _missing(ErrorCode.leader_not_available, name, None)
+    def names(self) -> list[str]:
+        return sorted(self._cluster.cache.topics)
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        return self._cluster.cache.topic_name(topic_id)
+
+    def describe(self, name: str) -> dict[str, Any] | None:
+        if name not in self._cluster.cache.topics:
+            return None
+        return _describe_in_cluster(self._cluster, name)
+
+    async def auto_create(self, name: str) -> dict[str, Any]:
+        try:
+            await self._cluster.topic_admin.create(name, -1, -1, {})
+        except KafkaError as exc:
+            if exc.code != ErrorCode.topic_already_exists:
+                log.info("metadata could not auto-create %r: %s", name, exc)
+                return _missing(exc.code, name, None)
+        # As Kafka: the topic exists but has no leaders yet; the client asks again.
+        return _missing(ErrorCode.leader_not_available, name, None)
 
 
 def _describe_in_cluster(cluster: ClusterNode, name: str) -> dict[str, Any]:
