@@ -19,10 +19,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from oncelog.cli.main import main
-from oncelog.client.acls import AclRequestError, create_acls, delete_acls, describe_acls
 from oncelog.client.admin import Admin, AdminError
 from oncelog.client.connection import KafkaConnection
-from oncelog.client.users import UserChangeError, upsert_scram_credentials
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.security.acl import (
@@ -73,8 +71,7 @@ def grant(
     pattern: PatternType = PatternType.LITERAL,
 ) -> None:
     with connect(broker, kit, "admin") as admin:
-        create_acls(
-            admin,
+        Admin(admin).create_acls(
             [
                 AclBinding(
                     ResourcePattern(resource, name, pattern),
@@ -610,28 +607,32 @@ def test_acl_apis_need_the_cluster_permissions(
         ResourcePattern(TOPIC, topic_name, PatternType.LITERAL),
         AccessControlEntry("User:dave", "*", Op.READ, ALLOW),
     )
-    with connect(acl_broker, kit, "dave") as dave:
-        with pytest.raises(AclRequestError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            describe_acls(dave, any_filter)
-        with pytest.raises(AclRequestError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            create_acls(dave, [binding])
-        with pytest.raises(AclRequestError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            delete_acls(dave, [any_filter])
-        with pytest.raises(UserChangeError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            upsert_scram_credentials(dave, {"dave": "new"}, "SCRAM-SHA-256")
+    refused = ErrorCode.cluster_authorization_failed
+    with connect(acl_broker, kit, "dave") as conn:
+        dave = Admin(conn)
+        with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED") as caught:
+            dave.describe_acls(any_filter)
+        assert caught.value.code == refused
+        with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
+            dave.create_acls([binding])
+        with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
+            dave.delete_acls([any_filter])
+        with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
+            dave.upsert_scram_credentials({"dave": "new"}, "SCRAM-SHA-256")
     grant(acl_broker, kit, "dave", CLUSTER, "kafka-cluster", Op.ALTER)
-    with connect(acl_broker, kit, "dave") as dave:
-        create_acls(dave, [binding])
-        assert binding in describe_acls(dave, any_filter)  # Alter implies Describe
+    with connect(acl_broker, kit, "dave") as conn:
+        dave = Admin(conn)
+        dave.create_acls([binding])
+        assert binding in dave.describe_acls(any_filter)  # Alter implies Describe
         bad = AclBinding(ResourcePattern(CLUSTER, "other", PatternType.LITERAL), binding.entry)
-        with pytest.raises(AclRequestError, match=r"INVALID_REQUEST.*kafka-cluster"):
-            create_acls(dave, [bad])
+        with pytest.raises(AdminError, match=r"INVALID_REQUEST.*kafka-cluster"):
+            dave.create_acls([bad])
         only_this = AclBindingFilter(
             ResourcePatternFilter(TOPIC, topic_name, PatternType.LITERAL),
             AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.ANY),
         )
-        assert delete_acls(dave, [only_this]) == [binding]
-        assert binding not in describe_acls(dave, any_filter)
+        assert dave.delete_acls([only_this]) == [binding]
+        assert binding not in dave.describe_acls(any_filter)
 
 
 def test_acls_survive_a_restart(kit: SecurityKit, tmp_path: Path) -> None:
@@ -656,5 +657,5 @@ def test_without_an_authorizer_the_acl_apis_answer_security_disabled(
     with KafkaConnection(
         secure_broker.bootstrap_servers_for("SASL_PLAINTEXT"), security=security
     ) as bob:
-        with pytest.raises(AclRequestError, match="SECURITY_DISABLED"):
-            describe_acls(bob, any_filter)
+        with pytest.raises(AdminError, match="SECURITY_DISABLED"):
+            Admin(bob).describe_acls(any_filter)

@@ -18,13 +18,8 @@ from oncelog.cli.output import (
     print_table,
     reports_errors,
 )
-from oncelog.client.acls import create_acls, delete_acls, describe_acls
-from oncelog.client.connection import Bootstrap, KafkaConnection
-from oncelog.client.users import (
-    delete_scram_credentials,
-    describe_scram_users,
-    upsert_scram_credentials,
-)
+from oncelog.client.admin import Admin
+from oncelog.client.connection import Bootstrap
 from oncelog.security.acl import (
     CLUSTER_NAME,
     WILDCARD_HOST,
@@ -59,8 +54,8 @@ def users() -> None:
 @reports_errors
 def list_users(bootstrap: Bootstrap, names: tuple[str, ...], as_json: bool) -> None:
     """Users with SCRAM credentials, and their mechanisms and iteration counts."""
-    with KafkaConnection(bootstrap) as conn:
-        found = describe_scram_users(conn, list(names) or None)
+    with Admin.connect(bootstrap) as admin:
+        found = admin.describe_scram_users(list(names) or None)
     if as_json:
         print_json(
             [
@@ -107,9 +102,9 @@ def set_user(
     bootstrap: Bootstrap, user: str, password: str, mechanisms: tuple[str, ...], iterations: int
 ) -> None:
     """Create a SCRAM user, or change its password."""
-    with KafkaConnection(bootstrap) as conn:
+    with Admin.connect(bootstrap) as admin:
         for mechanism in mechanisms or MECHANISMS:
-            upsert_scram_credentials(conn, {user: password}, mechanism.upper(), iterations)
+            admin.upsert_scram_credentials({user: password}, mechanism, iterations)
 
 
 @users.command("delete")
@@ -125,14 +120,14 @@ def set_user(
 @reports_errors
 def delete_user(bootstrap: Bootstrap, user: str, mechanisms: tuple[str, ...]) -> None:
     """Delete a user's SCRAM credentials."""
-    with KafkaConnection(bootstrap) as conn:
+    with Admin.connect(bootstrap) as admin:
         if not mechanisms:
-            (found,) = describe_scram_users(conn, [user])
+            (found,) = admin.describe_scram_users([user])
             if found.error:
                 raise click.ClickException(found.error)
             mechanisms = tuple(m for m, _ in found.credentials)
         for mechanism in mechanisms:
-            delete_scram_credentials(conn, [user], mechanism.upper())
+            admin.delete_scram_credentials([user], mechanism)
 
 
 # -- acls --------------------------------------------------------------------------------
@@ -241,8 +236,8 @@ def add_acls(
         for p in principals
         for operation in _operations(operations)
     ]
-    with KafkaConnection(bootstrap) as conn:
-        create_acls(conn, bindings)
+    with Admin.connect(bootstrap) as admin:
+        admin.create_acls(bindings)
 
 
 def _filter(
@@ -309,8 +304,8 @@ def list_acls(
     acl_filter = _filter(
         topic, group, transactional_id, cluster, resource_pattern_type, principal, operation
     )
-    with KafkaConnection(bootstrap) as conn:
-        _print_bindings(describe_acls(conn, acl_filter), as_json)
+    with Admin.connect(bootstrap) as admin:
+        _print_bindings(admin.describe_acls(acl_filter), as_json)
 
 
 @acls.command("remove")
@@ -338,5 +333,5 @@ def remove_acls(
     acl_filter = _filter(
         topic, group, transactional_id, cluster, resource_pattern_type, principal, operation
     )
-    with KafkaConnection(bootstrap) as conn:
-        _print_bindings(delete_acls(conn, [acl_filter]), as_json)
+    with Admin.connect(bootstrap) as admin:
+        _print_bindings(admin.delete_acls([acl_filter]), as_json)

@@ -2,9 +2,10 @@
 dataclasses out.
 
 One method per question an operator asks (topics, offsets, configs, producer state,
-transactions, groups, committed offsets) or action they take (create, grow and delete
-topics, delete records, alter configs, write an abort marker, delete groups and their
-offsets, reset a group's offsets), over one blocking
+transactions, groups, committed offsets, ACLs, SCRAM users) or action they take (create,
+grow and delete topics, delete records, alter configs, write an abort marker, delete groups
+and their offsets, reset a group's offsets, add and remove ACLs, set and delete SCRAM
+credentials), over one blocking
 :class:`~oncelog.client.connection.KafkaConnection` (plus short-lived ones to the controller
 and to partition leaders where a cluster needs them). Every Kafka error code becomes one
 :class:`AdminError` that names what was asked and carries the broker's own message; no kio
@@ -16,6 +17,7 @@ what to make of the answers.
 from __future__ import annotations
 
 import enum
+import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,6 +33,17 @@ from oncelog.protocol.describe_transactions import (
     decode_describe_transactions,
 )
 from oncelog.protocol.errors import ErrorCode
+from oncelog.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from oncelog.security.scram import DEFAULT_ITERATIONS, ScramMechanism, salted_password
 from oncelog.transactions.state import TxnState
 
 __all__ = [
@@ -45,6 +58,7 @@ __all__ = [
     "OffsetSpec",
     "PartitionOffsets",
     "ProducerState",
+    "ScramUser",
     "TopicDescription",
     "TopicPartition",
     "TopicSummary",
@@ -85,9 +99,12 @@ def check(code: int, message: str | None, what: str) -> None:
     """Raise :class:`AdminError` naming ``what`` unless ``code`` is NONE."""
     if code != ErrorCode.none:
         error = ErrorCode(code)
-        raise AdminError(
-            f"{what}: {error.name.upper()}" + (f": {message}" if message else ""), error
-        )
+        raise AdminError(f"{what}: {_refusal(error, message)}", error)
+
+
+def _refusal(code: ErrorCode, message: str | None) -> str:
+    """A Kafka error as the tools show it: ``CODE_NAME: the broker's message``."""
+    return code.name.upper() + (f": {message}" if message else "")
 
 
 # -- results ----------------------------------------------------------------------------
@@ -213,6 +230,15 @@ class ConsumerGroup:
     protocol_type: str
     protocol: str
     members: list[GroupMember]
+
+
+@dataclass(frozen=True)
+class ScramUser:
+    """A user as DescribeUserScramCredentials reports it: its mechanisms and iterations."""
+
+    user: str
+    credentials: tuple[tuple[str, int], ...]  # (mechanism name, iterations)
+    error: str | None = None  # the broker's refusal, e.g. RESOURCE_NOT_FOUND: an unknown user
 
 
 # -- the client ---------------------------------------------------------------------------
@@ -427,6 +453,103 @@ class Admin:
                 check(p.error_code, None, f"offsets of {topic.name}-{p.partition_index}")
                 found[(topic.name, p.partition_index)] = p.offset
         return found
+
+    # -- ACLs -------------------------------------------------------------------------------
+
+    def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """CreateAcls; each binding is created or refused alone (Kafka's ``createAcls``),
+        so those before a refused one stay created."""
+        response = self._conn.request(
+            ApiKey.CREATE_ACLS,
+            {
+                "creations": [
+                    {
+                        "resource_type": b.pattern.resource_type,
+                        "resource_name": b.pattern.name,
+                        "resource_pattern_type": b.pattern.pattern_type,
+                        "principal": b.entry.principal,
+                        "host": b.entry.host,
+                        "operation": b.entry.operation,
+                        "permission_type": b.entry.permission,
+                    }
+                    for b in bindings
+                ]
+            },
+        )
+        for b, result in zip(bindings, response.results, strict=True):
+            check(result.error_code, result.error_message, f"ACL {b.pattern} {b.entry}")
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """DescribeAcls: every ACL the filter matches."""
+        response = self._conn.request(ApiKey.DESCRIBE_ACLS, _filter_fields(acl_filter))
+        check(response.error_code, response.error_message, "describe ACLs")
+        return [_acl(resource, acl) for resource in response.resources for acl in resource.acls]
+
+    def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """DeleteAcls: delete every ACL the filters match; the ACLs deleted."""
+        response = self._conn.request(
+            ApiKey.DELETE_ACLS, {"filters": [_filter_fields(f) for f in filters]}
+        )
+        deleted = []
+        for result in response.filter_results:
+            check(result.error_code, result.error_message, "delete ACLs")
+            deleted += [_acl(match, match) for match in result.matching_acls]
+        return deleted
+
+    # -- SCRAM users ------------------------------------------------------------------------
+
+    def describe_scram_users(self, users: Sequence[str] | None = None) -> list[ScramUser]:
+        """DescribeUserScramCredentials: every user with SCRAM credentials (``users``
+        None), or those named, each with the broker's refusal if it has one."""
+        named = None if users is None else [{"name": user} for user in users]
+        response = self._conn.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": named})
+        check(response.error_code, response.error_message, "describe SCRAM users")
+        found = []
+        for result in response.results:
+            credentials = tuple(
+                (_mechanism_name(info.mechanism), info.iterations)
+                for info in result.credential_infos
+            )
+            error = None
+            if result.error_code != ErrorCode.none:
+                error = _refusal(ErrorCode(result.error_code), result.error_message)
+            found.append(ScramUser(result.user, credentials, error))
+        return found
+
+    def upsert_scram_credentials(
+        self,
+        passwords: Mapping[str, str],
+        mechanism: str,
+        iterations: int = DEFAULT_ITERATIONS,
+    ) -> None:
+        """AlterUserScramCredentials: create or replace each user's ``mechanism``
+        credential. The password is salted and hashed here: only the salted password
+        travels, never the password (Kafka's ``UserScramCredentialUpsertion``)."""
+        scram = _scram(mechanism)
+        upsertions = []
+        for user, password in passwords.items():
+            salt = secrets.token_bytes(32)
+            upsertions.append(
+                {
+                    "name": user,
+                    "mechanism": scram.code,
+                    "iterations": iterations,
+                    "salt": salt,
+                    "salted_password": salted_password(scram, password, salt, iterations),
+                }
+            )
+        self._alter_scram({"deletions": [], "upsertions": upsertions})
+
+    def delete_scram_credentials(self, users: Sequence[str], mechanism: str) -> None:
+        """AlterUserScramCredentials: delete each user's ``mechanism`` credential."""
+        scram = _scram(mechanism)
+        deletions = [{"name": user, "mechanism": scram.code} for user in users]
+        self._alter_scram({"deletions": deletions, "upsertions": []})
+
+    def _alter_scram(self, request: dict[str, Any]) -> None:
+        response = self._conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, request)
+        for result in response.results:
+            check(result.error_code, result.error_message, f"SCRAM user {result.user!r}")
 
     @contextmanager
     def _controller(self) -> Iterator[KafkaConnection]:
@@ -792,6 +915,48 @@ def _config_owner(resource: ConfigResourceType, name: str) -> int | None:
     if resource == ConfigResourceType.BROKER and name.isdigit():
         return int(name)
     return None
+
+
+def _filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:
+    """An ACL filter as DescribeAcls and DeleteAcls carry it."""
+    return {
+        "resource_type_filter": acl_filter.pattern.resource_type,
+        "resource_name_filter": acl_filter.pattern.name,
+        "pattern_type_filter": acl_filter.pattern.pattern_type,
+        "principal_filter": acl_filter.entry.principal,
+        "host_filter": acl_filter.entry.host,
+        "operation": acl_filter.entry.operation,
+        "permission_type": acl_filter.entry.permission,
+    }
+
+
+def _acl(resource: Any, entry: Any) -> AclBinding:
+    """An ACL from DescribeAcls' resource and entry, or DeleteAcls' match (both at once)."""
+    return AclBinding(
+        ResourcePattern(
+            ResourceType.from_code(resource.resource_type),
+            resource.resource_name,
+            PatternType.from_code(resource.pattern_type),
+        ),
+        AccessControlEntry(
+            entry.principal,
+            entry.host,
+            AclOperation.from_code(entry.operation),
+            AclPermissionType.from_code(entry.permission_type),
+        ),
+    )
+
+
+def _scram(name: str) -> ScramMechanism:
+    mechanism = ScramMechanism.by_name(name.upper())
+    if mechanism is None:
+        raise AdminError(f"{name} is not SCRAM-SHA-256 or SCRAM-SHA-512")
+    return mechanism
+
+
+def _mechanism_name(code: int) -> str:
+    mechanism = ScramMechanism.by_code(code)
+    return mechanism.mechanism_name if mechanism else f"UNKNOWN({code})"
 
 
 def _addresses(metadata: Any) -> dict[int, str]:

@@ -245,9 +245,9 @@ class SecurityKit:
     ) -> None:
         """Give every kit user SCRAM credentials (their kit password), through the broker's
         AlterUserScramCredentials, connected as ``admin`` (default: PLAINTEXT)."""
+        from oncelog.client.admin import Admin
         from oncelog.client.connection import KafkaConnection
-        from oncelog.client.users import upsert_scram_credentials
 
         with KafkaConnection(bootstrap, security=admin) as connection:
             for mechanism in mechanisms:
-                upsert_scram_credentials(connection, self.users, mechanism)
+                Admin(connection).upsert_scram_credentials(self.users, mechanism)
