@@ -33,16 +33,7 @@ from oncelog.protocol.describe_transactions import (
     decode_describe_transactions,
 )
 from oncelog.protocol.errors import ErrorCode
-from oncelog.security.acl import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from oncelog.security.acl import AclBinding, AclBindingFilter
 from oncelog.security.scram import DEFAULT_ITERATIONS, ScramMechanism, salted_password
 from oncelog.transactions.state import TxnState
 
@@ -932,18 +923,14 @@ def _filter_fields(acl_filter: AclBindingFilter) -> dict[str, Any]:
 
 def _acl(resource: Any, entry: Any) -> AclBinding:
     """An ACL from DescribeAcls' resource and entry, or DeleteAcls' match (both at once)."""
-    return AclBinding(
-        ResourcePattern(
-            ResourceType.from_code(resource.resource_type),
-            resource.resource_name,
-            PatternType.from_code(resource.pattern_type),
-        ),
-        AccessControlEntry(
-            entry.principal,
-            entry.host,
-            AclOperation.from_code(entry.operation),
-            AclPermissionType.from_code(entry.permission_type),
-        ),
+    return AclBinding.from_codes(
+        resource.resource_type,
+        resource.resource_name,
+        resource.pattern_type,
+        entry.principal,
+        entry.host,
+        entry.operation,
+        entry.permission_type,
     )
 
 

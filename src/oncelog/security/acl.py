@@ -184,6 +184,31 @@ class AclBinding:
     pattern: ResourcePattern
     entry: AccessControlEntry
 
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        name: str,
+        pattern_type: int,
+        principal: str,
+        host: str,
+        operation: int,
+        permission: int,
+    ) -> AclBinding:
+        """A binding as the ACL APIs carry it, in wire codes (a code this version does not
+        know becomes UNKNOWN, which :func:`validate_binding` refuses)."""
+        return cls(
+            ResourcePattern(
+                ResourceType.from_code(resource_type), name, PatternType.from_code(pattern_type)
+            ),
+            AccessControlEntry(
+                principal,
+                host,
+                AclOperation.from_code(operation),
+                AclPermissionType.from_code(permission),
+            ),
+        )
+
 
 class InvalidAcl(ValueError):
     """An ACL that cannot be stored; CreateAcls answers INVALID_REQUEST with the message."""

@@ -55,18 +55,14 @@ def _filter(item: Any) -> AclBindingFilter:
 
 
 def _binding(creation: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(
-            ResourceType.from_code(creation.resource_type),
-            creation.resource_name,
-            PatternType.from_code(creation.resource_pattern_type),
-        ),
-        AccessControlEntry(
-            creation.principal,
-            creation.host,
-            AclOperation.from_code(creation.operation),
-            AclPermissionType.from_code(creation.permission_type),
-        ),
+    return AclBinding.from_codes(
+        creation.resource_type,
+        creation.resource_name,
+        creation.resource_pattern_type,
+        creation.principal,
+        creation.host,
+        creation.operation,
+        creation.permission_type,
     )
 
 
