@@ -200,3 +200,15 @@ def test_acls_refused_for_a_principal_without_alter(
         ],
     )
     assert result.exit_code == 1 and "CLUSTER_AUTHORIZATION_FAILED" in result.output
+
+
+@pytest.mark.parametrize(
+    "narrowing", [[], ["--operation", "Write"], ["--resource-pattern-type", "prefixed"]]
+)
+def test_acls_remove_refuses_to_remove_every_acl(narrowing: list[str]) -> None:
+    """Without a resource or a principal the filter would match every ACL of the cluster:
+    refused before anything is sent (the bootstrap address has no broker)."""
+    result = CliRunner().invoke(
+        main, ["acls", "remove", "--bootstrap-server", "127.0.0.1:1", *narrowing]
+    )
+    assert result.exit_code == 2 and "removing every ACL is refused" in result.output

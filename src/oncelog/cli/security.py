@@ -9,6 +9,10 @@ here; only the salted password is sent.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
 import click
 
 from oncelog.cli.output import (
@@ -240,25 +244,40 @@ def add_acls(
         admin.create_acls(bindings)
 
 
-def _filter(
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    resource_pattern_type: str | None,
-    principal: str | None,
-    operation: str | None,
-) -> AclBindingFilter:
-    kind, name = _resource(topic, group, transactional_id, cluster)
-    return AclBindingFilter(
-        ResourcePatternFilter(kind, name, PatternType.from_name(resource_pattern_type or "any")),
-        AccessControlEntryFilter(
-            None if principal is None else _principal(principal),
-            None,
-            AclOperation.ANY if operation is None else _operations((operation,))[0],
-            AclPermissionType.ANY,
-        ),
-    )
+def _filter_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The resource options, ``--principal`` and ``--operation``, given to the command as
+    one ``acl_filter`` (an :class:`AclBindingFilter`; what is not given matches anything)."""
+
+    @_resource_options
+    @click.option("--principal", help="Only this principal's ACLs.")
+    @click.option("--operation", help="Only ACLs for this operation.")
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        topic: str | None,
+        group: str | None,
+        transactional_id: str | None,
+        cluster: bool,
+        resource_pattern_type: str | None,
+        principal: str | None,
+        operation: str | None,
+        **kwargs: Any,
+    ) -> None:
+        kind, name = _resource(topic, group, transactional_id, cluster)
+        acl_filter = AclBindingFilter(
+            ResourcePatternFilter(
+                kind, name, PatternType.from_name(resource_pattern_type or "any")
+            ),
+            AccessControlEntryFilter(
+                None if principal is None else _principal(principal),
+                None,
+                AclOperation.ANY if operation is None else _operations((operation,))[0],
+                AclPermissionType.ANY,
+            ),
+        )
+        command(*args, acl_filter=acl_filter, **kwargs)
+
+    return wrapper
 
 
 def _print_bindings(bindings: list[AclBinding], as_json: bool) -> None:
@@ -284,54 +303,24 @@ def _print_bindings(bindings: list[AclBinding], as_json: bool) -> None:
 
 @acls.command("list")
 @bootstrap_option
-@_resource_options
-@click.option("--principal", help="Only this principal's ACLs.")
-@click.option("--operation", help="Only ACLs for this operation.")
+@_filter_options
 @json_option
 @reports_errors
-def list_acls(
-    bootstrap: Bootstrap,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    resource_pattern_type: str | None,
-    principal: str | None,
-    operation: str | None,
-    as_json: bool,
-) -> None:
+def list_acls(bootstrap: Bootstrap, acl_filter: AclBindingFilter, as_json: bool) -> None:
     """ACLs, all or those matching the options."""
-    acl_filter = _filter(
-        topic, group, transactional_id, cluster, resource_pattern_type, principal, operation
-    )
     with Admin.connect(bootstrap) as admin:
         _print_bindings(admin.describe_acls(acl_filter), as_json)
 
 
 @acls.command("remove")
 @bootstrap_option
-@_resource_options
-@click.option("--principal", help="Only this principal's ACLs.")
-@click.option("--operation", help="Only ACLs for this operation.")
+@_filter_options
 @json_option
 @reports_errors
-def remove_acls(
-    bootstrap: Bootstrap,
-    topic: str | None,
-    group: str | None,
-    transactional_id: str | None,
-    cluster: bool,
-    resource_pattern_type: str | None,
-    principal: str | None,
-    operation: str | None,
-    as_json: bool,
-) -> None:
+def remove_acls(bootstrap: Bootstrap, acl_filter: AclBindingFilter, as_json: bool) -> None:
     """Remove the ACLs matching the options (name a resource or a principal), and list
     what was removed."""
-    if not any((topic, group, transactional_id, cluster, principal)):
+    if acl_filter.pattern.resource_type is ResourceType.ANY and acl_filter.entry.principal is None:
         raise click.UsageError("name a resource or a --principal: removing every ACL is refused")
-    acl_filter = _filter(
-        topic, group, transactional_id, cluster, resource_pattern_type, principal, operation
-    )
     with Admin.connect(bootstrap) as admin:
         _print_bindings(admin.delete_acls([acl_filter]), as_json)
