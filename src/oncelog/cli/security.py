@@ -3,8 +3,8 @@
 Both talk to a broker (``--bootstrap-server``, with ``--command-config`` for a secured
 listener), as Kafka's ``kafka-configs --entity-type users`` and ``kafka-acls`` do: the
 broker checks that the caller may (Alter or Describe on the cluster) and stores the change
-(the data directory on one node, ZooKeeper in a cluster). Passwords are salted and hashed
-here; only the salted password is sent.
+in its data directory (a cluster broker refuses SASL and ACLs for now: docs/security.md).
+Passwords are salted and hashed here; only the salted password is sent.
 """
 
 from __future__ import annotations

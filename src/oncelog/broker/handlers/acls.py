@@ -3,10 +3,10 @@
 Without ``authorizer.class.name`` they answer SECURITY_DISABLED, as a Kafka broker without
 an authorizer does: tools that list ACLs on start (MirrorMaker 2's ACL sync, UIs) then
 carry on instead of failing on an unsupported API. With it they read and change the ACL
-store (``acls.json`` on one node, ZooKeeper in a cluster) as Kafka's ``AclApis`` does:
-describing needs Describe on the Cluster, creating and deleting need Alter on it; each new
-ACL is checked (security/acl.py ``validate_binding``) and fails alone with INVALID_REQUEST;
-a deletion filter removes every ACL it matches and reports them.
+store (``acls.json`` in the data directory) as Kafka's ``AclApis`` does: describing needs
+Describe on the Cluster, creating and deleting need Alter on it; each new ACL is checked
+(security/acl.py ``validate_binding``) and fails alone with INVALID_REQUEST; a deletion
+filter removes every ACL it matches and reports them.
 """
 
 from __future__ import annotations

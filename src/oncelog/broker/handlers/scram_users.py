@@ -1,9 +1,9 @@
 """DescribeUserScramCredentials (50) and AlterUserScramCredentials (51).
 
 Decisions are the pure ones of security/scram_users.py; the broker's credential store
-persists the users that change (the data directory on one node, ZooKeeper in a cluster)
-before the answer, so an acknowledged user survives a crash. Kafka asks for Describe
-(describe) and Alter (alter) on the Cluster resource.
+persists the users that change (in the data directory) before the answer, so an
+acknowledged user survives a crash. Kafka asks for Describe (describe) and Alter (alter)
+on the Cluster resource.
 """
 
 from __future__ import annotations
