@@ -38,6 +38,8 @@ from oncelog.security.acl import (
 from oncelog.testing import EmbeddedBroker
 from oncelog.testing.security import SecurityKit
 
+from ..broker.raw_requests import FETCH_BY_NAME, fetch_body
+
 TIMEOUT_S = 20
 Op = AclOperation
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
@@ -46,6 +48,10 @@ TOPIC, GROUP, TXN, CLUSTER = (
     ResourceType.GROUP,
     ResourceType.TRANSACTIONAL_ID,
     ResourceType.CLUSTER,
+)
+EVERY_ACL = AclBindingFilter(
+    ResourcePatternFilter(ResourceType.ANY, None, PatternType.ANY),
+    AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.ANY),
 )
 METADATA = {"allow_auto_topic_creation": False, "include_topic_authorized_operations": False}
 
@@ -91,21 +97,7 @@ def client_config(broker: EmbeddedBroker, kit: SecurityKit, user: str) -> dict[s
 
 def create_topic(broker: EmbeddedBroker, kit: SecurityKit, name: str) -> None:
     with connect(broker, kit, "admin") as admin:
-        body = {
-            "topics": [
-                {
-                    "name": name,
-                    "num_partitions": 1,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 10_000,
-            "validate_only": False,
-        }
-        (created,) = admin.request(ApiKey.CREATE_TOPICS, body).topics
-        assert created.error_code == ErrorCode.none
+        Admin(admin).create_topic(name, 1, 1, {})
 
 
 def produce_error(broker: EmbeddedBroker, kit: SecurityKit, user: str, topic: str) -> Any:
@@ -144,33 +136,8 @@ def test_prefixed_acl_and_deny_wins(
 
 
 def fetch_codes(conn: KafkaConnection, topic: str, replica_id: int = -1) -> list[ErrorCode]:
-    body = {
-        "replica_id": replica_id,
-        "max_wait": 0,
-        "min_bytes": 0,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [
-            {
-                "topic": topic,
-                "partitions": [
-                    {
-                        "partition": 0,
-                        "current_leader_epoch": -1,
-                        "fetch_offset": 0,
-                        "last_fetched_epoch": -1,
-                        "log_start_offset": -1,
-                        "partition_max_bytes": 1 << 20,
-                    }
-                ],
-            }
-        ],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
-    answer = conn.request(ApiKey.FETCH, body, version=12)
+    body = fetch_body(topic) | {"replica_id": replica_id}
+    answer = conn.request(ApiKey.FETCH, body, version=FETCH_BY_NAME)
     return [p.error_code for t in answer.responses for p in t.partitions]
 
 
@@ -599,10 +566,6 @@ def test_list_groups_shows_what_may_be_described(
 def test_acl_apis_need_the_cluster_permissions(
     acl_broker: EmbeddedBroker, kit: SecurityKit, topic_name: str
 ) -> None:
-    any_filter = AclBindingFilter(
-        ResourcePatternFilter(ResourceType.ANY, None, PatternType.ANY),
-        AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.ANY),
-    )
     binding = AclBinding(
         ResourcePattern(TOPIC, topic_name, PatternType.LITERAL),
         AccessControlEntry("User:dave", "*", Op.READ, ALLOW),
@@ -611,19 +574,19 @@ def test_acl_apis_need_the_cluster_permissions(
     with connect(acl_broker, kit, "dave") as conn:
         dave = Admin(conn)
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED") as caught:
-            dave.describe_acls(any_filter)
+            dave.describe_acls(EVERY_ACL)
         assert caught.value.code == refused
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
             dave.create_acls([binding])
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            dave.delete_acls([any_filter])
+            dave.delete_acls([EVERY_ACL])
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
             dave.upsert_scram_credentials({"dave": "new"}, "SCRAM-SHA-256")
     grant(acl_broker, kit, "dave", CLUSTER, "kafka-cluster", Op.ALTER)
     with connect(acl_broker, kit, "dave") as conn:
         dave = Admin(conn)
         dave.create_acls([binding])
-        assert binding in dave.describe_acls(any_filter)  # Alter implies Describe
+        assert binding in dave.describe_acls(EVERY_ACL)  # Alter implies Describe
         bad = AclBinding(ResourcePattern(CLUSTER, "other", PatternType.LITERAL), binding.entry)
         with pytest.raises(AdminError, match=r"INVALID_REQUEST.*kafka-cluster"):
             dave.create_acls([bad])
@@ -632,7 +595,7 @@ def test_acl_apis_need_the_cluster_permissions(
             AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.ANY),
         )
         assert dave.delete_acls([only_this]) == [binding]
-        assert binding not in dave.describe_acls(any_filter)
+        assert binding not in dave.describe_acls(EVERY_ACL)
 
 
 def test_acls_survive_a_restart(kit: SecurityKit, tmp_path: Path) -> None:
@@ -649,13 +612,9 @@ def test_acls_survive_a_restart(kit: SecurityKit, tmp_path: Path) -> None:
 def test_without_an_authorizer_the_acl_apis_answer_security_disabled(
     secure_broker: EmbeddedBroker, kit: SecurityKit
 ) -> None:
-    any_filter = AclBindingFilter(
-        ResourcePatternFilter(ResourceType.ANY, None, PatternType.ANY),
-        AccessControlEntryFilter(None, None, Op.ANY, AclPermissionType.ANY),
-    )
     security = kit.client("SASL_PLAINTEXT", "bob", "PLAIN")
     with KafkaConnection(
         secure_broker.bootstrap_servers_for("SASL_PLAINTEXT"), security=security
     ) as bob:
         with pytest.raises(AdminError, match="SECURITY_DISABLED"):
-            Admin(bob).describe_acls(any_filter)
+            Admin(bob).describe_acls(EVERY_ACL)
