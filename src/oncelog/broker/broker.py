@@ -6,6 +6,7 @@ import asyncio
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -314,6 +315,14 @@ class Broker:
             return self.topics.partition(topic, index)
         assert self.cluster.replicas is not None
         return self.cluster.replicas.leader_partition(topic, index, leader_epoch)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id (None: no such topic), from this node's
+        topics or, in a cluster, from its copy of ZooKeeper."""
+        if self.cluster is not None:
+            return self.cluster.cache.topic_name(topic_id)
+        topic = self.topics.by_id(topic_id)
+        return None if topic is None else topic.name
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker."""

@@ -125,11 +125,7 @@ class BrokerMetrics:
         if answer.get("topic"):
             return str(answer["topic"])
         topic_id = answer.get("topic_id")
-        cluster = self._broker.cluster
-        if cluster is not None:
-            return cluster.cache.topic_name(topic_id) or str(topic_id)  # type: ignore[arg-type]
-        topic = self._broker.topics.by_id(topic_id)  # type: ignore[arg-type]
-        return topic.name if topic is not None else str(topic_id)
+        return self._broker.topic_name(topic_id) or str(topic_id)  # type: ignore[arg-type]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

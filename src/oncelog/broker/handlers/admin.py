@@ -217,7 +217,7 @@ class _ByName:
 async def _delete(broker: Broker, header: RequestContext, wanted: Any) -> dict[str, Any]:
     name, topic_id = wanted.name, wanted.topic_id
     if name is None and topic_id is not None:
-        name = _name_of(broker, topic_id)
+        name = broker.topic_name(topic_id)
         if name is None:
             return {
                 "name": None,
@@ -251,13 +251,6 @@ async def _delete(broker: Broker, header: RequestContext, wanted: Any) -> dict[s
         "error_code": ErrorCode.none,
         "error_message": None,
     }
-
-
-def _name_of(broker: Broker, topic_id: uuid.UUID) -> str | None:
-    if broker.cluster is not None:
-        return broker.cluster.cache.topic_name(topic_id)
-    topic = broker.topics.by_id(topic_id)
-    return None if topic is None else topic.name
 
 
 async def _delete_topic(broker: Broker, name: str) -> uuid.UUID:

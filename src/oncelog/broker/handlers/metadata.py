@@ -170,7 +170,7 @@ async def _lookup(
     name = requested.name
     topic_id = _topic_id(requested)
     if topic_id is not None:  # v12+: the id wins, as in Kafka
-        name = catalog.name_of(topic_id)
+        name = broker.topic_name(topic_id)
         if name is None:
             return _missing(ErrorCode.unknown_topic_id, None, topic_id)
         if not access.describe(name):  # ids are not secret, as in Kafka
@@ -196,8 +196,6 @@ class _Catalog(Protocol):
 
     def names(self) -> list[str]: ...
 
-    def name_of(self, topic_id: uuid.UUID) -> str | None: ...
-
     def describe(self, name: str) -> dict[str, Any] | None:
         """The topic's answer, None when there is no such topic."""
 
@@ -213,10 +211,6 @@ class _LocalCatalog:
 
     def names(self) -> list[str]:
         return [t.name for t in self._broker.topics.all()]
-
-    def name_of(self, topic_id: uuid.UUID) -> str | None:
-        topic = self._broker.topics.by_id(topic_id)
-        return None if topic is None else topic.name
 
     def describe(self, name: str) -> dict[str, Any] | None:
         topic = self._broker.topics.get(name)
@@ -282,9 +276,6 @@ class _ClusterCatalog:
 
     def names(self) -> list[str]:
         return sorted(self._cluster.cache.topics)
-
-    def name_of(self, topic_id: uuid.UUID) -> str | None:
-        return self._cluster.cache.topic_name(topic_id)
 
     def describe(self, name: str) -> dict[str, Any] | None:
         if name not in self._cluster.cache.topics:
