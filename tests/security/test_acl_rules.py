@@ -278,8 +278,9 @@ def test_a_principal_without_write_on_a_transactional_id_cannot_fence_it(
     alice.produce(topic_name, b"alice-3")
     alice.flush(TIMEOUT_S)
     transactional_producer(acl_broker, kit, "bob", txn_id).init_transactions(TIMEOUT_S)
-    with pytest.raises(KafkaException):
+    with pytest.raises(KafkaException) as fenced:
         alice.commit_transaction(TIMEOUT_S)  # fenced by bob's epoch bump
+    assert fenced.value.args[0].code() == KafkaError._FENCED
 
 
 def test_a_principal_cannot_end_or_abort_another_s_transaction(
