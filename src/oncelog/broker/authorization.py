@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from oncelog.broker.request_context import RequestContext
 
 __all__ = [
+    "NO_AUTHORIZED_OPERATIONS",
     "authorize",
     "authorize_by_resource_type",
     "authorize_cluster",
@@ -35,6 +36,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("oncelog.authorizer")
+
+# What an "authorized operations" field holds when the client did not ask (Kafka's
+# Integer.MIN_VALUE).
+NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 # Kafka's "authorized operations" bit fields (KIP-430): the operations each resource type
 # supports, reported to clients that ask (Metadata, DescribeGroups, DescribeCluster).

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from oncelog.broker.authorization import authorize_cluster, authorized_operations
-from oncelog.broker.handlers.metadata import NO_AUTHORIZED_OPERATIONS, cluster_view
+from oncelog.broker.authorization import (
+    NO_AUTHORIZED_OPERATIONS,
+    authorize_cluster,
+    authorized_operations,
+)
+from oncelog.broker.handlers.metadata import cluster_view
 from oncelog.protocol.errors import ErrorCode
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 

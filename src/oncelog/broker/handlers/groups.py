@@ -19,6 +19,7 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import (
+    NO_AUTHORIZED_OPERATIONS,
     authorize,
     authorize_cluster,
     authorized_operations,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 BATCHED_LEAVE_FROM = 3
 BATCHED_OFFSET_FETCH_FROM = 8
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def _may(broker: Broker, header: RequestContext, operation: AclOperation, group_id: str) -> bool:

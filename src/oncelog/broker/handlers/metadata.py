@@ -21,7 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from oncelog.broker.authorization import authorize, authorized_operations
+from oncelog.broker.authorization import (
+    NO_AUTHORIZED_OPERATIONS,
+    authorize,
+    authorized_operations,
+)
 from oncelog.broker.topic_names import is_internal
 from oncelog.broker.topics import Topic
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -34,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 ZERO_UUID = uuid.UUID(int=0)
 # Topic ids in requests, and null topic names, arrived in Metadata v12 (KIP-516); v10 and
 # v11 carry a topic id field that must stay zero and a name that must not be null.
