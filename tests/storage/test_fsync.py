@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -10,16 +12,55 @@ import pytest
 from oncelog.storage.fsync import fsync_together
 
 
-def test_fsyncs_every_descriptor_and_reports_a_failure_from_any_of_them(tmp_path: Path) -> None:
+def test_fsyncs_every_descriptor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fds = [os.open(tmp_path / f"f{i}", os.O_CREAT | os.O_WRONLY) for i in range(3)]
-    invalid = 1 << 30  # above any open-file limit: never an open descriptor
+    real_fsync = os.fsync
+    synced: list[int] = []
+
+    def recording(fd: int) -> None:
+        real_fsync(fd)
+        synced.append(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
     try:
-        fsync_together([])
-        fsync_together(fds[:1])
-        fsync_together(fds)
-        for bad_at in range(3):  # on the calling thread or on the pool's
-            with pytest.raises(OSError):
-                fsync_together([*fds[:bad_at], invalid, *fds[bad_at:]])
+        for count in range(4):  # none, one on the calling thread, several on the pool's
+            synced.clear()
+            fsync_together(fds[:count])
+            assert sorted(synced) == fds[:count]
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def test_a_real_failure_is_raised(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "f", os.O_CREAT | os.O_WRONLY)
+    invalid = 1 << 30  # above any open-file limit: never an open descriptor
+    try:
+        for fds in ([invalid, fd], [fd, invalid]):
+            with pytest.raises(OSError):
+                fsync_together(fds)
+    finally:
+        os.close(fd)
+
+
+def test_a_failure_is_raised_only_once_every_fsync_has_ended(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller may close the descriptors when it returns: none may still be in use."""
+    bad = 13
+    ended: list[int] = []
+
+    def slow_or_failing(fd: int) -> None:
+        if fd == bad:
+            raise OSError(errno.EIO, "injected")
+        time.sleep(0.05)
+        ended.append(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_or_failing)
+    for bad_at in range(3):  # on the calling thread or on the pool's
+        ended.clear()
+        fds = [10, 11]
+        fds.insert(bad_at, bad)
+        with pytest.raises(OSError, match="injected"):
+            fsync_together(fds)
+        assert sorted(ended) == [10, 11]
