@@ -26,7 +26,8 @@ DYNAMIC_CONFIG_FILE = "dynamic-broker-configs.json"
 _DEFAULT = "<default>"  # Kafka's name for the cluster-wide layer
 
 
-# (current layer) -> new layer, validated; raises KafkaError to refuse the change.
+# (current layer, or a topic's current overrides) -> the new one, validated; raises
+# KafkaError to refuse the change.
 Plan = Callable[[dict[str, str]], dict[str, str]]
 
 

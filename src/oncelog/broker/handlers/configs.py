@@ -33,6 +33,7 @@ from oncelog.broker.config_changes import (
     duplicate_resources,
     preflight,
 )
+from oncelog.broker.dynamic_config import Plan
 from oncelog.protocol.configs import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
     from oncelog.broker.request_context import RequestContext
 
 log = logging.getLogger(__name__)
-
-# (current overrides or layer) -> new ones; raises KafkaError to refuse the change.
-Plan = Callable[[dict[str, str]], dict[str, str]]
 
 
 async def handle_incremental_alter_configs(
