@@ -3,6 +3,9 @@ reported once (no broker: the failures are made by hand)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -51,6 +54,42 @@ def test_an_unreachable_cluster_is_reported_once() -> None:
         "listing topics: no answer from the cluster at kafka.bootstrap.servers=127.0.0.1:9 "
         "within 1.5 s (kafka.socket.timeout.ms): transport failure"
     )
+
+
+class _TopicBeingCreated:
+    """An admin client racing another task that is creating the topic: it does not exist,
+    then exists (TOPIC_ALREADY_EXISTS) with no partitions in the metadata for a while."""
+
+    def __init__(self, listings_without_partitions: int) -> None:
+        self.listings = 0
+        self.without = listings_without_partitions
+
+    def list_topics(self, timeout: float) -> Any:
+        self.listings += 1
+        if self.listings == 1:
+            return SimpleNamespace(topics={})
+        partitions = {} if self.listings <= 1 + self.without else {0: None, 1: None}
+        return SimpleNamespace(
+            topics={"progress": SimpleNamespace(error=None, partitions=partitions)}
+        )
+
+    def create_topics(self, topics: list[Any], request_timeout: float) -> dict[str, Any]:
+        def result() -> None:
+            raise KafkaException(KafkaError(KafkaError.TOPIC_ALREADY_EXISTS, "exists"))
+
+        return {"progress": SimpleNamespace(result=result)}
+
+
+def test_ensure_topic_waits_for_the_partitions_of_a_topic_another_task_is_creating() -> None:
+    # bench/spark.py's first exactly_once write failed a task this way (ClusterError "was
+    # created but has no partitions yet"): its two tasks made the progress topic at once
+    cluster = Cluster({"bootstrap.servers": "127.0.0.1:9", "socket.timeout.ms": "5000"})
+    cluster._admin = _TopicBeingCreated(listings_without_partitions=3)  # type: ignore[assignment]
+    assert cluster.ensure_topic("progress", 64) == 2
+    never = Cluster({"bootstrap.servers": "127.0.0.1:9", "socket.timeout.ms": "300"})
+    never._admin = _TopicBeingCreated(listings_without_partitions=10**6)  # type: ignore[assignment]
+    with pytest.raises(ClusterError, match=r"was created but has no partitions after 0\.3 s"):
+        never.ensure_topic("progress", 64)
 
 
 def test_the_consumers_group_follows_group_id_prefix_or_kafka_group_id() -> None:

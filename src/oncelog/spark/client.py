@@ -33,6 +33,7 @@ from oncelog.spark.options import (
 T = TypeVar("T")
 
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
+TOPIC_METADATA_POLL_S = 0.1  # while a created topic's partitions are not in the metadata
 
 
 class _OncePerMessage(logging.Filter):
@@ -214,7 +215,14 @@ class Cluster:
                     raise
 
         self._call(f"creating topic {name}", create)
-        created = self._call(f"describing topic {name}", count)
-        if created is None:
-            raise ClusterError(f"topic {name} was created but has no partitions yet")
+        # Partitions can show in the metadata later than CreateTopics answers: always on a
+        # Kafka cluster (brokers learn of them asynchronously), and when another task
+        # created the topic a moment ago (TOPIC_ALREADY_EXISTS while it is being made).
+        deadline = time.monotonic() + self._timeout_s
+        while (created := self._call(f"describing topic {name}", count)) is None:
+            if time.monotonic() > deadline:
+                raise ClusterError(
+                    f"topic {name} was created but has no partitions after {self._timeout_s:g} s"
+                )
+            time.sleep(TOPIC_METADATA_POLL_S)
         return created
