@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from common import create_topics, uptime
 from throughput import BrokerProcess, machine
 
 RECORD_SIZE = 1024
@@ -219,7 +219,7 @@ def run_cell(
 ) -> Cell:
     """One workload on one fresh broker: ``producers`` processes for ``seconds``."""
     topic = f"bench-{workload.name.replace(' ', '-').replace('=', '')}-{os.getpid()}"
-    create_topic(bootstrap, topic, partitions)
+    create_topics(bootstrap, [topic], partitions)
     context = multiprocessing.get_context("spawn")
     ready, results = context.Queue(), context.Queue()
     go = context.Event()
@@ -272,13 +272,6 @@ def run_cell(
         [x for r in collected for x in r.commit_ms],
         errors,
     )
-
-
-def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=30)
-    for future in futures.values():
-        future.result(60)
 
 
 # --- brokers -----------------------------------------------------------------------------------
@@ -473,15 +466,6 @@ def latency_table(cells: list[Cell]) -> list[str]:
             f"{fmt_ms(c.produce_ms):>16}{fmt_ms(c.flush_ms):>16}{fmt_ms(c.commit_ms):>16}{rate}"
         )
     return out
-
-
-def uptime() -> str:
-    try:
-        return subprocess.run(
-            ["uptime"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-    except OSError:
-        return "uptime unavailable"
 
 
 # --- main --------------------------------------------------------------------------------------

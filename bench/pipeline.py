@@ -10,7 +10,8 @@ runs a warm-up query on a few orders (Python workers started), then the job
 (`oncelog.pipeline.job`, trigger availableNow) over all N orders once per guarantee, each
 into its own output topic with a fresh checkpoint and sink.id, alternating the order of
 the guarantees over --rounds rounds. Time is measured from the query's start to its end
-(no session start-up), and every output is verified (exactly once, or at least once). The
+(no session start-up), and every output is verified (exactly once, or at least once). It
+prints the load average before and after (the machine is shared: compare within a run). The
 broker is always stopped and the temporary directory removed. `bench/spark.py` runs the
 same measurement as one of its phases.
 """
@@ -19,15 +20,14 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from common import create_topics, load_average
 from oncelog.pipeline import PARTITIONS
-from oncelog.pipeline.demo import _create_topics
 from oncelog.pipeline.job import JobConfig, new_session, run
 from oncelog.pipeline.orders import produce_orders
 from oncelog.pipeline.verify import verify
@@ -44,7 +44,7 @@ def measure_pipeline(
     spark: Any, bootstrap: str, work: Path, orders: int, per_trigger: int, rounds: int
 ) -> dict[str, float]:
     """records/s of the job per guarantee (best of `rounds`), every output verified."""
-    _create_topics(bootstrap, ["orders", "warmup", "warmup-out"], {})
+    create_topics(bootstrap, ["orders", "warmup", "warmup-out"], PARTITIONS)
     produce_orders(bootstrap, "orders", orders)
     produce_orders(bootstrap, "warmup", 30, transactional_id="bench-warmup")
     run(
@@ -54,7 +54,7 @@ def measure_pipeline(
     for r in range(rounds):
         for guarantee in GUARANTEES if r % 2 == 0 else GUARANTEES[::-1]:
             name = f"{guarantee}-{r}"
-            _create_topics(bootstrap, [f"out-{name}"], {})
+            create_topics(bootstrap, [f"out-{name}"], PARTITIONS)
             config = JobConfig(
                 bootstrap,
                 str(work / f"ck-{name}"),
@@ -88,39 +88,38 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="oncelog-bench-pipeline-"))
-    broker = BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)})
+    print(f"start: {load_average()}", flush=True)
     try:
-        bootstrap = broker.start().bootstrap_servers
-        spark = new_session("oncelog-bench-pipeline")
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            rate = measure_pipeline(
-                spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, args.rounds
-            )
-        except VerificationFailed as exc:
-            print(f"verification failed: {exc}", file=sys.stderr)
-            return 1
-        finally:
-            spark.stop()
-        print(
-            f"pipeline, {args.orders:,} orders, "
-            f"maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
-            f"{PARTITIONS} partitions, local[2,3], {platform.python_implementation()} "
-            f"{platform.python_version()} (best of {args.rounds})"
-        )
-        for g in GUARANTEES:
-            print(f"  {g:<14} {rate[g]:>8,.0f} records/s")
-        print(
-            f"  exactly_once / at_least_once = {rate['exactly_once'] / rate['at_least_once']:.2f}"
-        )
-        return 0
-    finally:
-        try:
-            broker.terminate(check=False)
-        except Exception:
-            broker.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        with tempfile.TemporaryDirectory(prefix="oncelog-bench-pipeline-") as tmp:
+            work = Path(tmp)
+            with BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)}) as broker:
+                spark = new_session("oncelog-bench-pipeline")
+                spark.sparkContext.setLogLevel("ERROR")
+                try:
+                    rate = measure_pipeline(
+                        spark,
+                        broker.bootstrap_servers,
+                        work,
+                        args.orders,
+                        args.max_offsets_per_trigger,
+                        args.rounds,
+                    )
+                finally:
+                    spark.stop()
+    except VerificationFailed as exc:
+        print(f"verification failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"end: {load_average()}")
+    print(
+        f"pipeline, {args.orders:,} orders, "
+        f"maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
+        f"{PARTITIONS} partitions, local[2,3], {platform.python_implementation()} "
+        f"{platform.python_version()} (best of {args.rounds})"
+    )
+    for g in GUARANTEES:
+        print(f"  {g:<14} {rate[g]:>8,.0f} records/s")
+    print(f"  exactly_once / at_least_once = {rate['exactly_once'] / rate['at_least_once']:.2f}")
+    return 0
 
 
 if __name__ == "__main__":

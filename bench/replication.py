@@ -31,18 +31,10 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from common import ACKS_ALL_IDEMPOTENT, load_average
 from oncelog.testing.cluster import LocalCluster
 
 RECORD_SIZE = 1024
-PRODUCER_SETTINGS = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "linger.ms": 5,
-    "batch.size": 1_000_000,
-    "max.in.flight.requests.per.connection": 5,
-    "compression.type": "none",
-    "queue.buffering.max.messages": 500_000,
-}
 # Production-like timeouts: the benchmark kills nothing, so short test timeouts buy nothing.
 BROKER_CONFIG = {"zookeeper.session.timeout.ms": "18000", "replica.lag.time.max.ms": "30000"}
 
@@ -71,7 +63,7 @@ class Phase:
 
 def produce_one_at_a_time(servers: str, phase: Phase, count: int) -> None:
     """Latency without queueing: each record is produced and flushed before the next."""
-    producer = Producer({**PRODUCER_SETTINGS, "bootstrap.servers": servers, "linger.ms": 0})
+    producer = Producer({**ACKS_ALL_IDEMPOTENT, "bootstrap.servers": servers, "linger.ms": 0})
     payload = os.urandom(RECORD_SIZE)
     for _ in range(count):
         start = time.perf_counter()
@@ -82,7 +74,7 @@ def produce_one_at_a_time(servers: str, phase: Phase, count: int) -> None:
 
 
 def produce(servers: str, phase: Phase, count: int, timeout_s: float) -> None:
-    producer = Producer({"bootstrap.servers": servers, **PRODUCER_SETTINGS})
+    producer = Producer({"bootstrap.servers": servers, **ACKS_ALL_IDEMPOTENT})
     payload = os.urandom(RECORD_SIZE)
     sent_at: list[float] = [0.0] * count
     latencies: list[float] = []
@@ -114,16 +106,11 @@ def produce(servers: str, phase: Phase, count: int, timeout_s: float) -> None:
     phase.latencies_ms += latencies
 
 
-def load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
-
-
 def report(args: argparse.Namespace, rf1: Phase, rf3: Phase, load_before: str) -> str:
     lines = [
         f"replication benchmark: {args.records} records of {RECORD_SIZE} B per phase and round,"
         f" {args.rounds} round(s), 3 brokers on 127.0.0.1, confluent-kafka acks=all idempotent",
-        f"before: {load_before}; after: {load()}",
+        f"before: {load_before}; after: {load_average()}",
         "",
         "latency under load: produce() to delivery report while producing flat out (includes"
         " client queueing); alone: one record at a time, produce() to delivery",
@@ -159,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--alone", type=int, default=300, help="one-at-a-time records per round")
     parser.add_argument("--phase-timeout", type=float, default=300.0)
     args = parser.parse_args(argv)
-    load_before = load()
+    load_before = load_average()
     with tempfile.TemporaryDirectory(prefix="oncelog-bench-") as work:
         with LocalCluster(Path(work), brokers=3, config=BROKER_CONFIG) as cluster:
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})

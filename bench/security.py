@@ -19,27 +19,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from common import ACKS_ALL_IDEMPOTENT, consume_count, create_topics, produce_all, uptime
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.security import SecurityKit
 
 RECORD_SIZE = 1024
-PRODUCER_SETTINGS = {
-    "acks": "all",
-    "enable.idempotence": True,
-    "linger.ms": 5,
-    "batch.size": 1_000_000,
-    "compression.type": "none",
-    "queue.buffering.max.messages": 500_000,
-}
 # (listener, user, mechanism): how each client connects
 WAYS = [("PLAINTEXT", None, None), ("SSL", "alice", None), ("SASL_SSL", "alice", "SCRAM-SHA-512")]
 
@@ -52,14 +43,9 @@ def client_settings(broker: BrokerProcess, kit: SecurityKit, way: tuple) -> dict
     }
 
 
-def create_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
-
-
 def produce(settings: dict[str, object], topic: str, records: int, timeout_s: float) -> float:
     """Records per second, from the first send to the last acknowledgement."""
-    producer = Producer({**settings, **PRODUCER_SETTINGS})
+    producer = Producer({**settings, **ACKS_ALL_IDEMPOTENT})
     value = b"x" * RECORD_SIZE
     failures: list[KafkaError] = []
 
@@ -68,13 +54,7 @@ def produce(settings: dict[str, object], topic: str, records: int, timeout_s: fl
             failures.append(error)
 
     start = time.perf_counter()
-    for _ in range(records):
-        while True:
-            try:
-                producer.produce(topic, value, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.05)
+    produce_all(producer, topic, ((None, value) for _ in range(records)), delivered)
     unacknowledged = producer.flush(timeout_s)
     del producer  # closed before the broker stops, so it does not log reconnections
     if unacknowledged or failures:
@@ -86,22 +66,12 @@ def consume(settings: dict[str, object], topic: str, records: int, timeout_s: fl
     """Records per second, reading the topic from its start until ``records`` are read."""
     consumer = Consumer({**settings, "group.id": f"bench-{topic}", "enable.auto.commit": False})
     consumer.assign([TopicPartition(topic, 0, 0)])
-    read, start = 0, time.perf_counter()
-    deadline = start + timeout_s
+    start = time.perf_counter()
     try:
-        while read < records:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"{topic}: {read} of {records} records read in {timeout_s} s")
-            for message in consumer.consume(10_000, 0.5):
-                if message.error() is None:
-                    read += 1
+        consume_count(consumer, records, timeout_s, topic)
         return records / (time.perf_counter() - start)
     finally:
         consumer.close()
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> int:
@@ -123,7 +93,7 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for way in WAYS:
                     topic = f"bench-{way[0].lower()}-{round_}"
-                    create_topic(broker.bootstrap_servers_for("PLAINTEXT"), topic)
+                    create_topics(broker.bootstrap_servers_for("PLAINTEXT"), [topic], 1)
                     settings = client_settings(broker, kit, way)
                     produced = produce(settings, topic, args.records, args.phase_timeout)
                     consumed = consume(settings, topic, args.records, args.phase_timeout)

@@ -26,9 +26,7 @@ The broker is always stopped and the temporary directory removed.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
@@ -48,7 +46,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from oncelog.pipeline.demo import _create_topics
+from common import consume_count, create_topics, load_average, produce_all
 from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
 from oncelog.testing.process import BrokerProcess
@@ -57,11 +55,6 @@ from pipeline import VerificationFailed, measure_pipeline
 PARTITIONS = 3
 VALUE_SIZE = 200
 TUNED_CONSUMER = {"fetch.queue.backoff.ms": 10}
-
-
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (nproc {os.cpu_count()})"
 
 
 def _timed(what: str, call: Callable[[], int]) -> tuple[int, float]:
@@ -79,14 +72,7 @@ def baseline_produce(bootstrap: str, topic: str, records: int) -> int:
     keys = [b"%010d" % i for i in range(records)]
     value = b"v" * VALUE_SIZE
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    produce = producer.produce
-    for key in keys:
-        while True:
-            try:
-                produce(topic, value, key)
-                break
-            except BufferError:  # the client's queue is full: let deliveries drain
-                producer.poll(0.05)
+    produce_all(producer, topic, ((key, value) for key in keys))
     if producer.flush(300) != 0:
         raise RuntimeError("baseline producer: records undelivered")
     return records
@@ -103,18 +89,10 @@ def baseline_consume(bootstrap: str, topic: str, records: int) -> int:
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    seen = 0
-    deadline = time.monotonic() + 300
     try:
-        while seen < records:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"baseline consumer read {seen} of {records}")
-            for message in consumer.consume(10_000, 1.0):
-                if message.error() is None:
-                    seen += 1
+        return consume_count(consumer, records, 300, "baseline consumer")
     finally:
         consumer.close()
-    return seen
 
 
 def _reader(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
@@ -141,36 +119,39 @@ def spark_write(spark: Any, bootstrap: str, topic: str, records: int, guarantee:
     return records
 
 
-def _mean_trigger_ms(query: Any, batches: int, warmup: int, timeout_s: float = 300) -> float:
-    """Mean triggerExecution (ms) of `batches` micro-batches with rows, after `warmup`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done = [p for p in query.recentProgress if p["numInputRows"] > 0]
-        if len(done) >= warmup + batches:
-            return statistics.mean(
-                p["durationMs"]["triggerExecution"] for p in done[warmup : warmup + batches]
-            )
-        if query.exception() is not None:
-            raise RuntimeError(str(query.exception()))
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(done)} micro-batches in {timeout_s} s")
-        time.sleep(0.2)
-
-
-def fixed_cost_rate_noop(spark: Any, work: Path, batches: int, warmup: int) -> float:
+def micro_batch_cost(
+    stream: Any, checkpoint: Path, batches: int, warmup: int, timeout_s: float = 300
+) -> tuple[float, int]:
+    """Start `stream` (a DataStreamWriter) triggering as fast as it can; return the mean
+    triggerExecution (ms) and the mean rows of `batches` micro-batches with rows, after
+    `warmup` of them. The query is always stopped."""
     query = (
-        spark.readStream.format("rate")
-        .option("rowsPerSecond", "10")
-        .load()
-        .writeStream.format("noop")
-        .option("checkpointLocation", str(work / "ck-rate"))
+        stream.option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="0 seconds")
         .start()
     )
+    deadline = time.monotonic() + timeout_s
     try:
-        return _mean_trigger_ms(query, batches, warmup)
+        while True:
+            done = [p for p in query.recentProgress if p["numInputRows"] > 0]
+            if len(done) >= warmup + batches:
+                timed = done[warmup : warmup + batches]
+                return (
+                    statistics.mean(p["durationMs"]["triggerExecution"] for p in timed),
+                    round(statistics.mean(p["numInputRows"] for p in timed)),
+                )
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(done)} micro-batches in {timeout_s} s")
+            time.sleep(0.2)
     finally:
         query.stop()
+
+
+def fixed_cost_rate_noop(spark: Any, work: Path, batches: int, warmup: int) -> float:
+    stream = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
+    return micro_batch_cost(stream.writeStream.format("noop"), work / "ck-rate", batches, warmup)[0]
 
 
 def fixed_cost_oncelog(
@@ -178,7 +159,7 @@ def fixed_cost_oncelog(
 ) -> tuple[float, int]:
     """The `oncelog` source into the exactly-once sink at the tail of a transactional
     topic: a transaction of 3 records every 20 ms keeps every trigger supplied."""
-    _create_topics(bootstrap, ["tail-in", "tail-out"], {})
+    create_topics(bootstrap, ["tail-in", "tail-out"], PARTITIONS)
     stop = threading.Event()
     sent = [0]
 
@@ -195,7 +176,7 @@ def fixed_cost_oncelog(
 
     feeder = threading.Thread(target=trickle, name="bench-tail-feeder", daemon=True)
     feeder.start()
-    query = (
+    stream = (
         spark.readStream.format("oncelog")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", "tail-in")
@@ -205,16 +186,10 @@ def fixed_cost_oncelog(
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", "tail-out")
         .option("sink.id", "bench-tail")
-        .option("checkpointLocation", str(work / "ck-tail"))
-        .trigger(processingTime="0 seconds")
-        .start()
     )
     try:
-        mean = _mean_trigger_ms(query, batches, warmup)
-        rows = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"] > 0]
-        return mean, round(statistics.mean(rows))
+        return micro_batch_cost(stream, work / "ck-tail", batches, warmup)
     finally:
-        query.stop()
         stop.set()
         feeder.join(30)
 
@@ -265,18 +240,97 @@ class FloorSource(DataSource):
 
 def fixed_cost_python_floor(spark: Any, work: Path, batches: int, warmup: int) -> float:
     spark.dataSource.register(FloorSource)
-    query = (
-        spark.readStream.format("bench_floor")
-        .load()
-        .writeStream.format("bench_floor")
-        .option("checkpointLocation", str(work / "ck-floor"))
-        .trigger(processingTime="0 seconds")
-        .start()
+    stream = spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
+    return micro_batch_cost(stream, work / "ck-floor", batches, warmup)[0]
+
+
+def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
+    create_topics(bootstrap, ["read", "warm"], PARTITIONS)
+    n = args.records
+    _, produce_s = _timed(
+        "baseline: idempotent producer", lambda: baseline_produce(bootstrap, "read", n)
     )
+    _, consume_s = _timed(
+        "baseline: tuned consumer", lambda: baseline_consume(bootstrap, "read", n)
+    )
+    spark = new_session("oncelog-bench-spark")
+    spark.sparkContext.setLogLevel("ERROR")
     try:
-        return _mean_trigger_ms(query, batches, warmup)
+        # warm-up: Python workers started and the modules imported
+        baseline_produce(bootstrap, "warm", 1000)
+        _reader(spark, bootstrap, "warm").count()
+        spark_write(spark, bootstrap, "warm", 1000, "exactly_once")
+
+        def count() -> int:
+            got = _reader(spark, bootstrap, "read").count()
+            if got != n:
+                raise VerificationFailed(f"Spark read {got} of {n} records")
+            return got
+
+        _, read_s = _timed("Spark read, count()", count)
+        write_s: dict[str, float] = {}
+        for r in range(args.rounds):
+            for guarantee in ("exactly_once", "at_least_once")[:: 1 if r % 2 == 0 else -1]:
+                topic = f"write-{guarantee}-{r}"
+                create_topics(bootstrap, [topic], PARTITIONS)
+
+                def write(t: str = topic, g: str = guarantee) -> int:
+                    return spark_write(spark, bootstrap, t, n, g)
+
+                _, seconds = _timed(f"Spark write {guarantee}", write)
+                written = _reader(spark, bootstrap, topic).count()
+                if written != n:
+                    latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
+                        [(topic, p) for p in range(PARTITIONS)], "latest", True
+                    )
+                    raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
+                write_s[guarantee] = min(write_s.get(guarantee, seconds), seconds)
+        rate_ms = fixed_cost_rate_noop(spark, work, args.batches, 5)
+        print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
+        floor_ms = fixed_cost_python_floor(spark, work, args.batches, 5)
+        print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
+        tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, args.batches, 5)
+        print(
+            f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
+            f"({tail_rows} rows a batch)",
+            flush=True,
+        )
+        pipeline = (
+            {}
+            if args.skip_pipeline
+            else measure_pipeline(
+                spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
+            )
+        )
     finally:
-        query.stop()
+        spark.stop()
+    print(f"end: {load_average()}")
+    print(
+        f"\n{n:,} records of {VALUE_SIZE} B, {PARTITIONS} partitions, local[2,3], broker "
+        "subprocess on the same machine"
+    )
+    rows = [
+        ("batch read / tuned consumer", consume_s / read_s, ">= 0.7"),
+        (
+            "batch write exactly_once / idempotent producer",
+            produce_s / write_s["exactly_once"],
+            ">= 0.8",
+        ),
+        (
+            "exactly_once / at_least_once (write)",
+            write_s["at_least_once"] / write_s["exactly_once"],
+            ">= 0.95",
+        ),
+        ("micro-batch cost: oncelog EOS / rate into noop", tail_ms / rate_ms, "<= 2"),
+    ]
+    for name, ratio, goal in rows:
+        print(f"  {name:<50} {ratio:6.2f}   (goal {goal})")
+    print(
+        f"  {'micro-batch cost: do-nothing Python source+sink / rate':<50} "
+        f"{floor_ms / rate_ms:6.2f}   (PySpark's own floor)"
+    )
+    for guarantee, rate in pipeline.items():
+        print(f"  pipeline {guarantee:<41} {rate:6,.0f} records/s")
 
 
 def main() -> int:
@@ -293,109 +347,18 @@ def main() -> int:
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")
     print(
         f"machine: {platform.machine()}, {platform.python_implementation()} "
-        f"{platform.python_version()}; start: {_load()}",
+        f"{platform.python_version()}; start: {load_average()}",
         flush=True,
     )
-    work = Path(tempfile.mkdtemp(prefix="oncelog-bench-spark-"))
-    broker = BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)})
     try:
-        bootstrap = broker.start().bootstrap_servers
-        _create_topics(bootstrap, ["read", "warm"], {})
-        n = args.records
-        _, produce_s = _timed(
-            "baseline: idempotent producer", lambda: baseline_produce(bootstrap, "read", n)
-        )
-        _, consume_s = _timed(
-            "baseline: tuned consumer", lambda: baseline_consume(bootstrap, "read", n)
-        )
-        spark = new_session("oncelog-bench-spark")
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            # warm-up: Python workers started and the modules imported
-            baseline_produce(bootstrap, "warm", 1000)
-            _reader(spark, bootstrap, "warm").count()
-            spark_write(spark, bootstrap, "warm", 1000, "exactly_once")
-
-            def count() -> int:
-                got = _reader(spark, bootstrap, "read").count()
-                if got != n:
-                    raise VerificationFailed(f"Spark read {got} of {n} records")
-                return got
-
-            _, read_s = _timed("Spark read, count()", count)
-            write_s: dict[str, float] = {}
-            for r in range(args.rounds):
-                for guarantee in ("exactly_once", "at_least_once")[:: 1 if r % 2 == 0 else -1]:
-                    topic = f"write-{guarantee}-{r}"
-                    _create_topics(bootstrap, [topic], {})
-
-                    def write(t: str = topic, g: str = guarantee) -> int:
-                        return spark_write(spark, bootstrap, t, n, g)
-
-                    _, seconds = _timed(f"Spark write {guarantee}", write)
-                    latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
-                        [(topic, p) for p in range(PARTITIONS)], "latest", True
-                    )
-                    written = _reader(spark, bootstrap, topic).count()
-                    if written != n:
-                        raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
-                    write_s[guarantee] = min(write_s.get(guarantee, seconds), seconds)
-            rate_ms = fixed_cost_rate_noop(spark, work, args.batches, 5)
-            print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
-            floor_ms = fixed_cost_python_floor(spark, work, args.batches, 5)
-            print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
-            tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, args.batches, 5)
-            print(
-                f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
-                f"({tail_rows} rows a batch)",
-                flush=True,
-            )
-            pipeline = (
-                {}
-                if args.skip_pipeline
-                else measure_pipeline(
-                    spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
-                )
-            )
-        finally:
-            spark.stop()
-        print(f"end: {_load()}")
-        print(
-            f"\n{n:,} records of {VALUE_SIZE} B, {PARTITIONS} partitions, local[2,3], broker "
-            "subprocess on the same machine"
-        )
-        rows = [
-            ("batch read / tuned consumer", consume_s / read_s, ">= 0.7"),
-            (
-                "batch write exactly_once / idempotent producer",
-                produce_s / write_s["exactly_once"],
-                ">= 0.8",
-            ),
-            (
-                "exactly_once / at_least_once (write)",
-                write_s["at_least_once"] / write_s["exactly_once"],
-                ">= 0.95",
-            ),
-            ("micro-batch cost: oncelog EOS / rate into noop", tail_ms / rate_ms, "<= 2"),
-        ]
-        for name, ratio, goal in rows:
-            print(f"  {name:<50} {ratio:6.2f}   (goal {goal})")
-        print(
-            f"  {'micro-batch cost: do-nothing Python source+sink / rate':<50} "
-            f"{floor_ms / rate_ms:6.2f}   (PySpark's own floor)"
-        )
-        for guarantee, rate in pipeline.items():
-            print(f"  pipeline {guarantee:<41} {rate:6,.0f} records/s")
+        with tempfile.TemporaryDirectory(prefix="oncelog-bench-spark-") as tmp:
+            work = Path(tmp)
+            with BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)}) as broker:
+                measure(args, work, broker.bootstrap_servers)
         return 0
     except VerificationFailed as exc:
         print(f"verification failed: {exc}", file=sys.stderr)
         return 1
-    finally:
-        try:
-            broker.terminate(check=False)
-        except Exception:
-            broker.kill()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

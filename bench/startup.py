@@ -35,7 +35,6 @@ import shlex
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +43,7 @@ from statistics import median
 
 import crc32c
 
+from common import uptime
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
@@ -167,10 +167,6 @@ def kill(broker: BrokerProcess) -> None:
     assert broker.proc is not None
     os.kill(broker.proc.pid, signal.SIGKILL)
     broker.proc.wait(30)
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,8 @@ from pathlib import Path
 
 import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+
+from common import create_topics
 
 RECORD_SIZE = 1024
 # Producer settings (stated in the output): librdkafka's own defaults for batching,
@@ -188,13 +189,6 @@ class BrokerProcess:
 
 
 # --- the phases --------------------------------------------------------------------------
-
-
-def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=30)
-    for future in futures.values():
-        future.result(60)
 
 
 def produce(

@@ -1,0 +1,83 @@
+"""What several benchmarks share: the machine's load, printed beside every figure (the
+machine is shared), topics, a producer that never drops a record when its queue is full, a count
+of what a consumer reads, and the producer settings of the 1 KiB acks=all runs.
+
+The scripts run as ``python bench/<name>.py``, so this module is imported as ``common``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# bench/replication.py and bench/security.py: 1 KiB records, acks=all, idempotent.
+ACKS_ALL_IDEMPOTENT = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "max.in.flight.requests.per.connection": 5,
+    "compression.type": "none",
+    "queue.buffering.max.messages": 500_000,
+}
+
+
+def uptime() -> str:
+    """The `uptime` line: the load of every core's users, not only ours."""
+    try:
+        return subprocess.run(
+            ["uptime"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except OSError:
+        return "uptime unavailable"
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (nproc {os.cpu_count()})"
+
+
+def create_topics(bootstrap: str, names: list[str], partitions: int) -> None:
+    """Topics of replication factor 1 on a broker the benchmark started."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(n, partitions, 1) for n in names], operation_timeout=30)
+    for future in futures.values():
+        future.result(60)
+
+
+def produce_all(
+    producer: Producer,
+    topic: str,
+    records: Iterable[tuple[bytes | None, bytes]],
+    on_delivery: Any = None,
+) -> None:
+    """produce() every (key, value); while the client's queue is full, let deliveries
+    drain instead of losing the record."""
+    produce = producer.produce
+    callback = {} if on_delivery is None else {"on_delivery": on_delivery}
+    for key, value in records:
+        while True:
+            try:
+                produce(topic, value, key, **callback)
+                break
+            except BufferError:
+                producer.poll(0.05)
+
+
+def consume_count(consumer: Consumer, records: int, timeout_s: float, what: str) -> int:
+    """Read from an assigned consumer until ``records`` are read (``timeout_s`` at most)."""
+    read = 0
+    deadline = time.monotonic() + timeout_s
+    while read < records:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: {read} of {records} records read in {timeout_s} s")
+        for message in consumer.consume(10_000, 0.5):
+            if message.error() is None:
+                read += 1
+    return read
