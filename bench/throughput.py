@@ -322,7 +322,7 @@ def machine() -> str:
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (
         f"nproc {nproc}, {cpu}, {platform.system()} {platform.release()}, "
-        f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.version()[0]}"
+        f"Python {platform.python_version()}, confluent-kafka {confluent_kafka.__version__}"
         f" / librdkafka {confluent_kafka.libversion()[0]}"
     )
 
