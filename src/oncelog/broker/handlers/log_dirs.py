@@ -60,19 +60,9 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
 
 
 def _wanted(broker: Broker, topics: Any) -> list[Partition]:
-    if broker.cluster is not None and broker.cluster.replicas is not None:
-        hosted = broker.cluster.replicas.partitions()  # a cluster broker's replicas
-        if topics is None:
-            return hosted
-        wanted = {(t.topic, p) for t in topics for p in t.partitions}
-        return [p for p in hosted if (p.topic, p.index) in wanted]
+    """The partitions this broker hosts: all of them, or those asked for."""
+    hosted = broker.hosted.partitions()
     if topics is None:
-        return broker.topics.partitions()
-    found = []
-    for wanted in topics:
-        topic = broker.topics.get(wanted.topic)
-        if topic is None:
-            continue
-        indexes = set(wanted.partitions)
-        found += [p for p in topic.partitions if p.index in indexes]
-    return found
+        return hosted
+    wanted = {(t.topic, p) for t in topics for p in t.partitions}
+    return [p for p in hosted if (p.topic, p.index) in wanted]
