@@ -123,11 +123,13 @@ class Broker:
             self._coordinators.marked, self.groups.complete_transaction, self.now_ms
         )
         self.markers = self._coordinators.marker_writer(self.local_markers)
+        # A new producer id: from this node's allocator, or a block reserved in ZooKeeper.
+        self.new_producer_id = self._coordinators.take_producer_id(self)
         self.transactions = _transaction_coordinator(
             config,
             self._coordinators.state,
             self.now_ms,
-            self._coordinators.take_producer_id(self),
+            self.new_producer_id,
             self.markers,
             self.groups.locate,
         )

@@ -60,7 +60,7 @@ async def handle_init_producer_id(
             await broker.cluster.producer_ids.ready()
         if request.transactional_id is None:
             # No transactional id: always a new producer id at epoch 0, as Kafka does.
-            return _producer_id(ErrorCode.none, _new_producer_id(broker), 0)
+            return _producer_id(ErrorCode.none, broker.new_producer_id(), 0)
     except CoordinatorError as exc:
         return _producer_id(client_error(ApiKey.INIT_PRODUCER_ID, header.api_version, exc.code))
     answer = await broker.transactions.init_producer_id(
@@ -74,12 +74,6 @@ async def handle_init_producer_id(
         answer.producer_id,
         answer.producer_epoch,
     )
-
-
-def _new_producer_id(broker: Broker) -> int:
-    if broker.cluster is not None:
-        return broker.cluster.producer_ids.take()
-    return broker.allocate_producer_id()
 
 
 def _producer_id(code: ErrorCode, producer_id: int = -1, epoch: int = -1) -> dict[str, Any]:
