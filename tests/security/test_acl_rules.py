@@ -582,7 +582,7 @@ def test_acl_apis_need_the_cluster_permissions(
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
             dave.delete_acls([EVERY_ACL])
         with pytest.raises(AdminError, match="CLUSTER_AUTHORIZATION_FAILED"):
-            dave.upsert_scram_credentials({"dave": "new"}, "SCRAM-SHA-256")
+            dave.upsert_scram_credentials({"dave": "new"}, ["SCRAM-SHA-256"])
     grant(acl_broker, kit, "dave", CLUSTER, "kafka-cluster", Op.ALTER)
     with connect(acl_broker, kit, "dave") as conn:
         dave = Admin(conn)

@@ -28,6 +28,16 @@ def properties(tmp_path: Path, kit: SecurityKit, user: str) -> Path:
     return path
 
 
+def as_admin(broker: EmbeddedBroker, kit: SecurityKit, tmp_path: Path) -> list[str]:
+    """The options that point a command at the SASL_SSL listener as the admin user."""
+    return [
+        "--bootstrap-server",
+        broker.bootstrap_servers_for("SASL_SSL"),
+        "--command-config",
+        str(properties(tmp_path, kit, "admin")),
+    ]
+
+
 def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
@@ -35,12 +45,7 @@ def run(*args: str) -> Result:
 def test_users_set_list_and_delete(
     secure_broker: EmbeddedBroker, kit: SecurityKit, tmp_path: Path
 ) -> None:
-    target = [
-        "--bootstrap-server",
-        secure_broker.bootstrap_servers_for("SASL_SSL"),
-        "--command-config",
-        str(properties(tmp_path, kit, "admin")),
-    ]
+    target = as_admin(secure_broker, kit, tmp_path)
     set_result = run(
         "users",
         "set",
@@ -72,6 +77,21 @@ def test_users_set_list_and_delete(
     assert AdminClient(erin).list_topics(timeout=10).brokers  # erin can log in
     assert run("users", "delete", *target, "--user", "erin").exit_code == 0
     gone = run("users", "list", *target, "--user", "erin", "--json")
+    assert "RESOURCE_NOT_FOUND" in json.loads(gone.output)[0]["error"]
+
+
+def test_users_set_gives_both_mechanisms_by_default(
+    secure_broker: EmbeddedBroker, kit: SecurityKit, tmp_path: Path
+) -> None:
+    target = as_admin(secure_broker, kit, tmp_path)
+    for mechanisms in ([], ["--mechanism", "SCRAM-SHA-256", "--mechanism", "scram-sha-256"]):
+        result = run("users", "set", *target, "--user", "frank", "--password", "f", *mechanisms)
+        assert result.exit_code == 0, result.output
+    listed = run("users", "list", *target, "--user", "frank", "--json")
+    (frank,) = json.loads(listed.output)
+    assert [c["mechanism"] for c in frank["credentials"]] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    assert run("users", "delete", *target, "--user", "frank").exit_code == 0
+    gone = run("users", "list", *target, "--user", "frank", "--json")
     assert "RESOURCE_NOT_FOUND" in json.loads(gone.output)[0]["error"]
 
 

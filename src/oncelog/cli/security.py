@@ -107,8 +107,8 @@ def set_user(
 ) -> None:
     """Create a SCRAM user, or change its password."""
     with Admin.connect(bootstrap) as admin:
-        for mechanism in mechanisms or MECHANISMS:
-            admin.upsert_scram_credentials({user: password}, mechanism, iterations)
+        chosen = list(dict.fromkeys(mechanisms or MECHANISMS))  # a repeated one counts once
+        admin.upsert_scram_credentials({user: password}, chosen, iterations)
 
 
 @users.command("delete")
@@ -130,8 +130,7 @@ def delete_user(bootstrap: Bootstrap, user: str, mechanisms: tuple[str, ...]) ->
             if found.error:
                 raise click.ClickException(found.error)
             mechanisms = tuple(m for m, _ in found.credentials)
-        for mechanism in mechanisms:
-            admin.delete_scram_credentials([user], mechanism)
+        admin.delete_scram_credentials([user], mechanisms)
 
 
 # -- acls --------------------------------------------------------------------------------

@@ -510,31 +510,36 @@ class Admin:
     def upsert_scram_credentials(
         self,
         passwords: Mapping[str, str],
-        mechanism: str,
+        mechanisms: Sequence[str],
         iterations: int = DEFAULT_ITERATIONS,
     ) -> None:
-        """AlterUserScramCredentials: create or replace each user's ``mechanism``
-        credential. The password is salted and hashed here: only the salted password
-        travels, never the password (Kafka's ``UserScramCredentialUpsertion``)."""
-        scram = _scram(mechanism)
+        """AlterUserScramCredentials: create or replace each user's credential for each
+        mechanism, in one request (the broker alters a user entirely or not at all). The
+        password is salted and hashed here: only the salted password travels, never the
+        password (Kafka's ``UserScramCredentialUpsertion``)."""
         upsertions = []
-        for user, password in passwords.items():
-            salt = secrets.token_bytes(32)
-            upsertions.append(
-                {
-                    "name": user,
-                    "mechanism": scram.code,
-                    "iterations": iterations,
-                    "salt": salt,
-                    "salted_password": salted_password(scram, password, salt, iterations),
-                }
-            )
+        for scram in map(_scram, mechanisms):
+            for user, password in passwords.items():
+                salt = secrets.token_bytes(32)
+                upsertions.append(
+                    {
+                        "name": user,
+                        "mechanism": scram.code,
+                        "iterations": iterations,
+                        "salt": salt,
+                        "salted_password": salted_password(scram, password, salt, iterations),
+                    }
+                )
         self._alter_scram({"deletions": [], "upsertions": upsertions})
 
-    def delete_scram_credentials(self, users: Sequence[str], mechanism: str) -> None:
-        """AlterUserScramCredentials: delete each user's ``mechanism`` credential."""
-        scram = _scram(mechanism)
-        deletions = [{"name": user, "mechanism": scram.code} for user in users]
+    def delete_scram_credentials(self, users: Sequence[str], mechanisms: Sequence[str]) -> None:
+        """AlterUserScramCredentials: delete each user's credential for each mechanism, in
+        one request."""
+        deletions = [
+            {"name": user, "mechanism": scram.code}
+            for scram in map(_scram, mechanisms)
+            for user in users
+        ]
         self._alter_scram({"deletions": deletions, "upsertions": []})
 
     def _alter_scram(self, request: dict[str, Any]) -> None:

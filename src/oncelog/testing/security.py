@@ -249,5 +249,4 @@ class SecurityKit:
         from oncelog.client.connection import KafkaConnection
 
         with KafkaConnection(bootstrap, security=admin) as connection:
-            for mechanism in mechanisms:
-                Admin(connection).upsert_scram_credentials(self.users, mechanism)
+            Admin(connection).upsert_scram_credentials(self.users, list(mechanisms))
