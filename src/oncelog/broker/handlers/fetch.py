@@ -117,24 +117,16 @@ def _lookup(
     """The partition to read, or the error code to answer with. Permission is checked
     before existence (a name refused reveals nothing); an unknown topic id has no name to
     check, as in Kafka."""
+    name = broker.topic_name(fetch_topic.topic_id) if by_id else fetch_topic.topic
+    if name is not None and not may_read(name):
+        return ErrorCode.topic_authorization_failed
     missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
     if broker.cluster is None:
-        if by_id:
-            by_id_topic = broker.topics.by_id(fetch_topic.topic_id)
-            name = None if by_id_topic is None else by_id_topic.name
-        else:
-            name = fetch_topic.topic
-        if name is not None and not may_read(name):
-            return ErrorCode.topic_authorization_failed
         topic = None if name is None else broker.topics.get(name)
         if topic is None or not 0 <= wanted.partition < len(topic.partitions):
             return missing
         return topic.partitions[wanted.partition]
-    cache = broker.cluster.cache
-    name = cache.topic_name(fetch_topic.topic_id) if by_id else fetch_topic.topic
-    if name is not None and not may_read(name):
-        return ErrorCode.topic_authorization_failed
-    if name is None or name not in cache.topics:
+    if name is None or name not in broker.cluster.cache.topics:
         return missing
     epoch = getattr(wanted, "current_leader_epoch", -1)
     try:
