@@ -23,6 +23,7 @@ from oncelog.cluster.peer import (
     OFFSETS_FOR_LEADER_EPOCH_VERSION,
     PeerConnection,
     PeerError,
+    PeerLink,
 )
 from oncelog.cluster.truncation import decide_truncation
 from oncelog.protocol.api_versions import ApiKey
@@ -58,7 +59,7 @@ class ReplicaFetcher:
         self._targets: dict[tuple[str, int], _Target] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._connection: PeerConnection | None = None
+        self._link = PeerLink(manager.node.cache, leader, f"oncelog-replica-{manager.broker_id}")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader}")
@@ -67,8 +68,7 @@ class ReplicaFetcher:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        if self._connection is not None:
-            self._connection.close()
+        self._link.close()
 
     def add(self, replica: Replica, leader_epoch: int) -> None:
         self._targets[replica.key] = _Target(replica, leader_epoch)
@@ -79,9 +79,7 @@ class ReplicaFetcher:
 
     def address_changed(self) -> None:
         """The leader re-registered (maybe elsewhere): reconnect on the next request."""
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        self._link.close()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -97,7 +95,7 @@ class ReplicaFetcher:
                 except TimeoutError:
                     pass
                 continue
-            connection = self._connect()
+            connection = self._link.connection()
             if connection is None:
                 await asyncio.sleep(backoff_s)
                 continue
@@ -109,24 +107,10 @@ class ReplicaFetcher:
                     await self._fetch(connection, ready)
             except PeerError as exc:
                 log.info("fetching from broker %d failed: %s", self.leader, exc)
-                self.address_changed()
                 await asyncio.sleep(backoff_s)
             except Exception:
                 log.exception("fetcher for broker %d failed; retrying", self.leader)
                 await asyncio.sleep(backoff_s)
-
-    def _connect(self) -> PeerConnection | None:
-        registration = self._manager.node.cache.brokers.get(self.leader)
-        if registration is None:
-            return None
-        address = (registration.host, registration.port)
-        if self._connection is None or self._connection.address != address:
-            if self._connection is not None:
-                self._connection.close()
-            self._connection = PeerConnection(
-                *address, client_id=f"oncelog-replica-{self._manager.broker_id}"
-            )
-        return self._connection
 
     def _current(self, key: tuple[str, int], target: _Target) -> bool:
         """Whether an answer still concerns what we asked (the role may have moved on)."""

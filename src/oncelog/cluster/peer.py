@@ -7,12 +7,21 @@ Versions are fixed rather than negotiated: both ends are oncelog brokers of one 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
 
-__all__ = ["FETCH_VERSION", "OFFSETS_FOR_LEADER_EPOCH_VERSION", "PeerConnection", "PeerError"]
+if TYPE_CHECKING:
+    from oncelog.cluster.metadata import MetadataCache
+
+__all__ = [
+    "FETCH_VERSION",
+    "OFFSETS_FOR_LEADER_EPOCH_VERSION",
+    "PeerConnection",
+    "PeerError",
+    "PeerLink",
+]
 
 FETCH_VERSION = 12  # replica_id, current_leader_epoch and log_start_offset; topics by name
 OFFSETS_FOR_LEADER_EPOCH_VERSION = 4
@@ -73,3 +82,30 @@ class PeerConnection:
             self._reader, self._writer = reader, writer
             return reader, writer
         return self._reader, self._writer
+
+
+class PeerLink:
+    """The connection to one broker at the address it is registered under now (from the
+    metadata cache): opened on first use, replaced when the broker re-registers elsewhere."""
+
+    def __init__(self, cache: MetadataCache, broker_id: int, client_id: str) -> None:
+        self._cache = cache
+        self.broker_id = broker_id
+        self._client_id = client_id
+        self._connection: PeerConnection | None = None
+
+    def connection(self) -> PeerConnection | None:
+        """The connection to the broker's registered address (None: not registered now)."""
+        registration = self._cache.brokers.get(self.broker_id)
+        if registration is None:
+            return None
+        address = (registration.host, registration.port)
+        if self._connection is None or self._connection.address != address:
+            self.close()
+            self._connection = PeerConnection(*address, client_id=self._client_id)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from oncelog.cluster.peer import PeerConnection, PeerError
+from oncelog.cluster.peer import PeerError, PeerLink
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 
@@ -47,7 +47,9 @@ class BatchingChannel(ABC, Generic[E]):
         self.broker_id = broker_id
         self._queue: list[E] = []
         self._wake = asyncio.Event()
-        self._connection: PeerConnection | None = None
+        self._link = PeerLink(
+            node.cache, broker_id, f"broker-{node.broker_id}-{self.api_key.name.lower()}"
+        )
         self._task: asyncio.Task[None] | None = None
 
     def send(self, entry: E) -> None:
@@ -63,8 +65,7 @@ class BatchingChannel(ABC, Generic[E]):
         for entry in self._queue:
             entry.fail(ErrorCode.not_leader_or_follower)
         self._queue.clear()
-        if self._connection is not None:
-            self._connection.close()
+        self._link.close()
 
     # -- what a subclass decides -----------------------------------------------------------
 
@@ -95,7 +96,7 @@ class BatchingChannel(ABC, Generic[E]):
                     self._fail(batch, ErrorCode.unknown_server_error)
 
     async def _deliver(self, batch: list[E]) -> None:
-        connection = self._connect()
+        connection = self._link.connection()
         if connection is None:
             self._fail(batch, ErrorCode.not_leader_or_follower)
             return
@@ -105,7 +106,6 @@ class BatchingChannel(ABC, Generic[E]):
             )
         except PeerError as exc:
             log.info("%s to broker %d failed: %s", self.api_key.name, self.broker_id, exc)
-            self._connection = None
             self._fail(batch, ErrorCode.network_exception)
             return
         self._answer(batch, response)
@@ -114,20 +114,6 @@ class BatchingChannel(ABC, Generic[E]):
     def _fail(batch: Sequence[E], code: ErrorCode) -> None:
         for entry in batch:
             entry.fail(code)
-
-    def _connect(self) -> PeerConnection | None:
-        """A connection to the broker's registered address (None: not registered now)."""
-        registration = self._node.cache.brokers.get(self.broker_id)
-        if registration is None:
-            return None
-        address = (registration.host, registration.port)
-        if self._connection is None or self._connection.address != address:
-            if self._connection is not None:
-                self._connection.close()
-            self._connection = PeerConnection(
-                *address, client_id=f"broker-{self._node.broker_id}-{self.api_key.name.lower()}"
-            )
-        return self._connection
 
 
 class Channels(Generic[E]):
