@@ -147,20 +147,14 @@ class ReplicatedInternalTopic:
         self._node = node
         self.name = spec.name
         self._configured_partitions = spec.partitions
+        self._leaders = LeaderPartitions(node)  # acks=all, as the markers on led partitions
 
     def partition_count(self) -> int:
         assignment = self._node.cache.topics.get(self.name)
         return self._configured_partitions if assignment is None else len(assignment.replicas)
 
-    @property
-    def _replicas(self) -> ReplicaManager:
-        replicas = self._node.replicas
-        if replicas is None:
-            raise KafkaError(ErrorCode.not_leader_or_follower, "not part of the cluster yet")
-        return replicas
-
     def _led(self, index: int) -> Partition:
-        return self._replicas.leader_partition(self.name, index)
+        return self._leaders.replicas.leader_partition(self.name, index)
 
     # -- PartitionWriter -------------------------------------------------------------------
 
@@ -173,10 +167,9 @@ class ReplicatedInternalTopic:
         producer_id: int = NO_PRODUCER,
         producer_epoch: int = -1,
     ) -> int:
-        led = self._led(partition)
-        self._replicas.check_min_insync(led)
+        led = self._leaders.writable(self.name, partition)
         last = append_coordinator_records(led, records, now_ms, producer_id, producer_epoch)
-        self._replicas.after_leader_append(led)
+        self._leaders.appended(led)
         return last
 
     def append_marker(
@@ -188,16 +181,15 @@ class ReplicatedInternalTopic:
         coordinator_epoch: int,
         now_ms: int,
     ) -> int:
-        led = self._led(partition)
-        self._replicas.check_min_insync(led)
+        led = self._leaders.writable(self.name, partition)
         offset = led.append_marker(
             producer_id, producer_epoch, committed, coordinator_epoch, now_ms
         )
-        self._replicas.after_leader_append(led)
+        self._leaders.appended(led)
         return offset
 
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
-        return self._replicas.wait_committed(self._led(partition), end_offset)
+        return self._leaders.wait_durable(self._led(partition), end_offset)
 
     # -- CoordinatorLoader -----------------------------------------------------------------
 
@@ -213,7 +205,7 @@ class ReplicatedInternalTopic:
                 led.high_watermark,
                 end,
             )
-            await self._replicas.wait_high_watermark(led, end)
+            await self._leaders.replicas.wait_high_watermark(led, end)
         return replay_partition(led, shard)
 
 

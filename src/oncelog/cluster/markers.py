@@ -57,21 +57,22 @@ class LeaderPartitions:
         self._node = node
 
     @property
-    def _replicas(self) -> ReplicaManager:
+    def replicas(self) -> ReplicaManager:
+        """This broker's replica manager (NOT_LEADER_OR_FOLLOWER before it has joined)."""
         if self._node.replicas is None:
             raise KafkaError(ErrorCode.not_leader_or_follower, "not part of the cluster yet")
         return self._node.replicas
 
     def writable(self, topic: str, index: int) -> Partition:
-        partition = self._replicas.leader_partition(topic, index)
-        self._replicas.check_min_insync(partition)
+        partition = self.replicas.leader_partition(topic, index)
+        self.replicas.check_min_insync(partition)
         return partition
 
     def appended(self, partition: Partition) -> None:
-        self._replicas.after_leader_append(partition)
+        self.replicas.after_leader_append(partition)
 
     def wait_durable(self, partition: Partition, end_offset: int) -> Awaitable[None]:
-        return self._replicas.wait_committed(partition, end_offset)
+        return self.replicas.wait_committed(partition, end_offset)
 
 
 @dataclass(eq=False, slots=True)
