@@ -38,7 +38,7 @@ from oncelog.broker.internal_topics import (
 )
 from oncelog.cluster.markers import ClusterMarkerWriter, LeaderPartitions
 from oncelog.cluster.txn_verification import TxnVerifier
-from oncelog.cluster.zookeeper import NO_LEADER, BrokerRegistration
+from oncelog.cluster.zookeeper import BrokerRegistration
 from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -105,10 +105,7 @@ async def find_coordinator(
     if assignment is None:
         raise KafkaError(ErrorCode.coordinator_not_available, f"{spec.name} is being created")
     partition = partition_for(key, len(assignment.replicas))
-    state = node.cache.states.get((spec.name, partition))
-    leader = (
-        None if state is None or state.leader == NO_LEADER else node.cache.brokers.get(state.leader)
-    )
+    leader = node.cache.live_leader(spec.name, partition)
     if leader is None:
         raise KafkaError(
             ErrorCode.coordinator_not_available,

@@ -86,6 +86,11 @@ class MetadataCache:
         assignment = self.topics.get(topic)
         return {} if assignment is None else assignment.replicas
 
+    def live_leader(self, topic: str, index: int) -> BrokerRegistration | None:
+        """The partition's leader, if it has one and that broker is alive."""
+        state = self.states.get((topic, index))
+        return None if state is None else self.brokers.get(state.leader)
+
     def set_topic_config(self, topic: str, config: EntityConfig) -> bool:
         """Take a topic's overrides as read from ZooKeeper, unless what the cache holds was
         written later (two reads may finish out of order); whether they changed."""

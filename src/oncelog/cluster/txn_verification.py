@@ -314,9 +314,7 @@ class TxnVerifier:
         partitions = cache.partitions_of(TRANSACTION_STATE)
         if not partitions:
             return None
-        state = cache.states.get(
-            (TRANSACTION_STATE, partition_for(transactional_id, len(partitions)))
+        leader = cache.live_leader(
+            TRANSACTION_STATE, partition_for(transactional_id, len(partitions))
         )
-        if state is None or state.leader not in cache.brokers:  # no leader, or not alive
-            return None
-        return state.leader
+        return None if leader is None else leader.broker_id
