@@ -275,12 +275,7 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         await self._server.start()
-        if self._metrics_server is not None:
-            await self._metrics_server.start()
-        maintenance = Maintenance(self.topics, self.flusher, self.config, self.now_ms)
-        self._maintenance = asyncio.create_task(maintenance.run(), name="log-maintenance")
-        if self.config.log_cleaner_enable:
-            self.cleaner.start()
+        await self._start_upkeep()
 
     async def _start_in_cluster(self, cluster: ClusterNode) -> None:
         """Serve, then join the cluster under the address clients and peers must use; the
@@ -302,6 +297,10 @@ class Broker:
         await self.groups.start()
         await self.transactions.start()
         self._coordinators.start(self)
+        await self._start_upkeep()
+
+    async def _start_upkeep(self) -> None:
+        """Metrics, log maintenance and the cleaner, over the partitions this broker hosts."""
         if self._metrics_server is not None:
             await self._metrics_server.start()
         maintenance = Maintenance(self.hosted, self.flusher, self.config, self.now_ms)
@@ -342,8 +341,9 @@ class Broker:
         await self._server.stop()
         if self._metrics_server is not None:
             await self._metrics_server.stop()
-        await self.transactions.stop()
-        await self.groups.stop()
+        if self.cluster is None:  # a single node's coordinators, once nothing is served
+            await self.transactions.stop()
+            await self.groups.stop()
         await self.flusher.stop()
         self.topics.close()
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
