@@ -96,10 +96,10 @@ class LocalCluster(Lifecycle):
             self.zookeeper.start()
             for broker_id in self.broker_ids:
                 self.brokers[broker_id] = self._new_broker(broker_id)
-            for broker in self.brokers.values():
+            for broker_id, broker in self.brokers.items():
                 broker.start()
                 if self.proxied:
-                    self._kafka_proxies[self._id_of(broker)].set_upstream("127.0.0.1", broker.port)
+                    self._kafka_proxies[broker_id].set_upstream("127.0.0.1", broker.port)
             self.wait_for_brokers(self.broker_ids)
             # Admin clients send CreateTopics to the controller: have one, and one that has
             # seen every broker (a topic of replication factor N needs N live brokers).
@@ -324,9 +324,6 @@ class LocalCluster(Lifecycle):
         return BrokerProcess(
             self.base_dir / f"broker-{broker_id}", config, metrics_port=0 if self.metrics else None
         )
-
-    def _id_of(self, broker: BrokerProcess) -> int:
-        return next(i for i, b in self.brokers.items() if b is broker)
 
     def _proxies_of(self, broker_id: int) -> list[FaultInjectionProxy]:
         if not self.proxied:
