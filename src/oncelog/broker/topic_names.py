@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
 MAX_NAME_LENGTH = 249  # a partition directory "<topic>-<partition>" must fit in 255 bytes
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"
@@ -34,6 +36,22 @@ def validate_topic_name(name: str) -> None:
 
 def is_internal(name: str) -> bool:
     return name in INTERNAL_TOPICS
+
+
+def check_creatable(name: str, *, internal: bool) -> None:
+    """KafkaError as CreateTopics answers a name it refuses: INVALID_TOPIC_EXCEPTION for an
+    illegal one, INVALID_REQUEST for an internal topic asked for by a client (``internal``:
+    its coordinator creating it)."""
+    try:
+        validate_topic_name(name)
+    except ValueError as exc:
+        raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
+    if is_internal(name) and not internal:
+        raise KafkaError(
+            ErrorCode.invalid_request,
+            f"Creation of internal topic {name} is prohibited: the broker creates it "
+            "when its coordinator is first looked up",
+        )
 
 
 def metric_name(name: str) -> str:

@@ -28,7 +28,7 @@ from typing import TypeVar
 from oncelog.broker import config as cfg
 from oncelog.broker.partition import Partition, PartitionSettings, record_rules
 from oncelog.broker.topic_catalogue import TopicCatalogue, TopicEntry
-from oncelog.broker.topic_names import is_internal, metric_name, validate_topic_name
+from oncelog.broker.topic_names import check_creatable, is_internal, metric_name
 from oncelog.producers.loader import load_producer_state
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import LogConfig, PartitionLog
@@ -158,16 +158,7 @@ class TopicRegistry:
     def _validate_creation(
         self, name: str, num_partitions: int, configs: dict[str, str], internal: bool
     ) -> tuple[Topic, int]:
-        try:
-            validate_topic_name(name)
-        except ValueError as exc:
-            raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
-        if is_internal(name) and not internal:
-            raise KafkaError(
-                ErrorCode.invalid_request,
-                f"Creation of internal topic {name} is prohibited: the broker creates it "
-                "when its coordinator is first looked up",
-            )
+        check_creatable(name, internal=internal)
         holder = self._metric_names.get(metric_name(name))
         if holder == name:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")

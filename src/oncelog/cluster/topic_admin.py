@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
-from oncelog.broker.topic_names import find_collision, is_internal, validate_topic_name
+from oncelog.broker.topic_names import check_creatable, find_collision, is_internal
 from oncelog.cluster.placement import assign_new_partitions, assign_replicas, check_assignment
 from oncelog.cluster.zookeeper import (
     NO_LEADER,
@@ -64,16 +64,7 @@ class TopicAdmin:
         Internal topics are their coordinators' to create (``internal=True``), as on a
         single node."""
         cache = self._node.cache
-        try:
-            validate_topic_name(name)
-        except ValueError as exc:
-            raise KafkaError(ErrorCode.invalid_topic_exception, str(exc)) from exc
-        if is_internal(name) and not internal:
-            raise KafkaError(
-                ErrorCode.invalid_request,
-                f"Creation of internal topic {name} is prohibited: the broker creates it "
-                "when its coordinator is first looked up",
-            )
+        check_creatable(name, internal=internal)
         if name in cache.topics:
             raise KafkaError(ErrorCode.topic_already_exists, f"topic {name!r} already exists")
         collision = find_collision(name, cache.topics)
