@@ -30,6 +30,19 @@ def zk_client(pair: LocalCluster):
     client.close()
 
 
+def run_broker(data_dir: Path, **settings: str) -> subprocess.CompletedProcess[str]:
+    """`oncelog broker` on ``data_dir`` with ``settings`` (dots as underscores), to its exit."""
+    command = [sys.executable, "-m", "oncelog", "broker", "--data-dir", str(data_dir)]
+    for key, value in settings.items():
+        command += ["--set", f"{key.replace('_', '.')}={value}"]
+    return subprocess.run(
+        [*command, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def test_brokers_register_with_their_address(pair: LocalCluster, zk_client: KazooClient) -> None:
     assert sorted(zk_client.get_children("/brokers/ids")) == ["1", "2"]
     for broker_id, broker in pair.brokers.items():
@@ -48,24 +61,8 @@ def test_one_controller_with_an_epoch(pair: LocalCluster, zk_client: KazooClient
 
 
 def test_duplicate_broker_id_refused(pair: LocalCluster, tmp_path: Path) -> None:
-    started = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oncelog",
-            "broker",
-            "--data-dir",
-            str(tmp_path / "intruder"),
-            "--port",
-            "0",
-            "--set",
-            f"zookeeper.connect={pair.zookeeper.connect_string}",
-            "--set",
-            "broker.id=1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    started = run_broker(
+        tmp_path / "intruder", zookeeper_connect=pair.zookeeper.connect_string, broker_id="1"
     )
     assert started.returncode == 1
     assert "broker.id 1 is already registered" in started.stderr
@@ -74,23 +71,7 @@ def test_duplicate_broker_id_refused(pair: LocalCluster, tmp_path: Path) -> None
 
 
 def test_cluster_mode_needs_a_broker_id(pair: LocalCluster, tmp_path: Path) -> None:
-    started = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oncelog",
-            "broker",
-            "--data-dir",
-            str(tmp_path),
-            "--port",
-            "0",
-            "--set",
-            f"zookeeper.connect={pair.zookeeper.connect_string}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    started = run_broker(tmp_path, zookeeper_connect=pair.zookeeper.connect_string)
     assert started.returncode == 2
     assert "a cluster broker needs broker.id (or node.id)" in started.stderr
 
@@ -98,26 +79,11 @@ def test_cluster_mode_needs_a_broker_id(pair: LocalCluster, tmp_path: Path) -> N
 def test_unreachable_zookeeper_is_reported(tmp_path: Path) -> None:
     with ZooKeeperServer(tmp_path / "zk") as zk:
         port = zk.port
-    started = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oncelog",
-            "broker",
-            "--data-dir",
-            str(tmp_path / "b"),
-            "--port",
-            "0",
-            "--set",
-            f"zookeeper.connect=127.0.0.1:{port}",
-            "--set",
-            "broker.id=5",
-            "--set",
-            "zookeeper.connection.timeout.ms=1000",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    started = run_broker(
+        tmp_path / "b",
+        zookeeper_connect=f"127.0.0.1:{port}",
+        broker_id="5",
+        zookeeper_connection_timeout_ms="1000",
     )
     assert started.returncode == 1
     assert f"cannot connect to ZooKeeper at 127.0.0.1:{port} within 1 s" in started.stderr
