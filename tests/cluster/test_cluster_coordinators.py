@@ -242,11 +242,13 @@ def test_batches_are_verified_with_a_coordinator_on_another_broker(cluster: Loca
     with connect(cluster, coordinator) as conn:
         code, pid, epoch = init_producer_id(conn, tid)
         assert code == ErrorCode.none
-        added = 1 if coordinator != 2 else 2  # a partition led elsewhere than the coordinator
+        # Partition p is led by broker p + 1: one added, one not, both led elsewhere.
+        added = 1 if coordinator != 1 else 2
         assert add_partitions(conn, tid, pid, epoch, [("spread", added - 1)]) == {
             ("spread", added - 1): ErrorCode.none
         }
     not_added = next(p for p in range(3) if p + 1 not in (coordinator, added))
+    assert coordinator not in (added, not_added + 1)
     with connect(cluster, not_added + 1) as conn:
         refused = produce(
             conn,
