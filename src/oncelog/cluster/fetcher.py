@@ -77,9 +77,9 @@ class ReplicaFetcher:
     def remove(self, key: tuple[str, int]) -> None:
         self._targets.pop(key, None)
 
-    def address_changed(self) -> None:
-        """The leader re-registered (maybe elsewhere): reconnect on the next request."""
-        self._link.close()
+    def brokers_changed(self) -> None:
+        """The live brokers changed: drop the connection if the leader registered again."""
+        self._link.refresh()
 
     # -- the loop --------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from oncelog.protocol.api_versions import ApiKey
 
 if TYPE_CHECKING:
     from oncelog.cluster.metadata import MetadataCache
+    from oncelog.cluster.zookeeper import BrokerRegistration
 
 __all__ = [
     "FETCH_VERSION",
@@ -85,25 +86,37 @@ class PeerConnection:
 
 
 class PeerLink:
-    """The connection to one broker at the address it is registered under now (from the
-    metadata cache): opened on first use, replaced when the broker re-registers elsewhere."""
+    """The connection to one broker as it is registered now (from the metadata cache):
+    opened on first use, replaced when the broker registers again (a restart, maybe at
+    another address), kept while its registration stays the same."""
 
     def __init__(self, cache: MetadataCache, broker_id: int, client_id: str) -> None:
         self._cache = cache
         self.broker_id = broker_id
         self._client_id = client_id
         self._connection: PeerConnection | None = None
+        self._registration: BrokerRegistration | None = None  # what _connection is to
 
     def connection(self) -> PeerConnection | None:
-        """The connection to the broker's registered address (None: not registered now)."""
+        """The connection to the broker's current registration (None: not registered now)."""
         registration = self._cache.brokers.get(self.broker_id)
         if registration is None:
             return None
-        address = (registration.host, registration.port)
-        if self._connection is None or self._connection.address != address:
+        if self._connection is None or registration != self._registration:
             self.close()
-            self._connection = PeerConnection(*address, client_id=self._client_id)
+            self._connection = PeerConnection(
+                registration.host, registration.port, client_id=self._client_id
+            )
+            self._registration = registration
         return self._connection
+
+    def refresh(self) -> None:
+        """The live brokers changed: close the connection if this broker's registration is
+        not the one it was made to (a request waiting on it fails now, not at its timeout)."""
+        if self._connection is not None and (
+            self._cache.brokers.get(self.broker_id) != self._registration
+        ):
+            self.close()
 
     def close(self) -> None:
         if self._connection is not None:

@@ -300,7 +300,7 @@ class ReplicaManager:
             self._reconcile(key)
         if change.brokers:
             for fetcher in self.fetchers.values():
-                fetcher.address_changed()
+                fetcher.brokers_changed()
 
     def _on_lease_change(self) -> None:
         if self.node.lease.session_id is None:  # the session is lost: no leadership holds
