@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from oncelog.client.connection import KafkaConnection
-from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch
@@ -18,6 +17,20 @@ GROUP, TRANSACTION = 0, 1
 TXN_STATE = "__transaction_state"
 OFFSETS = "__consumer_offsets"
 TopicPartition = tuple[str, int]
+
+INTERNAL_PARTITIONS = 3
+# Small internal topics, and groups that form at once: coordinators load in moments.
+COORDINATOR_CONFIG = {
+    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
+    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
+    "group.initial.rebalance.delay.ms": "0",
+    "group.min.session.timeout.ms": "1000",
+}
+# A killed broker's session, and a follower that stopped fetching, noticed within seconds.
+FAST_FAILOVER_CONFIG = {
+    "zookeeper.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "3000",
+}
 
 
 def connect(cluster: LocalCluster, broker_id: int) -> KafkaConnection:
@@ -62,10 +75,6 @@ def wait_for_coordinator(
             last = exc
         time.sleep(0.2)
     raise AssertionError(f"no coordinator for {key!r} within {timeout_s} s: {last}")
-
-
-def coordinator_partition(cluster: LocalCluster, transactional_id: str, partitions: int) -> int:
-    return partition_for(transactional_id, partitions)
 
 
 def init_producer_id(

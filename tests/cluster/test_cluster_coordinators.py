@@ -19,7 +19,9 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
 
 from .coordination import (
+    COORDINATOR_CONFIG,
     GROUP,
+    INTERNAL_PARTITIONS,
     OFFSETS,
     TRANSACTION,
     TXN_STATE,
@@ -34,13 +36,7 @@ from .coordination import (
     write_markers,
 )
 
-INTERNAL_PARTITIONS = 3
-CONFIG = {
-    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
-    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "1000",
-}
+CONFIG = COORDINATOR_CONFIG
 TIMEOUT_S = 60
 
 

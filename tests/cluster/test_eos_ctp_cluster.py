@@ -43,20 +43,18 @@ from oncelog.coordinator_partitions import partition_for
 from oncelog.testing.cluster import LocalCluster
 
 from ..eos.ctp_loop import Worker, committed_offsets, end_offsets, read_all
-from .coordination import OFFSETS, TXN_STATE
+from .coordination import (
+    COORDINATOR_CONFIG,
+    FAST_FAILOVER_CONFIG,
+    INTERNAL_PARTITIONS,
+    OFFSETS,
+    TXN_STATE,
+)
 
 pytestmark = pytest.mark.slow
 
 PARTITIONS = 3
-INTERNAL_PARTITIONS = 3
-CONFIG = {
-    "zookeeper.session.timeout.ms": "3000",
-    "replica.lag.time.max.ms": "3000",
-    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
-    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
-    "group.initial.rebalance.delay.ms": "0",
-    "group.min.session.timeout.ms": "1000",
-}
+CONFIG = {**FAST_FAILOVER_CONFIG, **COORDINATOR_CONFIG}
 SEED = 1100
 FEED_PER_S = 100  # input records per second and loop while the kills go on
 PROGRESS_TIMEOUT_S = 150.0

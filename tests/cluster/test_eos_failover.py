@@ -39,6 +39,9 @@ from oncelog.transactions.log_records import decode_record
 from oncelog.transactions.state import TxnState
 
 from .coordination import (
+    COORDINATOR_CONFIG,
+    FAST_FAILOVER_CONFIG,
+    INTERNAL_PARTITIONS,
     TRANSACTION,
     TXN_STATE,
     add_partitions,
@@ -54,14 +57,7 @@ from .coordination import (
 
 pytestmark = pytest.mark.slow
 
-INTERNAL_PARTITIONS = 3
-CONFIG = {
-    "zookeeper.session.timeout.ms": "3000",
-    "replica.lag.time.max.ms": "3000",
-    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
-    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
-    "group.initial.rebalance.delay.ms": "0",
-}
+CONFIG = {**FAST_FAILOVER_CONFIG, **COORDINATOR_CONFIG}
 TIMEOUT_S = 60
 FENCED = {ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch}
 
