@@ -89,33 +89,54 @@ def test_bad_protocol_map_is_refused() -> None:
         plan("A://127.0.0.1:1", protocol_map="A:SSL,a:SSL")
 
 
+SASL_CLUSTER = {
+    "zookeeper.connect": "127.0.0.1:1",
+    "broker.id": "1",
+    "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+    "inter.broker.listener.name": "SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "PLAIN",
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+}
+PLAIN_ENTRY = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+
+
 @pytest.mark.parametrize(
     ("settings", "key"),
     [
-        (
-            {
-                "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
-                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-            },
-            "listeners",
+        (  # Kafka's default mechanism, GSSAPI, is not offered
+            {"listener.name.sasl_plaintext.plain.sasl.jaas.config": f'{PLAIN_ENTRY} user_a="x";'},
+            "sasl.mechanism.inter.broker.protocol",
         ),
-        (
+        (  # the broker has no credentials of its own
             {
-                "listeners": "PLAINTEXT://127.0.0.1:0",
-                "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": f'{PLAIN_ENTRY} user_a="x";',
             },
-            "authorizer.class.name",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config",
         ),
     ],
 )
-def test_a_cluster_broker_refuses_security_it_cannot_keep_consistent(
+def test_a_cluster_broker_needs_its_inter_broker_credentials(
     settings: dict[str, str], key: str, tmp_path: Path
 ) -> None:
-    """Peers would replicate without authenticating and each broker would keep its own
-    ACLs: refused before anything starts (the same settings start a single node)."""
-    cluster = {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1"}
+    """How the broker authenticates to its peers is checked before anything starts."""
     with pytest.raises(ConfigError) as refused:
-        Broker(BrokerConfig.load(None, cluster | settings), tmp_path / "cluster")
+        Broker(BrokerConfig.load(None, SASL_CLUSTER | settings), tmp_path / "cluster")
     assert refused.value.key == key
-    single = Broker(BrokerConfig.load(None, settings), tmp_path / "single")
-    assert single.config.cluster_mode is False
+
+
+def test_a_cluster_broker_connects_to_peers_as_its_inter_broker_user(tmp_path: Path) -> None:
+    entry = f'{PLAIN_ENTRY} username="broker" password="b-s" user_broker="b-s";'
+    settings = {
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": entry,
+    }
+    broker = Broker(BrokerConfig.load(None, SASL_CLUSTER | settings), tmp_path / "cluster")
+    assert broker.cluster is not None
+    peers = broker.cluster.peer_security
+    assert (peers.protocol, peers.mechanism, peers.username, peers.password) == (
+        "SASL_PLAINTEXT",
+        "PLAIN",
+        "broker",
+        "b-s",
+    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -69,9 +69,14 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def read_values(servers: str, topic: str, isolation: str) -> list[bytes]:
+def read_values(
+    servers: str, topic: str, isolation: str, settings: Mapping[str, str] | None = None
+) -> list[bytes]:
+    """Every record of the topic's three partitions; ``settings``: more consumer keys
+    (security)."""
     consumer = Consumer(
         {
+            **(settings or {}),
             "bootstrap.servers": servers,
             "group.id": unique("reader"),
             "isolation.level": isolation,

@@ -3,10 +3,9 @@ atomically (a crash leaves the old or the new file, never a mix).
 
 One entry per ACL, in Kafka's names: ``{"resourceType": "Topic", "patternType": "LITERAL",
 "name": "orders", "principal": "User:alice", "host": "*", "operation": "Write",
-"permissionType": "Allow"}``. Kafka keeps them in ZooKeeper under
-``/kafka-acl`` and ``/kafka-acl-extended`` in a cluster; oncelog does not yet (a cluster
-broker refuses an authorizer). Decisions read the table from
-memory: nothing is read from disk per request.
+"permissionType": "Allow"}``. A cluster broker keeps them in ZooKeeper instead, as Kafka
+does (``oncelog.cluster.security_stores.ZkAclStore``); both are an :class:`AclStore`.
+Decisions read the table from memory: nothing is read from disk per request.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from oncelog.security.acl import (
     AccessControlEntry,
@@ -30,7 +29,7 @@ from oncelog.security.acl import (
 )
 from oncelog.storage.atomic_file import write_atomically
 
-__all__ = ["ACL_FILE", "FileAclStore", "binding_from_json", "binding_to_json"]
+__all__ = ["ACL_FILE", "AclStore", "FileAclStore", "binding_from_json", "binding_to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +68,22 @@ def binding_from_json(item: dict[str, Any]) -> AclBinding:
     )
 
 
+class AclStore(Protocol):
+    """Where the broker's ACLs are kept: what the handlers and the authorizer use."""
+
+    @property
+    def table(self) -> AclTable:
+        """The current ACLs (replaced, never mutated, by a change)."""
+
+    async def start(self) -> None:
+        """Read the stored ACLs (before the broker serves)."""
+
+    async def stop(self) -> None: ...
+
+    async def update(self, change: Callable[[AclTable], tuple[AclTable, T]]) -> T:
+        """Apply ``change`` to the current table and keep the table it returns."""
+
+
 class FileAclStore:
     """The ACLs of a single node: loaded at start, changed atomically on disk, read from memory."""
 
@@ -76,6 +91,12 @@ class FileAclStore:
         self._path = data_dir / ACL_FILE
         self.table = AclTable()
         self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self.load()
+
+    async def stop(self) -> None:
+        pass
 
     def load(self) -> None:
         """Read the file. An unreadable file or entry stops the start: enforcing a subset

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import handlers
-from oncelog.broker.acl_store import FileAclStore
+from oncelog.broker.acl_store import AclStore, FileAclStore
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.coordinator_log import InternalTopicLog
 from oncelog.broker.descriptors import apply as budget_file_descriptors
@@ -23,14 +23,15 @@ from oncelog.broker.internal_topics import CONSUMER_OFFSETS, TRANSACTION_STATE
 from oncelog.broker.listener_security import (
     ListenerSecurity,
     authenticator_factory,
+    inter_broker_security,
     listener_security,
 )
-from oncelog.broker.listeners import Endpoint, ListenerPlan, SecurityProtocol, listener_plan
+from oncelog.broker.listeners import Endpoint, listener_plan
 from oncelog.broker.log_cleaner import LogCleaner
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.metrics import BrokerMetrics, MetricsServer
 from oncelog.broker.request_context import RequestContext
-from oncelog.broker.scram_store import FileScramStore
+from oncelog.broker.scram_store import FileScramStore, ScramStore
 from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer, Listener
 from oncelog.broker.topics import TopicRegistry
 from oncelog.broker.transaction_coordinator import (
@@ -83,13 +84,9 @@ class Broker:
         self.config = config
         self.data_dir = data_dir
         self.listeners = listener_plan(config, host, port)
-        if config.cluster_mode:
-            _refuse_security_in_a_cluster(config, self.listeners)
         self.listener_security = {
             e.listener: listener_security(config, e) for e in self.listeners.listeners
         }
-        self.scram = FileScramStore(data_dir)
-        self.acls = FileAclStore(data_dir)
         self._authorizer_settings = _authorizer_settings(config)
         self._authorizer: AclAuthorizer | None = None
         self.node_id: int = config.broker_id
@@ -100,13 +97,26 @@ class Broker:
         if config.cluster_mode:
             from oncelog.cluster.node import ClusterNode  # kazoo only where it is used
 
-            self.cluster = ClusterNode(config, self.node_id)
+            inter_broker = self.listeners.listener(self.listeners.inter_broker_listener)
+            self.cluster = ClusterNode(
+                config, self.node_id, inter_broker_security(config, inter_broker)
+            )
             self.cluster.configs.on_change(self.configs_changed)
             self.dynamic_configs = self.cluster.configs
         else:
             self.dynamic_configs = DynamicConfigs(
                 data_dir, config, self.node_id, on_change=self.configs_changed
             )
+        # SCRAM credentials and ACLs: the data directory's files, or ZooKeeper in a cluster.
+        self.scram: ScramStore
+        self.acls: AclStore
+        if self.cluster is None:
+            self.scram, self.acls = FileScramStore(data_dir), FileAclStore(data_dir)
+        else:
+            from oncelog.cluster.security_stores import ZkAclStore, ZkScramStore
+
+            self.scram = ZkScramStore(self.cluster.zk, self.cluster.configs)
+            self.acls = ZkAclStore(self.cluster.zk)
         self.topics = TopicRegistry(data_dir, config)
         self.hosted = HostedPartitions(self)
         self.flusher = GroupCommitFlusher()
@@ -234,6 +244,13 @@ class Broker:
         """The first listener's advertised address."""
         return self.advertised_address_for(self.listeners.listeners[0].listener)
 
+    def _registered_endpoints(self) -> tuple[tuple[str, str, str, int], ...]:
+        """Every listener as a cluster broker registers it: name, protocol, address."""
+        return tuple(
+            (e.listener, e.protocol.name, *self.advertised_address_for(e.listener))
+            for e in self.listeners.listeners
+        )
+
     def advertise(self, host: str, port: int, listener: str | None = None) -> None:
         """Advertise ``host``:``port`` for ``listener`` (default: the first one)."""
         self._advertised_overrides[listener or self.listeners.listeners[0].listener] = (host, port)
@@ -267,8 +284,8 @@ class Broker:
         marker.unlink(missing_ok=True)
         assert isinstance(self.dynamic_configs, DynamicConfigs)
         self.dynamic_configs.load()
-        self.scram.load()
-        self.acls.load()
+        await self.scram.start()
+        await self.acls.start()
         self.topics.load(clean_shutdown=clean, now_ms=self.now_ms())
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.flusher.start()
@@ -278,7 +295,8 @@ class Broker:
         await self._start_upkeep()
 
     async def _start_in_cluster(self, cluster: ClusterNode) -> None:
-        """Serve, then join the cluster under the address clients and peers must use; the
+        """Read the cluster's credentials and ACLs, serve, then join the cluster under the
+        addresses clients and peers must use (peers: the inter-broker listener's); the
         replicas ZooKeeper assigns to this broker open as their states arrive. If joining
         fails (ZooKeeper unreachable, broker.id taken) everything stops again."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -286,11 +304,23 @@ class Broker:
         clean = marker.exists()
         marker.unlink(missing_ok=True)
         self.flusher.start()
-        await self._server.start()
         try:
-            await cluster.start(*self.advertised_address, self.data_dir, self.flusher, clean)
+            # Credentials and ACLs are read before the first connection is accepted.
+            await cluster.connect()
+            await self.scram.start()
+            await self.acls.start()
+            await self._server.start()
+            await cluster.start(
+                *self.advertised_address_for(self.listeners.inter_broker_listener),
+                self.data_dir,
+                self.flusher,
+                clean,
+                endpoints=self._registered_endpoints(),
+            )
         except BaseException:
+            await self.acls.stop()
             await self._server.stop()
+            await cluster.zk.close()
             await self.flusher.stop()
             raise
         self.cluster_id = cluster.cluster_id
@@ -337,6 +367,8 @@ class Broker:
             await self._coordinators.stop()
             await self.transactions.stop()
             await self.groups.stop()
+            await self.acls.stop()
+            await self.scram.stop()
             await self.cluster.stop()
         await self._server.stop()
         if self._metrics_server is not None:
@@ -523,29 +555,6 @@ def _authorizer_settings(
     except ValueError as exc:
         raise ConfigError("super.users", raw, str(exc)) from None
     return super_users, config.get("allow.everyone.if.no.acl.found")
-
-
-def _refuse_security_in_a_cluster(config: BrokerConfig, plan: ListenerPlan) -> None:
-    """A cluster broker serves PLAINTEXT only, without an authorizer, for now: its peers
-    replicate and send markers without authenticating, ZooKeeper holds one PLAINTEXT
-    address per broker, and SCRAM credentials and ACLs live in each broker's data
-    directory, where brokers would disagree about them. Refusing to start says so, where
-    starting would let one broker deny what another allows."""
-    secured = [str(e) for e in plan.listeners if e.protocol is not SecurityProtocol.PLAINTEXT]
-    if secured:
-        raise ConfigError(
-            "listeners",
-            ",".join(secured),
-            "a cluster broker (zookeeper.connect) serves "
-            "PLAINTEXT only: TLS and SASL are not supported in cluster mode yet",
-        )
-    if config.get("authorizer.class.name"):
-        raise ConfigError(
-            "authorizer.class.name",
-            config.get("authorizer.class.name"),
-            "ACLs are not supported in cluster mode yet "
-            "(they would be kept per broker, not in ZooKeeper)",
-        )
 
 
 _EVERY_INTERFACE = ("", "0.0.0.0", "::")

@@ -177,9 +177,10 @@ SECURITY_DEFS: tuple[ConfigDef, ...] = (
         "inter.broker.listener.name",
         T.STRING,
         None,
-        "The listener other brokers connect to (replication). Exclusive with "
-        "security.inter.broker.protocol. oncelog: validated; a cluster broker serves "
-        "PLAINTEXT only for now, so peers connect without authenticating.",
+        "The listener other brokers connect to (replication, transaction markers): its "
+        "advertised address goes into the broker's registration in ZooKeeper, and this "
+        "broker connects to the others' with that listener's security keys. Exclusive with "
+        "security.inter.broker.protocol.",
     ),
     ConfigDef(
         "security.inter.broker.protocol",
@@ -201,7 +202,8 @@ SECURITY_DEFS: tuple[ConfigDef, ...] = (
         T.STRING,
         "GSSAPI",
         "The SASL mechanism a broker uses to connect to others over a SASL inter-broker "
-        "listener. oncelog: accepted, not used (a cluster broker serves PLAINTEXT only).",
+        "listener; it must be enabled there. The broker's credentials are the username and "
+        "password of that mechanism's JAAS entry on the inter-broker listener.",
     ),
     ConfigDef(
         "sasl.jaas.config",
@@ -325,8 +327,7 @@ SECURITY_DEFS: tuple[ConfigDef, ...] = (
         T.STRING,
         "https",
         "https: a broker connecting to another checks that the certificate names the host; "
-        "empty: it does not. oncelog: accepted, not used (brokers connect to each other "
-        "over PLAINTEXT only).",
+        "empty: it does not.",
     ),
     ConfigDef(
         "ssl.principal.mapping.rules",

@@ -14,8 +14,11 @@ keys (each also settable per listener: ``listener.name.<listener>.<key>``).
   (``listener.name.<l>.plain.sasl.jaas.config``, ``user_<name>="<password>"``); SCRAM's
   from the credential store; ``connections.max.reauth.ms`` per listener and mechanism.
 
-How a broker connects to others over a secured inter-broker listener is not built: a
-cluster broker serves PLAINTEXT only for now (``Broker`` refuses anything else).
+- How this broker connects to the others (:func:`inter_broker_security`): as a client of
+  the inter-broker listener, with that listener's keys, as Kafka's inter-broker client
+  does: its trust store (and key store, as client certificate) for TLS;
+  ``sasl.mechanism.inter.broker.protocol`` and the ``username``/``password`` of that
+  mechanism's JAAS entry on the listener for SASL.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from types import MappingProxyType
 
 from oncelog.broker.config import BrokerConfig, ConfigError
 from oncelog.broker.listeners import Endpoint
+from oncelog.client.security import ClientSecurity
 from oncelog.security.jaas import (
     PLAIN_LOGIN_MODULE,
     SCRAM_LOGIN_MODULE,
@@ -50,6 +54,7 @@ __all__ = [
     "ListenerSecurity",
     "SaslSetup",
     "authenticator_factory",
+    "inter_broker_security",
     "listener_security",
 ]
 
@@ -113,6 +118,46 @@ def listener_security(config: BrokerConfig, endpoint: Endpoint) -> ListenerSecur
         sasl=_sasl_setup(config, name) if protocol.uses_sasl else None,
         principal_mapper=mapper,
         failed_authentication_delay_ms=config.get("connection.failed.authentication.delay.ms"),
+    )
+
+
+def inter_broker_security(config: BrokerConfig, endpoint: Endpoint) -> ClientSecurity:
+    """How this broker connects to the inter-broker listener ``endpoint`` of the others;
+    ConfigError when its keys cannot say (no mechanism, no credentials)."""
+    name, protocol = endpoint.listener, endpoint.protocol
+    mechanism = username = password = None
+    if protocol.uses_sasl:
+        key = "sasl.mechanism.inter.broker.protocol"
+        mechanism = str(config.get(key)).upper()
+        offered = config.listener_value(name, "sasl.enabled.mechanisms")
+        if mechanism not in offered:
+            raise ConfigError(
+                key,
+                mechanism,
+                f"the inter-broker listener {name} offers {', '.join(offered)}: set {key} to "
+                "one of them",
+            )
+        module = login_module(config, name, mechanism)
+        options = {} if module is None else module.options
+        username, password = options.get("username"), options.get("password")
+        if not username or password is None:
+            raise ConfigError(
+                f"listener.name.{name.lower()}.{mechanism.lower()}.sasl.jaas.config",
+                None,
+                f"the broker connects to the others' {name} listener with {mechanism}: its "
+                'JAAS entry needs the broker\'s own username="..." password="..."',
+            )
+    identification = config.listener_value(name, "ssl.endpoint.identification.algorithm")
+    return ClientSecurity(
+        protocol=protocol.name,
+        mechanism=mechanism,
+        username=username,
+        password=password,
+        ca_file=config.listener_value(name, "ssl.truststore.location"),
+        ca_pem=config.listener_value(name, "ssl.truststore.certificates"),
+        certificate_file=config.listener_value(name, "ssl.keystore.location"),
+        key_password=config.listener_value(name, "ssl.key.password"),
+        check_hostname=(identification or "").lower() == "https",
     )
 
 

@@ -4,9 +4,9 @@ directory, replaced atomically (a crash leaves the old or the new file, never a 
 The file holds, per user, the same map Kafka keeps in ZooKeeper under
 ``/config/users/<user>``: mechanism name -> ``salt=...,stored_key=...,server_key=...,
 iterations=N`` (:meth:`ScramCredential.to_text`). Passwords are never stored. Lookups
-are answered from memory, so authenticating a connection touches no disk. Kafka keeps
-them in ZooKeeper in a cluster; oncelog does not yet (a cluster broker serves PLAINTEXT
-only, see ``Broker``).
+are answered from memory, so authenticating a connection touches no disk. A cluster
+broker keeps them in ZooKeeper instead, as Kafka does
+(``oncelog.cluster.security_stores.ZkScramStore``); both are a :class:`ScramStore`.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from oncelog.security.scram import ScramCredential, ScramMechanism
 from oncelog.security.scram_users import Credentials
 from oncelog.storage.atomic_file import write_atomically
 
-__all__ = ["SCRAM_CREDENTIALS_FILE", "FileScramStore"]
+__all__ = ["SCRAM_CREDENTIALS_FILE", "FileScramStore", "ScramStore"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,24 @@ SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
 _VERSION = 1
 T = TypeVar("T")
 Changes = dict[str, dict[ScramMechanism, ScramCredential]]
+
+
+class ScramStore(Protocol):
+    """Where the broker's SCRAM credentials are kept: what the handlers and the SASL
+    authenticator use."""
+
+    @property
+    def credentials(self) -> Credentials: ...
+
+    def credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None: ...
+
+    async def start(self) -> None:
+        """Read the stored credentials (before the broker serves)."""
+
+    async def stop(self) -> None: ...
+
+    async def update(self, change: Callable[[Credentials], tuple[Changes, T]]) -> T:
+        """Apply ``change``; keep the users it changes (an empty map removes a user)."""
 
 
 class FileScramStore:
@@ -48,6 +66,12 @@ class FileScramStore:
 
     def credential(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self._users.get(user, {}).get(mechanism)
+
+    async def start(self) -> None:
+        self.load()
+
+    async def stop(self) -> None:
+        pass
 
     def load(self) -> None:
         """Read the file. An unreadable file stops the start: authenticating against a

@@ -7,11 +7,12 @@ ZooKeeper, and every broker told of changes, as Kafka's ZooKeeper mode does it.
   own layer on that broker only, as Kafka routes it) writes the new overrides and a
   notification ``/config/changes/config_change_<seq>`` naming the entity, in one
   transaction (``ZooKeeperSession.change_entity_config``).
-- Every broker watches ``/config/changes`` (Kafka's ``ZkConfigManager``), reads the
-  entity the notifications name, in sequence order, and applies it: a topic's overrides
-  go into the metadata cache (the replicas of that topic then act on them), a broker
-  layer that concerns this broker into its ``BrokerConfig``. Notifications older than
-  15 minutes are deleted by whichever broker reads them (Kafka's ``changeExpirationMs``).
+- Every broker watches ``/config/changes`` (Kafka's ``ZkConfigManager``, through
+  :class:`ChangeNotifications`), reads the entity the notifications name, in sequence
+  order, and applies it: a topic's overrides go into the metadata cache (the replicas of
+  that topic then act on them), a broker layer that concerns this broker into its
+  ``BrokerConfig``, a user's SCRAM credentials into the credential store
+  (``on_entity_change``).
 - At start a broker reads its two layers before it opens any replica, so a broker
   restarted after a change starts with it.
 
@@ -21,25 +22,21 @@ its write and an older one never replaces a newer one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
 from oncelog.broker.dynamic_config import Plan
 from oncelog.cluster.metadata import Change, MetadataCache
+from oncelog.cluster.notifications import ChangeNotifications
 from oncelog.cluster.zookeeper import (
+    CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES,
     DEFAULT_BROKER_ENTITY,
     EntityConfig,
     NoSuchNode,
-    SessionExpired,
-    WatchHandle,
-    ZooKeeperError,
     broker_config_path,
-    config_change_sequence,
     decode_config_change,
     topic_path,
 )
@@ -49,9 +46,6 @@ if TYPE_CHECKING:
     from oncelog.cluster.zookeeper import ZooKeeperSession
 
 log = logging.getLogger(__name__)
-
-NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000  # Kafka's ZkConfigManager changeExpirationMs
-RETRY_S = 0.5
 
 # Told after a change is applied: the topics whose overrides changed, or None for a
 # broker layer (every topic's defaults may have moved).
@@ -76,11 +70,10 @@ class ClusterConfigs:
         self._entity = str(broker_id)
         self._listeners: list[ConfigListener] = []
         self._layer_zxids = {True: -1, False: -1}  # per broker?
-        self._last_sequence = -1
-        self._seen: dict[str, int] = {}  # processed notification -> its creation time (ms)
-        self._handle: WatchHandle | None = None
-        self._pending = False
-        self._task: asyncio.Task[None] | None = None
+        self._entity_listeners: dict[str, Callable[[str], Awaitable[None]]] = {}
+        self._notifications = ChangeNotifications(
+            zk, CONFIG_CHANGES, CONFIG_CHANGE_PREFIX, self._apply
+        )
 
     def on_change(self, listener: ConfigListener) -> None:
         self._listeners.append(listener)
@@ -95,14 +88,10 @@ class ClusterConfigs:
             self._apply_layer(per_broker, found, notify=False)
 
     def start(self) -> None:
-        self._handle = self._zk.watch_children(CONFIG_CHANGES, self._notified)
+        self._notifications.start()
 
     async def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._notifications.stop()
 
     # -- changing -------------------------------------------------------------------------
 
@@ -136,58 +125,22 @@ class ClusterConfigs:
 
     # -- applying what others changed -----------------------------------------------------
 
-    def _notified(self, _children: list[str]) -> None:
-        self._pending = True
-        if self._task is None or self._task.done():
-            self._task = asyncio.ensure_future(self._process_until_idle())
+    def on_entity_change(self, kind: str, reload: Callable[[str], Awaitable[None]]) -> None:
+        """Call ``reload(name)`` for each notification about a ``kind/<name>`` entity that
+        is not a topic or broker layer (``users``: SCRAM credentials)."""
+        self._entity_listeners[kind] = reload
 
-    async def _process_until_idle(self) -> None:
-        while self._pending:
-            self._pending = False
-            try:
-                await self._process()
-            except (ZooKeeperError, SessionExpired) as exc:
-                log.warning("could not read configuration changes: %s; retrying", exc)
-                self._pending = True
-                await asyncio.sleep(RETRY_S)
-
-    async def _process(self) -> None:
-        names = await self._zk.config_changes()
-        for name in names:
-            sequence = config_change_sequence(name)
-            if sequence is None or sequence <= self._last_sequence:
-                continue
-            znode = await self._zk.read(f"{CONFIG_CHANGES}/{name}")
-            if znode is not None:
-                self._seen[name] = znode.created_ms
-                try:
-                    entity_path = decode_config_change(znode.data)
-                except (ValueError, KeyError, TypeError):
-                    log.warning("ignoring malformed config change notification %s", name)
-                else:
-                    await self._apply(entity_path)
-            self._last_sequence = sequence
-        await self._purge(set(names))
-
-    async def _apply(self, entity_path: str) -> None:
-        kind, _, name = entity_path.partition("/")
+    async def _apply(self, notification: bytes) -> None:
+        kind, _, name = decode_config_change(notification).partition("/")
         if kind == "topics":
             self._apply_topic(name, await self._zk.topic_config(name))
         elif kind == "brokers" and name in (self._entity, DEFAULT_BROKER_ENTITY):
             per_broker = name == self._entity
             found = await self._zk.entity_config(broker_config_path(name))
             self._apply_layer(per_broker, found, notify=True)
-        # Other entities (other brokers, clients, users) are not this broker's to apply.
-
-    async def _purge(self, present: set[str]) -> None:
-        """Delete notifications past their expiry; forget those that are gone."""
-        expired_before = int(time.time() * 1000) - NOTIFICATION_EXPIRY_MS
-        for name, created_ms in list(self._seen.items()):
-            if name not in present:
-                del self._seen[name]
-            elif created_ms < expired_before:
-                await self._zk.delete_if_present(f"{CONFIG_CHANGES}/{name}")
-                del self._seen[name]
+        elif kind in self._entity_listeners:
+            await self._entity_listeners[kind](name)
+        # Other entities (other brokers, clients) are not this broker's to apply.
 
     def _apply_topic(self, topic: str, found: EntityConfig) -> None:
         if self._cache.set_topic_config(topic, found):

@@ -59,7 +59,12 @@ class ReplicaFetcher:
         self._targets: dict[tuple[str, int], _Target] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._link = PeerLink(manager.node.cache, leader, f"oncelog-replica-{manager.broker_id}")
+        self._link = PeerLink(
+            manager.node.cache,
+            leader,
+            f"oncelog-replica-{manager.broker_id}",
+            manager.node.peer_security,
+        )
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader}")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.broker.config import BrokerConfig
+from oncelog.client.security import ClientSecurity
 from oncelog.cluster.configs import ClusterConfigs
 from oncelog.cluster.controller import Controller
 from oncelog.cluster.lease import SessionLease
@@ -54,9 +55,14 @@ class ClusterNode:
     """A broker's membership of the cluster: its ZooKeeper session, registration, lease,
     controller candidacy and the metadata cache (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, broker_id: int) -> None:
+    def __init__(
+        self, config: BrokerConfig, broker_id: int, peer_security: ClientSecurity | None = None
+    ) -> None:
+        """``peer_security``: how this broker connects to the others' inter-broker
+        listener (default PLAINTEXT)."""
         self.config = config
         self.broker_id = broker_id
+        self.peer_security = peer_security or ClientSecurity()
         self.cache = MetadataCache()
         self.cluster_id = ""
         self.registration: BrokerRegistration | None = None
@@ -71,7 +77,8 @@ class ClusterNode:
         self._watcher = MetadataWatcher(self.zk, self.cache)
         self.configs = ClusterConfigs(self.zk, self.cache, config, broker_id)
         self.topic_admin = TopicAdmin(self)
-        self._address: tuple[str, int] | None = None
+        self._address: tuple[str, int] | None = None  # the inter-broker listener's
+        self._endpoints: tuple[tuple[str, str, str, int], ...] = ()
         self._tasks: list[asyncio.Task[None]] = []
         self._reregistering: asyncio.Task[None] | None = None
         self._lease_listeners: list[Callable[[], None]] = []
@@ -82,6 +89,7 @@ class ClusterNode:
             partial(self.zk.allocate_producer_ids, broker_id, PRODUCER_ID_BLOCK)
         )
         self._registered_session: int | None = None
+        self._connected = False
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -92,6 +100,7 @@ class ClusterNode:
         data_dir: Path,
         flusher: GroupCommitFlusher,
         clean_start: bool,
+        endpoints: tuple[tuple[str, str, str, int], ...] = (),
     ) -> None:
         """Connect, register (this broker's address, as clients must reach it), watch, and
         host the replicas ZooKeeper assigns to this broker.
@@ -99,9 +108,8 @@ class ClusterNode:
         Raises ZooKeeperError (unreachable) or BrokerIdInUse; the broker then refuses to
         start with that message."""
         self._address = (host, port)
-        await self.zk.start()
-        self.cluster_id = await self.zk.cluster_id()
-        await self.configs.load_broker_layers()
+        self._endpoints = endpoints
+        await self.connect()
         await self._register()
         self.replicas = ReplicaManager(self, data_dir, flusher, clean_start)
         self.replicas.start()
@@ -118,6 +126,16 @@ class ClusterNode:
             self.zk.connect,
             self.registration.epoch if self.registration else -1,
         )
+
+    async def connect(self) -> None:
+        """Open the ZooKeeper session and read what the broker needs before it serves: the
+        cluster id and this broker's dynamic layers (once; ``start`` calls it too)."""
+        if self._connected:
+            return
+        await self.zk.start()
+        self.cluster_id = await self.zk.cluster_id()
+        await self.configs.load_broker_layers()
+        self._connected = True
 
     async def stop(self) -> None:
         """Leave: closing the session deletes our registration (and /controller if ours)
@@ -165,7 +183,7 @@ class ClusterNode:
         host, port = self._address
         sent_at = time.monotonic()
         self.registration = await self.zk.register_broker(
-            BrokerRegistration(self.broker_id, host, port),
+            BrokerRegistration(self.broker_id, host, port, endpoints=self._endpoints),
             expiry_wait_s=self.config.zookeeper_session_timeout_ms / 1000 + EXPIRY_GRACE_S,
         )
         session = self.zk.session_id

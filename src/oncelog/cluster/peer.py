@@ -1,16 +1,26 @@
-"""A connection from one broker to another, for the follower's Fetch and
-OffsetsForLeaderEpoch: one request at a time, asyncio streams, the project's codec.
+"""A connection from one broker to another (the follower's Fetch and
+OffsetsForLeaderEpoch, WriteTxnMarkers, verification): one request at a time, asyncio
+streams, the project's codec.
 
 Versions are fixed rather than negotiated: both ends are oncelog brokers of one build.
+Over a secured inter-broker listener the connection authenticates like any client (Kafka's
+inter-broker client does the same): TLS with the broker's trust store (and its own
+certificate as client certificate), then SaslHandshake and SaslAuthenticate with the
+broker's own credentials, before its first request. A broker that ends the session
+(``connections.max.reauth.ms``) closes the connection; the next request opens a new one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import TYPE_CHECKING, Any
 
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.errors import ErrorCode
+from oncelog.security.mechanism import AuthenticationFailed
 
 if TYPE_CHECKING:
     from oncelog.cluster.metadata import MetadataCache
@@ -26,6 +36,8 @@ __all__ = [
 
 FETCH_VERSION = 12  # replica_id, current_leader_epoch and log_start_offset; topics by name
 OFFSETS_FOR_LEADER_EPOCH_VERSION = 4
+SASL_HANDSHAKE_VERSION = 1  # KIP-152: SaslAuthenticate requests follow
+SASL_AUTHENTICATE_VERSION = 2
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -37,9 +49,12 @@ class PeerConnection:
     """A connection to another broker, one request at a time, at fixed versions (both ends
     are oncelog brokers of one build)."""
 
-    def __init__(self, host: str, port: int, client_id: str) -> None:
+    def __init__(
+        self, host: str, port: int, client_id: str, security: ClientSecurity | None = None
+    ) -> None:
         self.address = (host, port)
         self._client_id = client_id
+        self._security = security or ClientSecurity()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
@@ -49,24 +64,30 @@ class PeerConnection:
     ) -> Any:
         """Send one request and return the decoded response; PeerError on any failure
         (the connection is then closed, the next request opens a new one)."""
-        api = codec.api_codec(api_key, version)
-        self._correlation_id += 1
-        frame = codec.encode_request(api, self._correlation_id, self._client_id, body)
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer = await self._connected()
-                writer.write(frame)
-                await writer.drain()
-                size = int.from_bytes(await reader.readexactly(4), "big")
-                payload = await reader.readexactly(size)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+                await self._connected()
+                return await self._exchange(api_key, version, body)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             self.close()
             raise PeerError(
                 f"{api_key.name} to {self.address[0]}:{self.address[1]}: {exc!r}"
             ) from exc
+        except PeerError:
+            self.close()
+            raise
+
+    async def _exchange(self, api_key: ApiKey, version: int, body: dict[str, Any]) -> Any:
+        assert self._reader is not None and self._writer is not None
+        api = codec.api_codec(api_key, version)
+        self._correlation_id += 1
+        frame = codec.encode_request(api, self._correlation_id, self._client_id, body)
+        self._writer.write(frame)
+        await self._writer.drain()
+        size = int.from_bytes(await self._reader.readexactly(4), "big")
+        payload = await self._reader.readexactly(size)
         correlation_id, response = codec.decode_response(api, payload)
         if correlation_id != self._correlation_id:
-            self.close()
             raise PeerError(f"correlation id {correlation_id}, expected {self._correlation_id}")
         return response
 
@@ -75,14 +96,50 @@ class PeerConnection:
             self._writer.close()
         self._reader = self._writer = None
 
-    async def _connected(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._reader is None or self._writer is None:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*self.address, limit=1 << 20), CONNECT_TIMEOUT_S
-            )
-            self._reader, self._writer = reader, writer
-            return reader, writer
-        return self._reader, self._writer
+    async def _connected(self) -> None:
+        if self._reader is not None and self._writer is not None:
+            return
+        host, port = self.address
+        context = self._security.ssl_context()
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                host,
+                port,
+                limit=1 << 20,
+                ssl=context,
+                server_hostname=host if context is not None else None,
+            ),
+            CONNECT_TIMEOUT_S,
+        )
+        await self._authenticate()
+
+    async def _authenticate(self) -> None:
+        """SASL with the broker's own credentials, when the inter-broker listener asks for
+        it; PeerError if the other broker refuses."""
+        exchange = self._security.sasl_exchange()
+        if exchange is None:
+            return
+        mechanism = self._security.mechanism
+        handshake = await self._exchange(
+            ApiKey.SASL_HANDSHAKE, SASL_HANDSHAKE_VERSION, {"mechanism": mechanism}
+        )
+        if handshake.error_code != ErrorCode.none:
+            raise PeerError(f"the broker at {host_port(self.address)} does not offer {mechanism}")
+        token: bytes | None = exchange.first()
+        try:
+            while token is not None:
+                answer = await self._exchange(
+                    ApiKey.SASL_AUTHENTICATE, SASL_AUTHENTICATE_VERSION, {"auth_bytes": token}
+                )
+                if answer.error_code != ErrorCode.none:
+                    raise PeerError(
+                        f"authentication to {host_port(self.address)} as "
+                        f"{self._security.username} failed: "
+                        f"{answer.error_message or ErrorCode(answer.error_code).name}"
+                    )
+                token = exchange.next(answer.auth_bytes)
+        except AuthenticationFailed as exc:
+            raise PeerError(f"authentication to {host_port(self.address)}: {exc}") from exc
 
 
 class PeerLink:
@@ -90,10 +147,18 @@ class PeerLink:
     opened on first use, replaced when the broker registers again (a restart, maybe at
     another address), kept while its registration stays the same."""
 
-    def __init__(self, cache: MetadataCache, broker_id: int, client_id: str) -> None:
+    def __init__(
+        self,
+        cache: MetadataCache,
+        broker_id: int,
+        client_id: str,
+        security: ClientSecurity | None = None,
+    ) -> None:
+        """``security``: how to reach the broker's inter-broker listener."""
         self._cache = cache
         self.broker_id = broker_id
         self._client_id = client_id
+        self._security = security
         self._connection: PeerConnection | None = None
         self._registration: BrokerRegistration | None = None  # what _connection is to
 
@@ -105,7 +170,7 @@ class PeerLink:
         if self._connection is None or registration != self._registration:
             self.close()
             self._connection = PeerConnection(
-                registration.host, registration.port, client_id=self._client_id
+                registration.host, registration.port, self._client_id, self._security
             )
             self._registration = registration
         return self._connection
@@ -122,3 +187,7 @@ class PeerLink:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
+
+
+def host_port(address: tuple[str, int]) -> str:
+    return f"{address[0]}:{address[1]}"

@@ -48,7 +48,10 @@ class BatchingChannel(ABC, Generic[E]):
         self._queue: list[E] = []
         self._wake = asyncio.Event()
         self._link = PeerLink(
-            node.cache, broker_id, f"broker-{node.broker_id}-{self.api_key.name.lower()}"
+            node.cache,
+            broker_id,
+            f"broker-{node.broker_id}-{self.api_key.name.lower()}",
+            node.peer_security,
         )
         self._task: asyncio.Task[None] | None = None
 

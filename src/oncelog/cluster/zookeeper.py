@@ -129,9 +129,20 @@ class BrokerRegistration:
     for the same incarnation."""
 
     broker_id: int
-    host: str
+    host: str  # the inter-broker listener's advertised address: where peers connect
     port: int
     epoch: int = -1
+    # Every listener: (listener name, security protocol, advertised host, port).
+    endpoints: tuple[tuple[str, str, str, int], ...] = ()
+
+    def address_for(self, listener: str) -> tuple[str, int]:
+        """The advertised address of ``listener`` (a client's listener: Metadata answers
+        each broker's address on the listener the client came in on); the inter-broker
+        address when the broker did not register that listener."""
+        for name, _, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,14 +241,18 @@ class SessionExpired(ZooKeeperError):
 
 
 def encode_broker(registration: BrokerRegistration, now_ms: int) -> bytes:
-    endpoint = f"PLAINTEXT://{registration.host}:{registration.port}"
+    """Kafka's v5 registration; ``host``/``port`` hold the inter-broker listener's address
+    (Kafka writes the PLAINTEXT listener's there, or none), which is where peers connect."""
+    endpoints = registration.endpoints or (
+        ("PLAINTEXT", "PLAINTEXT", registration.host, registration.port),
+    )
     return _json(
         {
             "version": 5,
             "host": registration.host,
             "port": registration.port,
-            "endpoints": [endpoint],
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"{name}://{host}:{port}" for name, _, host, port in endpoints],
+            "listener_security_protocol_map": {name: proto for name, proto, _, _ in endpoints},
             "jmx_port": -1,
             "timestamp": str(now_ms),
             "features": {},
@@ -247,13 +262,15 @@ def encode_broker(registration: BrokerRegistration, now_ms: int) -> bytes:
 
 def decode_broker(broker_id: int, data: bytes, epoch: int) -> BrokerRegistration:
     fields = json.loads(data)
-    host, port = fields.get("host"), fields.get("port")
+    protocols = fields.get("listener_security_protocol_map", {})
+    endpoints = []
     for endpoint in fields.get("endpoints", ()):
         name, _, address = endpoint.partition("://")
-        if name == "PLAINTEXT":
-            host, _, port_text = address.rpartition(":")
-            port = int(port_text)
-    return BrokerRegistration(broker_id, str(host), int(port), epoch)
+        host, _, port_text = address.rpartition(":")
+        endpoints.append((name, str(protocols.get(name, name)), host.strip("[]"), int(port_text)))
+    return BrokerRegistration(
+        broker_id, str(fields["host"]), int(fields["port"]), epoch, tuple(endpoints)
+    )
 
 
 def encode_partition_state(state: PartitionState) -> bytes:
@@ -313,14 +330,6 @@ def encode_config_change(entity_path: str) -> bytes:
 
 def decode_config_change(data: bytes) -> str:
     return str(json.loads(data)["entity_path"])
-
-
-def config_change_sequence(name: str) -> int | None:
-    """The sequence number of a ``config_change_<seq>`` child, None for anything else."""
-    if not name.startswith(CONFIG_CHANGE_PREFIX):
-        return None
-    digits = name[len(CONFIG_CHANGE_PREFIX) :]
-    return int(digits) if digits.isdigit() else None
 
 
 def encode_controller(broker_id: int, now_ms: int) -> bytes:
@@ -571,15 +580,6 @@ class ZooKeeperSession:
             return EntityConfig({})
         return EntityConfig(decode_topic_config(znode.data), znode.modified_zxid)
 
-    async def config_changes(self) -> list[str]:
-        """The config change notifications present, oldest first."""
-        found = []
-        for name in await self.children(CONFIG_CHANGES):
-            sequence = config_change_sequence(name)
-            if sequence is not None:
-                found.append((sequence, name))
-        return [name for _, name in sorted(found)]
-
     async def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         znode = await self.read(partition_state_path(topic, partition))
         if znode is None:
@@ -650,6 +650,45 @@ class ZooKeeperSession:
                 fresh = await self.read(path)
                 zxid = fresh.modified_zxid if fresh is not None else -1
             return EntityConfig(wanted, zxid)
+
+    async def ensure_paths(self, paths: Iterable[str]) -> None:
+        """Create persistent znodes (and their parents) that do not exist yet."""
+        for path in paths:
+            await self._retry(partial(self._client.ensure_path_async, path))
+
+    async def rewrite_with_notification(
+        self,
+        path: str,
+        plan: Callable[[bytes | None], bytes | None],
+        notification: tuple[str, bytes],
+    ) -> bytes | None:
+        """Replace the data of ``path`` by ``plan(current)`` (None: the znode is deleted,
+        or not created) and create the sequential znode ``notification`` = (path prefix,
+        data) in one transaction, compare-and-set on the version ``plan`` saw: a
+        concurrent change makes us read and plan again. Returns what was written. (Kafka
+        writes an ACL or user change and its notification one after the other.)"""
+        while True:
+            znode = await self.read(path)
+            wanted = plan(None if znode is None else znode.data)
+            if znode is None and wanted is None:
+                return None  # nothing there and nothing to write
+
+            def transaction(znode: Znode | None = znode, wanted: bytes | None = wanted) -> Any:
+                txn = self._client.transaction()
+                if znode is None:
+                    txn.create(path, wanted)
+                elif wanted is None:
+                    txn.delete(path, znode.version)
+                else:
+                    txn.set_data(path, wanted, znode.version)
+                txn.create(notification[0], notification[1], sequence=True)
+                return txn.commit_async()
+
+            results = await self._retry(transaction)
+            if any(isinstance(r, BadVersionError | NodeExistsError | NoNodeError) for r in results):
+                continue  # changed (or created, or deleted) meanwhile: plan again
+            _raise_first_failure(results)
+            return wanted
 
     async def delete_if_present(self, path: str) -> None:
         try:

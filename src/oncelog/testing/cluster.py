@@ -37,6 +37,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.client.security import ClientSecurity
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing.lifecycle import Lifecycle
 from oncelog.testing.process import BrokerProcess
@@ -72,7 +73,10 @@ class LocalCluster(Lifecycle):
         proxied: bool = False,
         metrics: bool = False,
         start_timeout_s: float = 60.0,
+        security: ClientSecurity | None = None,
     ) -> None:
+        """``security``: how the cluster's own checks connect to the brokers' first
+        listener (a secured cluster's: see ``SecurityKit.client``); PLAINTEXT by default."""
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         self.base_dir = Path(base_dir)
@@ -81,6 +85,7 @@ class LocalCluster(Lifecycle):
         self.proxied = proxied
         self.metrics = metrics  # each broker serves Prometheus metrics (BrokerProcess.metrics_port)
         self.start_timeout_s = start_timeout_s
+        self.security = security
         self.zookeeper = ZooKeeperServer(self.base_dir / "zookeeper")
         self.brokers: dict[int, BrokerProcess] = {}
         self._kafka_proxies: dict[int, FaultInjectionProxy] = {}
@@ -182,7 +187,7 @@ class LocalCluster(Lifecycle):
         if controller is None:
             return False
         try:
-            with KafkaConnection(self.address(controller)) as conn:
+            with KafkaConnection(self.address(controller), security=self.security) as conn:
                 answer = conn.request(
                     ApiKey.METADATA,
                     {

@@ -69,7 +69,7 @@ async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[
             leader = await find_coordinator(broker.cluster, spec, key)
         except KafkaError as exc:
             return _failed(key, exc.code, exc.message)
-        return _found(key, leader.broker_id, leader.host, leader.port)
+        return _found(key, leader.broker_id, *leader.address_for(listener))
     if key_type == TRANSACTION:
         await broker.transactions.ready()
     else:

@@ -65,7 +65,7 @@ def cluster_view(broker: Broker, listener: str) -> ClusterView:
         broker.cluster.cluster_id,
         -1 if cache.controller_id is None else cache.controller_id,
         [
-            (b.broker_id, b.host, b.port)
+            (b.broker_id, *b.address_for(listener))
             for b in sorted(cache.brokers.values(), key=lambda b: b.broker_id)
         ],
     )
