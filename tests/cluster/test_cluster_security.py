@@ -76,13 +76,19 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def spread_topic(cluster: LocalCluster, kit: SecurityKit, min_isr: int = 2) -> str:
+def admin_of(cluster: LocalCluster) -> ClientSecurity:
+    """The cluster's administrator (a super user): the security the cluster was started with."""
+    assert cluster.security is not None
+    return cluster.security
+
+
+def spread_topic(cluster: LocalCluster, min_isr: int = 2) -> str:
     """A topic of three partitions, each led by another broker, replication factor 3."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = unique("spread")
     admin = AdminClient(
-        {"bootstrap.servers": cluster.bootstrap_servers, **as_user(kit, "admin").librdkafka()}
+        {"bootstrap.servers": cluster.bootstrap_servers, **admin_of(cluster).librdkafka()}
     )
     topic = NewTopic(
         name,
@@ -129,13 +135,12 @@ def metadata_error(
 # -- replication and transactions over the authenticated inter-broker channel -----------------
 
 
-def test_acks_all_with_three_replicas_replicates_over_sasl(
-    cluster: LocalCluster, kit: SecurityKit
-) -> None:
+def check_acks_all_with_three_in_sync_replicas(cluster: LocalCluster) -> None:
     """min.insync.replicas=3: every write waits for both followers, which fetch over the
-    SASL inter-broker listener as the broker's own user."""
-    topic = spread_topic(cluster, kit, min_isr=3)
-    sender = producer(cluster, as_user(kit, "admin"), acks="all", **{"enable.idempotence": True})
+    secured inter-broker listener as the broker's own principal."""
+    topic = spread_topic(cluster, min_isr=3)
+    admin = admin_of(cluster)
+    sender = producer(cluster, admin, acks="all", **{"enable.idempotence": True})
     failures: list[KafkaError] = []
     for i in range(30):
         sender.produce(
@@ -148,16 +153,16 @@ def test_acks_all_with_three_replicas_replicates_over_sasl(
     assert failures == []
     for partition in range(3):
         cluster.wait_for_isr(topic, partition, [1, 2, 3])
-    values = read_values(cluster, as_user(kit, "admin"), topic, "read_uncommitted")
+    values = read_values(cluster, admin, topic, "read_uncommitted")
     assert sorted(values, key=int) == [b"%d" % i for i in range(30)]
 
 
-def test_a_transaction_across_three_leaders_commits_and_aborts(
-    cluster: LocalCluster, kit: SecurityKit
-) -> None:
-    topic = spread_topic(cluster, kit)
+def check_a_transaction_across_three_leaders(cluster: LocalCluster) -> None:
+    """Committed and aborted: the markers reach the leaders on the other brokers."""
+    topic = spread_topic(cluster)
+    admin = admin_of(cluster)
     for outcome in ("commit", "abort"):
-        txn = producer(cluster, as_user(kit, "admin"), **{"transactional.id": unique("txn")})
+        txn = producer(cluster, admin, **{"transactional.id": unique("txn")})
         txn.init_transactions(TIMEOUT_S)
         txn.begin_transaction()
         for partition in range(3):
@@ -167,10 +172,17 @@ def test_a_transaction_across_three_leaders_commits_and_aborts(
             txn.commit_transaction(TIMEOUT_S)
         else:
             txn.abort_transaction(TIMEOUT_S)
-    committed = read_values(cluster, as_user(kit, "admin"), topic, "read_committed")
-    assert committed == [b"commit"] * 3  # the markers reached every leader
-    everything = read_values(cluster, as_user(kit, "admin"), topic, "read_uncommitted")
+    assert read_values(cluster, admin, topic, "read_committed") == [b"commit"] * 3
+    everything = read_values(cluster, admin, topic, "read_uncommitted")
     assert sorted(everything) == sorted([b"commit"] * 3 + [b"abort"] * 3)
+
+
+def test_acks_all_with_three_replicas_replicates_over_sasl(cluster: LocalCluster) -> None:
+    check_acks_all_with_three_in_sync_replicas(cluster)
+
+
+def test_a_transaction_across_three_leaders_commits_and_aborts(cluster: LocalCluster) -> None:
+    check_a_transaction_across_three_leaders(cluster)
 
 
 def test_a_principal_without_write_on_a_transactional_id_cannot_use_it(
@@ -189,13 +201,13 @@ def test_a_principal_without_write_on_a_transactional_id_cannot_use_it(
 def test_an_acl_created_through_broker_1_is_enforced_by_broker_2(
     cluster: LocalCluster, kit: SecurityKit
 ) -> None:
-    topic = spread_topic(cluster, kit)
+    topic = spread_topic(cluster)
     assert metadata_error(cluster, 2, "alice", kit, topic) == ErrorCode.topic_authorization_failed
     write = AclBinding(
         ResourcePattern(ResourceType.TOPIC, topic, PatternType.LITERAL),
         AccessControlEntry("User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW),
     )
-    with connect(cluster, 1, as_user(kit, "admin")) as conn:
+    with connect(cluster, 1, admin_of(cluster)) as conn:
         Admin(conn).create_acls([write])
     eventually(
         lambda: metadata_error(cluster, 2, "alice", kit, topic) == ErrorCode.none,
@@ -222,7 +234,7 @@ def test_an_acl_created_through_broker_1_is_enforced_by_broker_2(
     refused.flush(TIMEOUT_S)
     assert [e.code() for e in denied] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     # Removed through broker 3: broker 2 refuses alice again.
-    with connect(cluster, 3, as_user(kit, "admin")) as conn:
+    with connect(cluster, 3, admin_of(cluster)) as conn:
         only_this = AclBindingFilter(
             ResourcePatternFilter(ResourceType.TOPIC, topic, PatternType.LITERAL),
             AccessControlEntryFilter(None, None, AclOperation.ANY, AclPermissionType.ANY),
@@ -251,7 +263,7 @@ def test_a_scram_user_created_through_broker_2_logs_in_on_broker_3(
     )
     with pytest.raises(ProtocolClientError, match="authentication failed"):
         connect(cluster, 3, dave).close()
-    with connect(cluster, 2, as_user(kit, "admin")) as conn:
+    with connect(cluster, 2, admin_of(cluster)) as conn:
         Admin(conn).upsert_scram_credentials({user: password}, ["SCRAM-SHA-512"])
 
     def logs_in() -> bool:
@@ -286,8 +298,8 @@ def test_fetching_as_a_replica_needs_cluster_action(
     """A Fetch carrying a follower's replica id, from a principal without ClusterAction,
     reads nothing: Kafka's KafkaApis answers each partition TOPIC_AUTHORIZATION_FAILED
     (not CLUSTER_AUTHORIZATION_FAILED). The broker's own user (a super user) reads."""
-    topic = spread_topic(cluster, kit)
-    producer_ = producer(cluster, as_user(kit, "admin"), acks="all")
+    topic = spread_topic(cluster)
+    producer_ = producer(cluster, admin_of(cluster), acks="all")
     producer_.produce(topic, value=b"replicated", partition=0)
     assert producer_.flush(TIMEOUT_S) == 0
     follower = 2  # partition 0 is led by broker 1, followed by 2 and 3
@@ -308,7 +320,7 @@ def test_the_inter_broker_connection_authenticates_or_gets_nothing(
     """The control for the replication and marker tests: a peer connection as the brokers
     make it (PeerConnection with the broker's user) fetches; without credentials, or with
     a wrong password, the listener answers nothing but the SASL exchange."""
-    topic = spread_topic(cluster, kit)
+    topic = spread_topic(cluster)
     host, _, port = cluster.address(1).rpartition(":")
     body = fetch_body(topic) | {"replica_id": 2}
 
@@ -321,7 +333,7 @@ def test_the_inter_broker_connection_authenticates_or_gets_nothing(
         [partition] = [p for t in answer.responses for p in t.partitions]
         return ErrorCode(partition.error_code)
 
-    assert asyncio.run(fetch_as(as_user(kit, "admin"))) == ErrorCode.none
+    assert asyncio.run(fetch_as(admin_of(cluster))) == ErrorCode.none
     wrong = ClientSecurity(LISTENER, "PLAIN", "admin", "not-the-password")
     with pytest.raises(PeerError, match=r"authentication .* failed"):
         asyncio.run(fetch_as(wrong))
