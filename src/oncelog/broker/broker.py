@@ -319,6 +319,7 @@ class Broker:
             )
         except BaseException:
             await self.acls.stop()
+            await self.scram.stop()
             await self._server.stop()
             await cluster.zk.close()
             await self.flusher.stop()
