@@ -321,10 +321,21 @@ def test_the_inter_broker_connection_authenticates_or_gets_nothing(
     make it (PeerConnection with the broker's user) fetches; without credentials, or with
     a wrong password, the listener answers nothing but the SASL exchange."""
     topic = spread_topic(cluster)
+    assert replica_fetch_as(cluster, topic, admin_of(cluster)) == ErrorCode.none
+    wrong = ClientSecurity(LISTENER, "PLAIN", "admin", "not-the-password")
+    with pytest.raises(PeerError, match=r"authentication .* failed"):
+        replica_fetch_as(cluster, topic, wrong)
+    with pytest.raises(PeerError):  # PLAINTEXT to a SASL listener: closed unanswered
+        replica_fetch_as(cluster, topic, ClientSecurity())
+
+
+def replica_fetch_as(cluster: LocalCluster, topic: str, security: ClientSecurity) -> ErrorCode:
+    """Partition 0 of ``topic`` fetched from broker 1 (its leader) as follower 2 would,
+    through a PeerConnection with ``security``; PeerError if it cannot connect."""
     host, _, port = cluster.address(1).rpartition(":")
     body = fetch_body(topic) | {"replica_id": 2}
 
-    async def fetch_as(security: ClientSecurity) -> ErrorCode:
+    async def fetch() -> ErrorCode:
         connection = PeerConnection(host, int(port), "test-peer", security)
         try:
             answer = await connection.request(ApiKey.FETCH, FETCH_VERSION, body, 10.0)
@@ -333,9 +344,4 @@ def test_the_inter_broker_connection_authenticates_or_gets_nothing(
         [partition] = [p for t in answer.responses for p in t.partitions]
         return ErrorCode(partition.error_code)
 
-    assert asyncio.run(fetch_as(admin_of(cluster))) == ErrorCode.none
-    wrong = ClientSecurity(LISTENER, "PLAIN", "admin", "not-the-password")
-    with pytest.raises(PeerError, match=r"authentication .* failed"):
-        asyncio.run(fetch_as(wrong))
-    with pytest.raises(PeerError):  # PLAINTEXT to a SASL listener: closed unanswered
-        asyncio.run(fetch_as(ClientSecurity()))
+    return asyncio.run(fetch())

@@ -5,22 +5,20 @@ certificate, whose subject is a super user; a peer without a certificate gets no
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
 
 from oncelog.client.security import ClientSecurity
-from oncelog.cluster.peer import FETCH_VERSION, PeerConnection, PeerError
-from oncelog.protocol.api_versions import ApiKey
+from oncelog.cluster.peer import PeerError
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.security import SecurityKit
-from tests.broker.raw_requests import fetch_body
 
 from .test_cluster_security import (
     check_a_transaction_across_three_leaders,
     check_acks_all_with_three_in_sync_replicas,
+    replica_fetch_as,
     spread_topic,
 )
 
@@ -60,21 +58,10 @@ def test_a_peer_without_the_brokers_certificate_gets_nothing(
     user's certificate is refused the replica fetch (no ClusterAction), and no certificate
     at all fails the TLS handshake."""
     topic = spread_topic(cluster)
-    host, _, port = cluster.address(1).rpartition(":")
-    body = fetch_body(topic) | {"replica_id": 2}
-
-    async def fetch_as(security: ClientSecurity) -> ErrorCode:
-        connection = PeerConnection(host, int(port), "test-peer", security)
-        try:
-            answer = await connection.request(ApiKey.FETCH, FETCH_VERSION, body, 10.0)
-        finally:
-            connection.close()
-        [partition] = [p for t in answer.responses for p in t.partitions]
-        return ErrorCode(partition.error_code)
-
     ca = str(kit.authority.ca_file)
     as_broker = ClientSecurity("SSL", ca_file=ca, certificate_file=str(kit.server.key_store))
-    assert asyncio.run(fetch_as(as_broker)) == ErrorCode.none
-    assert asyncio.run(fetch_as(kit.client("SSL", "alice"))) == ErrorCode.topic_authorization_failed
+    assert replica_fetch_as(cluster, topic, as_broker) == ErrorCode.none
+    alice = kit.client("SSL", "alice")
+    assert replica_fetch_as(cluster, topic, alice) == ErrorCode.topic_authorization_failed
     with pytest.raises(PeerError):
-        asyncio.run(fetch_as(ClientSecurity("SSL", ca_file=ca)))
+        replica_fetch_as(cluster, topic, ClientSecurity("SSL", ca_file=ca))
