@@ -1,8 +1,9 @@
-# Sourced by scripts/test.sh: the cluster tests run Debian's ZooKeeper 3.8 (on the Java 17
-# the Spark tests already need). Install it when it is missing, as CI runs this as root on
-# a fresh machine. ONCELOG_ZOOKEEPER_CLASSPATH points at another installation instead.
+# Sourced by scripts/test.sh and by scripts/demo.sh --brokers: the cluster tests and the
+# cluster demo run Debian's ZooKeeper 3.8 (on the Java 17 Spark already needs). Install it
+# when it is missing, as CI runs this as root on a fresh machine.
+# ONCELOG_ZOOKEEPER_CLASSPATH points at another installation instead.
 if [ -z "${ONCELOG_ZOOKEEPER_CLASSPATH:-}" ] && [ ! -e /usr/share/java/zookeeper.jar ]; then
-    echo "installing ZooKeeper (Debian's zookeeper package) for the cluster tests"
+    echo "installing ZooKeeper (Debian's zookeeper package) for the local cluster"
     if [ "$(id -u)" -eq 0 ]; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper >/dev/null
     elif command -v sudo >/dev/null; then

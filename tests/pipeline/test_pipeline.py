@@ -23,20 +23,24 @@ ORDERS = 600
 PER_TRIGGER = 100  # about 7 micro-batches: room for a kill after two and a broker restart
 
 
-def _needs_spark() -> None:
+def needs_spark() -> None:
     if shutil.which("java") is None:  # a failure, not a skip: CI must not pass without it
         pytest.fail("Spark needs Java 17 on the PATH (README: set-up)")
 
 
-def _run(guarantee: str):  # type: ignore[no-untyped-def]
+def run_demo(  # type: ignore[no-untyped-def]
+    guarantee: str, orders: int = ORDERS, per_trigger: int = PER_TRIGGER, brokers: int = 1
+):
+    """run_pipeline_demo, its output printed into pytest's report should it raise."""
     from oncelog.pipeline.demo import run_pipeline_demo
 
     out = io.StringIO()
     try:
         result = run_pipeline_demo(
-            ORDERS,
+            orders,
             guarantee=guarantee,
-            max_offsets_per_trigger=PER_TRIGGER,
+            brokers=brokers,
+            max_offsets_per_trigger=per_trigger,
             console=Console(file=out, width=140, color_system=None),
             timeout_s=600,  # generous: the machine may be shared; a healthy run takes ~100 s
         )
@@ -48,8 +52,8 @@ def _run(guarantee: str):  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 def test_exactly_once_through_task_failure_driver_sigkill_and_broker_restart() -> None:
-    _needs_spark()
-    result, output = _run("exactly_once")
+    needs_spark()
+    result, output = run_demo("exactly_once")
     v = result.verification
     assert result.code == 0, output
     assert (v.orders_in, v.orders_out, v.duplicates, v.missing, v.wrong) == (
@@ -70,8 +74,8 @@ def test_exactly_once_through_task_failure_driver_sigkill_and_broker_restart() -
 
 @pytest.mark.slow
 def test_at_least_once_control_shows_the_duplicates() -> None:
-    _needs_spark()
-    result, output = _run("at_least_once")
+    needs_spark()
+    result, output = run_demo("at_least_once")
     v = result.verification
     assert result.code == 1, output
     assert v.duplicates > 0 and v.orders_out > v.orders_in and v.missing == 0, output

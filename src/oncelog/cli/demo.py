@@ -28,6 +28,16 @@ import click
     "get a run suffix; the broker restart is skipped).",
 )
 @click.option(
+    "--brokers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1, max=9),
+    help="1: one broker subprocess, restarted mid-run. 3 or more: a local cluster on "
+    "ZooKeeper (replication factor 3, min.insync.replicas 2) whose leader of "
+    "enriched-orders-0 and a sink task's transaction coordinator are SIGKILLed and "
+    "restarted mid-run.",
+)
+@click.option(
     "--guarantee",
     default="exactly_once",
     show_default=True,
@@ -50,6 +60,7 @@ def demo(
     orders: int,
     faults: bool,
     bootstrap_servers: str | None,
+    brokers: int,
     guarantee: str,
     max_offsets_per_trigger: int | None,
     seed: int,
@@ -59,6 +70,17 @@ def demo(
     writes through the exactly-once `oncelog` data source while faults are injected, and
     verify the output under read_committed: exit code 0 only if every order is there
     exactly once."""
+    if brokers == 2:
+        raise click.BadParameter(
+            "a cluster for the demo needs at least 3 brokers (replication factor 3)",
+            param_hint="--brokers",
+        )
+    if brokers > 1 and bootstrap_servers is not None:
+        raise click.BadParameter(
+            "--brokers starts a local cluster; --bootstrap-servers uses another one: "
+            "give one of them",
+            param_hint="--brokers",
+        )
     try:
         import pyarrow  # noqa: F401
         import pyspark  # noqa: F401
@@ -73,6 +95,7 @@ def demo(
         orders,
         faults=faults,
         bootstrap_servers=bootstrap_servers,
+        brokers=brokers,
         guarantee=guarantee,
         seed=seed,
         max_offsets_per_trigger=max_offsets_per_trigger,

@@ -1,7 +1,9 @@
 """`oncelog demo`: seed 001's order-enrichment pipeline end to end, with injected faults.
 
-1. start a broker (a `BrokerProcess`, so it can be restarted by pid) or use the cluster
-   given by `bootstrap_servers`; create `orders` and `enriched-orders` (3 partitions);
+1. start a broker (a `BrokerProcess`, so it can be restarted by pid), or a local cluster
+   of `brokers` brokers on ZooKeeper with replication factor 3 (`brokers.py`), or use the
+   cluster given by `bootstrap_servers`; create `orders` and `enriched-orders`
+   (3 partitions);
 2. generate N numbered orders with a transactional producer (deterministic from a seed);
 3. run the streaming job as a subprocess (``python -m oncelog.pipeline.job``), with faults:
    (a) every task's first attempt in the first driver run fails half-way through its
@@ -9,7 +11,9 @@
    (b) the first driver is killed with SIGKILL, aimed at the moment after a batch's tasks
        committed their output and before Spark recorded the batch as done, then started
        again on the same checkpoint (the batch is replayed);
-   (c) the broker is restarted while the second driver runs;
+   (c) the broker is restarted while the second driver runs; on a local cluster, the
+       leader of `enriched-orders`-0 and then a sink task's transaction coordinator are
+       SIGKILLed and restarted instead;
    a driver that exits with an error is restarted on its checkpoint (up to 3 times);
 4. verify with a plain consumer under read_committed: orders in, orders out, duplicates,
    missing, enrichment. Exit code 0 only if out == in with none duplicated or missing.
@@ -33,6 +37,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
+from oncelog.pipeline.brokers import ClusterUnderFaults, SingleBroker
 from oncelog.pipeline.driver import Driver, SinkProgress, client_log, planned_not_committed
 from oncelog.pipeline.job import DEFAULT_SINK_ID
 from oncelog.pipeline.orders import produce_orders
@@ -56,29 +61,7 @@ class DemoResult:
 
 # -- the demonstration ---------------------------------------------------------------------
 
-
-class _Broker:
-    """The embedded cluster: a broker subprocess on a data directory in the work dir."""
-
-    def __init__(self, data_dir: Path) -> None:
-        from oncelog.testing.process import BrokerProcess
-
-        self.process = BrokerProcess(data_dir, {"num.partitions": str(PARTITIONS)})
-
-    def start(self) -> str:
-        return self.process.start().bootstrap_servers
-
-    def restart(self) -> tuple[int, int, float]:
-        old = self.process.pid
-        started = time.monotonic()
-        self.process.restart()
-        return old, self.process.pid, time.monotonic() - started
-
-    def stop(self) -> None:
-        try:
-            self.process.terminate(check=False)
-        except Exception:
-            self.process.kill()
+Brokers = SingleBroker | ClusterUnderFaults
 
 
 def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) -> None:
@@ -114,6 +97,7 @@ def run_pipeline_demo(
     *,
     faults: bool = True,
     bootstrap_servers: str | None = None,
+    brokers: int = 1,
     guarantee: str = "exactly_once",
     seed: int = 1,
     run_id: str | None = None,
@@ -122,7 +106,8 @@ def run_pipeline_demo(
     keep_work_dir: bool = False,
     timeout_s: float = 900.0,
 ) -> DemoResult:
-    """Run the demonstration; `result.code` is the exit code (0: every order exactly once)."""
+    """Run the demonstration; `result.code` is the exit code (0: every order exactly once).
+    `brokers` > 1 runs it on a local cluster of that many brokers (at least 3)."""
     console = console or Console()
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="oncelog-pipeline-"))
@@ -133,7 +118,7 @@ def run_pipeline_demo(
     source, target = ORDERS_TOPIC + suffix, ENRICHED_TOPIC + suffix
     sink_id = DEFAULT_SINK_ID + suffix
     client: dict[str, str] = {}
-    broker = None if external else _Broker(work / "broker")
+    owned: Brokers | None = None
     result = DemoResult(code=1)
     drivers: list[Driver] = []
 
@@ -142,13 +127,10 @@ def run_pipeline_demo(
         console.print(f"  [cyan]•[/] {text}")
 
     try:
-        bootstrap = broker.start() if broker is not None else bootstrap_servers
+        owned = None if external else _brokers_of_our_own(work, brokers, target, sink_id)
+        bootstrap = owned.start() if owned is not None else bootstrap_servers
         assert bootstrap is not None  # no broker of our own: bootstrap_servers was given
-        where = (
-            f"broker subprocess pid {broker.process.pid} at {bootstrap}"
-            if broker is not None
-            else f"cluster {bootstrap}"
-        )
+        where = owned.describe() if owned is not None else f"cluster {bootstrap}"
         console.print(
             f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
             f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}"
@@ -189,7 +171,7 @@ def run_pipeline_demo(
                 guarantee,
                 per_trigger,
                 faults,
-                broker,
+                owned,
                 total,
                 client,
                 timeout_s,
@@ -201,7 +183,7 @@ def run_pipeline_demo(
             progress.update(check, total=1, completed=1)
         result.task_failures = _count_task_failures(work / "driver.log")
         result.seconds = time.monotonic() - started
-        result.code = _report(console, result, orders, guarantee, faults, external)
+        result.code = _report(console, result, orders, guarantee, faults, owned)
         return result
     except BaseException:
         log_tail = _tail(work / "driver.log", 40)
@@ -212,12 +194,18 @@ def run_pipeline_demo(
         for driver in drivers:
             if driver.proc.poll() is None:
                 driver.kill()
-        if broker is not None:
-            broker.stop()
+        if owned is not None:
+            owned.stop()
         if keep_work_dir:
             console.print(f"work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _brokers_of_our_own(work: Path, brokers: int, target: str, sink_id: str) -> Brokers:
+    if brokers > 1:
+        return ClusterUnderFaults(work / "cluster", brokers, target, sink_id, PARTITIONS)
+    return SingleBroker(work / "broker")
 
 
 def _supervise(
@@ -234,7 +222,7 @@ def _supervise(
     guarantee: str,
     per_trigger: int,
     faults: bool,
-    broker: _Broker | None,
+    owned: Brokers | None,
     total: int,
     client: dict[str, str],
     timeout_s: float,
@@ -259,7 +247,7 @@ def _supervise(
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
     sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
     deadline = time.monotonic() + timeout_s
-    killed = broker_restarted = False
+    killed = False
     unplanned = 0
     try:
         while True:
@@ -304,19 +292,8 @@ def _supervise(
                         killed = killed_now = True
                         event(f"driver {run} (pid {driver.pid}) killed with SIGKILL {state}")
                         break
-                if (
-                    faults
-                    and killed
-                    and broker is not None
-                    and not broker_restarted
-                    and batches_this_run >= 2
-                ):
-                    old, new, took = broker.restart()
-                    broker_restarted = True
-                    event(
-                        f"broker restarted while driver {run} runs (pid {old} → {new}, "
-                        f"{took:.1f} s, same port and data directory)"
-                    )
+                if faults and killed and owned is not None:
+                    owned.fault_step(batches_this_run, run, event)
                 time.sleep(0.01 if faults and not killed and batches_this_run >= 2 else 0.1)
             if killed_now:
                 continue  # killed on purpose: start the next run on the same checkpoint
@@ -335,6 +312,12 @@ def _supervise(
                         f"driver {run} finished before the planned kill "
                         "(too few orders for the fault)"
                     )
+                if faults and owned is not None and not owned.faults_done:
+                    event(
+                        f"driver {run} finished before every planned broker fault "
+                        "(too few orders for them)"
+                    )
+                    owned.settle(event)
                 progress.update(job, completed=total)
                 return
             unplanned += 1
@@ -398,7 +381,12 @@ def _tail(path: Path, lines: int) -> str:
 
 
 def _report(
-    console: Console, result: DemoResult, orders: int, guarantee: str, faults: bool, external: bool
+    console: Console,
+    result: DemoResult,
+    orders: int,
+    guarantee: str,
+    faults: bool,
+    owned: Brokers | None,
 ) -> int:
     v = result.verification
     assert v is not None
@@ -411,7 +399,8 @@ def _report(
         ("enriched wrongly", v.wrong, v.wrong == 0),
     ]
     faults_text = (
-        "task failures, driver SIGKILL + restart" + ("" if external else ", broker restart")
+        "task failures, driver SIGKILL + restart"
+        + (f", {owned.fault_text}" if owned is not None else "")
         if faults
         else "no faults"
     )

@@ -290,21 +290,21 @@ class LocalCluster(Lifecycle):
 
         self._wait(reached, f"ISR {wanted} of {topic}-{partition}", timeout_s)
 
+    def in_sync(self) -> bool:
+        """Whether every partition of every topic is led, with all its replicas in its ISR
+        (after a restart: the broker has caught up everywhere)."""
+        for topic in self.topics():
+            for partition, replicas in self.assignment(topic).items():
+                state = self.partition_state(topic, partition)
+                if state is None or state["leader"] < 0:
+                    return False
+                if sorted(state["isr"]) != sorted(replicas):
+                    return False
+        return True
+
     def wait_until_in_sync(self, timeout_s: float | None = None) -> None:
-        """Every partition of every topic led, with all its replicas in its ISR (after a
-        restart: the broker has caught up everywhere)."""
-
-        def in_sync() -> bool:
-            for topic in self.topics():
-                for partition, replicas in self.assignment(topic).items():
-                    state = self.partition_state(topic, partition)
-                    if state is None or state["leader"] < 0:
-                        return False
-                    if sorted(state["isr"]) != sorted(replicas):
-                        return False
-            return True
-
-        self._wait(in_sync, "every replica in sync", timeout_s)
+        """Wait until :meth:`in_sync`."""
+        self._wait(self.in_sync, "every replica in sync", timeout_s)
 
     def _wait(self, condition: Callable[[], bool], what: str, timeout_s: float | None) -> None:
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
