@@ -17,7 +17,7 @@ import pytest
 
 from oncelog.pipeline.driver import _alive, _children
 
-from .test_pipeline import needs_spark, run_demo
+from .test_pipeline import assert_every_order_once, needs_spark, run_demo
 
 ORDERS = 1200
 PER_TRIGGER = 80  # 15 micro-batches: room for the driver kill and both broker faults
@@ -31,16 +31,7 @@ def _broker_faults(events: list[str]) -> list[str]:
 def test_exactly_once_through_leader_and_coordinator_sigkills_on_three_brokers() -> None:
     needs_spark()
     result, output = run_demo("exactly_once", ORDERS, PER_TRIGGER, brokers=3)
-    v = result.verification
-    assert result.code == 0, output
-    assert (v.orders_in, v.orders_out, v.duplicates, v.missing, v.wrong) == (
-        ORDERS,
-        ORDERS,
-        0,
-        0,
-        0,
-    ), output
-    assert v.counts == dict.fromkeys(range(ORDERS), 1)
+    assert_every_order_once(result, output, ORDERS)
     kills = _broker_faults(result.events)
     assert len(kills) == 2, output
     assert "leader of enriched-orders-0" in kills[0], output

@@ -59,6 +59,7 @@ __all__ = [
 
 TIMEOUT_MS = 30_000
 OFFSET_FETCH_VERSION = 7  # the last one-group layout; 8+ batch groups
+FIND_COORDINATOR_VERSION = 4  # the first with many keys per request
 
 TopicPartition = tuple[str, int]
 
@@ -75,6 +76,13 @@ class Isolation(enum.IntEnum):
 
     READ_UNCOMMITTED = 0  # the high watermark
     READ_COMMITTED = 1  # the last stable offset (LSO)
+
+
+class CoordinatorType(enum.IntEnum):
+    """FindCoordinator's key types."""
+
+    GROUP = 0
+    TRANSACTION = 1
 
 
 class AdminError(Exception):
@@ -316,14 +324,11 @@ class Admin:
                 offsets.update(dict.fromkeys(indexes, (-1, -1, -1, None, -1)))
                 continue
             with self._connect_to(addresses[leader]) as conn:
-                leader_admin = Admin(conn)
                 where = {name: indexes}
-                start = leader_admin.list_offsets(where, OffsetSpec.EARLIEST)
-                high = leader_admin.list_offsets(where, OffsetSpec.LATEST)
-                stable = leader_admin.list_offsets(
-                    where, OffsetSpec.LATEST, Isolation.READ_COMMITTED
-                )
-                leader_dir, sizes = leader_admin._sizes(name, indexes)
+                start = _list_offsets(conn, where, OffsetSpec.EARLIEST)
+                high = _list_offsets(conn, where, OffsetSpec.LATEST)
+                stable = _list_offsets(conn, where, OffsetSpec.LATEST, Isolation.READ_COMMITTED)
+                leader_dir, sizes = Admin(conn)._sizes(name, indexes)
             log_dir = log_dir or leader_dir
             for i in indexes:
                 size, lag = sizes.get(i, (None, 0))
@@ -412,37 +417,10 @@ class Admin:
         isolation: Isolation = Isolation.READ_UNCOMMITTED,
     ) -> dict[TopicPartition, int]:
         """ListOffsets: each partition's log start offset (EARLIEST), or its high watermark
-        or last stable offset (LATEST, by isolation)."""
-        if not any(partitions.values()):
-            return {}
-        response = self._conn.request(
-            ApiKey.LIST_OFFSETS,
-            {
-                "replica_id": -1,
-                "isolation_level": int(isolation),
-                "timeout": TIMEOUT_MS,
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": [
-                            {
-                                "partition_index": i,
-                                "current_leader_epoch": -1,
-                                "timestamp": int(spec),
-                            }
-                            for i in indexes
-                        ],
-                    }
-                    for name, indexes in sorted(partitions.items())
-                    if indexes
-                ],
-            },
-        )
-        found = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                check(p.error_code, None, f"offsets of {topic.name}-{p.partition_index}")
-                found[(topic.name, p.partition_index)] = p.offset
+        or last stable offset (LATEST, by isolation), asked of each partition's leader."""
+        found: dict[TopicPartition, int] = {}
+        for conn, led in self._each_leader(partitions):
+            found.update(_list_offsets(conn, led, spec, isolation))
         return found
 
     # -- ACLs -------------------------------------------------------------------------------
@@ -583,6 +561,79 @@ class Admin:
             address, client_id=self._conn.client_id, security=self._conn.security
         )
 
+    def _each_broker(self) -> Iterator[KafkaConnection]:
+        """A connection to each live broker in turn (this one on a single node), for the
+        requests each broker answers for its own share: ListTransactions, ListGroups."""
+        addresses = _addresses(self._metadata_response([]))
+        if len(addresses) <= 1:
+            yield self._conn
+            return
+        for broker_id in sorted(addresses):
+            with self._connect_to(addresses[broker_id]) as conn:
+                yield conn
+
+    def _each_leader(
+        self, partitions: Mapping[str, Sequence[int]]
+    ) -> Iterator[tuple[KafkaConnection, dict[str, list[int]]]]:
+        """The partitions grouped by leader, each group with a connection to its leader.
+        On a single node, and for partitions without a live leader (or of an unknown
+        topic), this broker is asked: its answer names the error."""
+        wanted = {t: sorted(set(ps)) for t, ps in sorted(partitions.items()) if ps}
+        if not wanted:
+            return
+        response = self._metadata_response(list(wanted))
+        addresses = _addresses(response)
+        leaders = {
+            (t.name, p.partition_index): p.leader_id for t in response.topics for p in t.partitions
+        }
+        by_leader: dict[int | None, dict[str, list[int]]] = {}
+        for topic, indexes in wanted.items():
+            for index in indexes:
+                leader = leaders.get((topic, index))
+                key = leader if len(addresses) > 1 and leader in addresses else None
+                by_leader.setdefault(key, {}).setdefault(topic, []).append(index)
+        for leader, led in by_leader.items():
+            if leader is None:
+                yield self._conn, led
+                continue
+            with self._connect_to(addresses[leader]) as conn:
+                yield conn, led
+
+    def _each_coordinator(
+        self, key_type: CoordinatorType, keys: Sequence[str]
+    ) -> Iterator[tuple[KafkaConnection, list[str]]]:
+        """The keys (group or transactional ids) grouped by coordinator, each group with a
+        connection to its coordinator (FindCoordinator; this broker on a single node)."""
+        if not keys:
+            return
+        addresses = _addresses(self._metadata_response([]))
+        if len(addresses) <= 1:
+            yield self._conn, list(keys)
+            return
+        response = self._conn.request(
+            ApiKey.FIND_COORDINATOR,
+            {"key_type": int(key_type), "coordinator_keys": list(keys)},
+            version=FIND_COORDINATOR_VERSION,
+        )
+        by_node: dict[int, list[str]] = {}
+        for found in response.coordinators:
+            what = f"coordinator of {key_type.name.lower()} {found.key!r}"
+            check(found.error_code, found.error_message, what)
+            by_node.setdefault(found.node_id, []).append(found.key)
+        for node, coordinated in sorted(by_node.items()):
+            if node not in addresses:
+                raise AdminError(
+                    f"the coordinator of {coordinated} is broker {node}, which is not live"
+                )
+            with self._connect_to(addresses[node]) as conn:
+                yield conn, coordinated
+
+    @contextmanager
+    def _group_coordinator(self, group_id: str) -> Iterator[KafkaConnection]:
+        """A connection to the group's coordinator (this broker on a single node)."""
+        for conn, _ in self._each_coordinator(CoordinatorType.GROUP, [group_id]):
+            yield conn
+
     def _metadata(self, names: Sequence[str] | None) -> Any:
         response = self._metadata_response(names)
         for topic in response.topics:
@@ -675,23 +726,21 @@ class Admin:
         self, partitions: Mapping[str, Sequence[int]]
     ) -> dict[TopicPartition, list[ProducerState]]:
         """DescribeProducers: the producers each partition keeps, by producer id."""
-        wanted = {t: sorted(set(ps)) for t, ps in partitions.items() if ps}
-        if not wanted:
-            return {}
-        response = self._conn.request(
-            ApiKey.DESCRIBE_PRODUCERS,
-            {"topics": [{"name": t, "partition_indexes": ps} for t, ps in sorted(wanted.items())]},
-        )
         found: dict[TopicPartition, list[ProducerState]] = {}
-        for t in response.topics:
-            for p in sorted(t.partitions, key=lambda p: p.partition_index):
-                where = f"producers of {t.name}-{p.partition_index}"
-                check(p.error_code, p.error_message, where)
-                found[(t.name, p.partition_index)] = [
-                    _producer(t.name, p.partition_index, s)
-                    for s in sorted(p.active_producers, key=lambda s: s.producer_id)
-                ]
-        return found
+        for conn, led in self._each_leader(partitions):  # only the leader keeps the state
+            response = conn.request(
+                ApiKey.DESCRIBE_PRODUCERS,
+                {"topics": [{"name": t, "partition_indexes": ps} for t, ps in led.items()]},
+            )
+            for t in response.topics:
+                for p in t.partitions:
+                    where = f"producers of {t.name}-{p.partition_index}"
+                    check(p.error_code, p.error_message, where)
+                    found[(t.name, p.partition_index)] = [
+                        _producer(t.name, p.partition_index, s)
+                        for s in sorted(p.active_producers, key=lambda s: s.producer_id)
+                    ]
+        return dict(sorted(found.items()))
 
     # -- transactions -----------------------------------------------------------------------
 
@@ -702,61 +751,41 @@ class Admin:
         duration_filter_ms: int = -1,
     ) -> list[TransactionListing]:
         """ListTransactions, filtered by state names, producer ids and (v1+) the minimum
-        time since the transaction started; by transactional id."""
-        if duration_filter_ms >= 0 and self._conn.version_for(ApiKey.LIST_TRANSACTIONS) < 1:
-            raise AdminError("the broker does not support a duration filter (ListTransactions v1)")
-        response = self._conn.request(
-            ApiKey.LIST_TRANSACTIONS,
-            {
-                "state_filters": list(states),
-                "producer_id_filters": list(producer_ids),
-                "duration_filter": duration_filter_ms,
-            },
-        )
-        check(response.error_code, None, "list transactions")
-        if response.unknown_state_filters:
-            raise AdminError(
-                f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
-                f" (known: {', '.join(s.kafka_name for s in TxnState)})"
+        time since the transaction started; by transactional id. Every broker is asked, as
+        Kafka's Admin does: each lists the transactions it coordinates."""
+        listed: list[TransactionListing] = []
+        for conn in self._each_broker():
+            if duration_filter_ms >= 0 and conn.version_for(ApiKey.LIST_TRANSACTIONS) < 1:
+                raise AdminError(
+                    "the broker does not support a duration filter (ListTransactions v1)"
+                )
+            response = conn.request(
+                ApiKey.LIST_TRANSACTIONS,
+                {
+                    "state_filters": list(states),
+                    "producer_id_filters": list(producer_ids),
+                    "duration_filter": duration_filter_ms,
+                },
             )
-        return sorted(
-            (
+            check(response.error_code, None, "list transactions")
+            if response.unknown_state_filters:
+                raise AdminError(
+                    f"unknown transaction states: {', '.join(response.unknown_state_filters)}"
+                    f" (known: {', '.join(s.kafka_name for s in TxnState)})"
+                )
+            listed += (
                 TransactionListing(t.transactional_id, t.producer_id, t.transaction_state)
                 for t in response.transaction_states
-            ),
-            key=lambda t: t.transactional_id,
-        )
+            )
+        return sorted(listed, key=lambda t: t.transactional_id)
 
     def describe_transactions(self, ids: Sequence[str]) -> dict[str, Transaction | None]:
-        """DescribeTransactions: each id's description; None for an id the coordinator does
-        not know (TRANSACTIONAL_ID_NOT_FOUND)."""
-        if not ids:
-            return {}
-        self._conn.version_for(ApiKey.DESCRIBE_TRANSACTIONS)  # the broker must have the API
-        api = codec.api_codec(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION)
-        frame = self._conn.exchange(api, {"transactional_ids": list(ids)})
-        try:
-            _, entries = decode_describe_transactions(frame)
-        except DescribeTransactionsDecodeError as exc:
-            raise ProtocolClientError(str(exc)) from exc
+        """DescribeTransactions: each id's description, asked of its coordinator; None for an
+        id the coordinator does not know (TRANSACTIONAL_ID_NOT_FOUND)."""
         found: dict[str, Transaction | None] = {}
-        for t in entries:
-            if t.error_code == ErrorCode.transactional_id_not_found:
-                found[t.transactional_id] = None
-                continue
-            check(t.error_code, None, f"transactional id {t.transactional_id!r}")
-            found[t.transactional_id] = Transaction(
-                transactional_id=t.transactional_id,
-                producer_id=t.producer_id,
-                producer_epoch=t.producer_epoch,
-                state=t.state,
-                timeout_ms=t.timeout_ms,
-                start_time_ms=None if t.start_time_ms < 0 else t.start_time_ms,
-                partitions=[
-                    f"{topic}-{p}" for topic, ps in sorted(t.partitions.items()) for p in sorted(ps)
-                ],
-            )
-        return found
+        for conn, coordinated in self._each_coordinator(CoordinatorType.TRANSACTION, ids):
+            found.update(_describe_transactions(conn, coordinated))
+        return {i: found[i] for i in ids if i in found}
 
     def write_abort_marker(
         self,
@@ -767,21 +796,16 @@ class Admin:
         coordinator_epoch: int,
     ) -> None:
         """WriteTxnMarkers: an ABORT marker for one producer on one partition (Kafka's
-        ``Admin.abortTransaction``)."""
-        response = self._conn.request(
-            ApiKey.WRITE_TXN_MARKERS,
-            {
-                "markers": [
-                    {
-                        "producer_id": producer_id,
-                        "producer_epoch": producer_epoch,
-                        "transaction_result": False,
-                        "coordinator_epoch": coordinator_epoch,
-                        "topics": [{"name": topic, "partition_indexes": [partition]}],
-                    }
-                ]
-            },
-        )
+        ``Admin.abortTransaction``), sent to the partition's leader."""
+        marker = {
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "transaction_result": False,
+            "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": topic, "partition_indexes": [partition]}],
+        }
+        for conn, _ in self._each_leader({topic: [partition]}):
+            response = conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [marker]})
         results = [
             (m.producer_id, t.name, p.partition_index, p.error_code)
             for m in response.markers
@@ -796,23 +820,26 @@ class Admin:
     # -- groups -----------------------------------------------------------------------------
 
     def list_groups(self) -> list[GroupListing]:
-        """ListGroups: every group the coordinator knows, by group id."""
-        response = self._conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
-        check(response.error_code, None, "list groups")
-        return sorted(
-            (
+        """ListGroups: every group the coordinators know (each broker is asked: each lists
+        the groups it coordinates), by group id."""
+        listed: list[GroupListing] = []
+        for conn in self._each_broker():
+            response = conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
+            check(response.error_code, None, "list groups")
+            listed += (
                 GroupListing(g.group_id, g.protocol_type, getattr(g, "group_state", "") or "")
                 for g in response.groups
-            ),
-            key=lambda g: g.group_id,
-        )
+            )
+        return sorted(listed, key=lambda g: g.group_id)
 
     def describe_group(self, group_id: str) -> ConsumerGroup:
-        """DescribeGroups for one group: state, protocol and members."""
-        response = self._conn.request(
-            ApiKey.DESCRIBE_GROUPS,
-            {"groups": [group_id], "include_authorized_operations": False},
-        )
+        """DescribeGroups for one group (asked of its coordinator): state, protocol and
+        members."""
+        with self._group_coordinator(group_id) as conn:
+            response = conn.request(
+                ApiKey.DESCRIBE_GROUPS,
+                {"groups": [group_id], "include_authorized_operations": False},
+            )
         (group,) = response.groups
         check(group.error_code, None, f"group {group_id!r}")
         return ConsumerGroup(
@@ -833,12 +860,14 @@ class Admin:
         )
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        """OffsetFetch for every partition the group committed (nothing: not listed)."""
-        fetched = self._conn.request(
-            ApiKey.OFFSET_FETCH,
-            {"group_id": group_id, "topics": None, "require_stable": False},
-            version=OFFSET_FETCH_VERSION,
-        )
+        """OffsetFetch (of the group's coordinator) for every partition the group committed
+        (nothing: not listed)."""
+        with self._group_coordinator(group_id) as conn:
+            fetched = conn.request(
+                ApiKey.OFFSET_FETCH,
+                {"group_id": group_id, "topics": None, "require_stable": False},
+                version=OFFSET_FETCH_VERSION,
+            )
         check(fetched.error_code, None, f"committed offsets of {group_id!r}")
         committed: dict[TopicPartition, int] = {}
         for topic in fetched.topics:
@@ -852,23 +881,27 @@ class Admin:
         """DeleteGroups: each group's outcome (NONE: deleted with its committed offsets;
         e.g. NON_EMPTY_GROUP: it has members), in the order the broker answered."""
         unique = list(dict.fromkeys(group_ids))  # Kafka's Admin asks for each group once
-        response = self._conn.request(ApiKey.DELETE_GROUPS, {"groups_names": unique})
-        return {r.group_id: ErrorCode(r.error_code) for r in response.results}
+        outcomes: dict[str, ErrorCode] = {}
+        for conn, coordinated in self._each_coordinator(CoordinatorType.GROUP, unique):
+            response = conn.request(ApiKey.DELETE_GROUPS, {"groups_names": coordinated})
+            outcomes.update((r.group_id, ErrorCode(r.error_code)) for r in response.results)
+        return outcomes
 
     def delete_group_offsets(
         self, group_id: str, topic: str, partitions: Sequence[int]
     ) -> dict[TopicPartition, ErrorCode]:
         """OffsetDelete: each partition's outcome (NONE: its committed offset is gone;
         GROUP_SUBSCRIBED_TO_TOPIC: a member still consumes the topic)."""
-        response = self._conn.request(
-            ApiKey.OFFSET_DELETE,
-            {
-                "group_id": group_id,
-                "topics": [
-                    {"name": topic, "partitions": [{"partition_index": i} for i in partitions]}
-                ],
-            },
-        )
+        with self._group_coordinator(group_id) as conn:
+            response = conn.request(
+                ApiKey.OFFSET_DELETE,
+                {
+                    "group_id": group_id,
+                    "topics": [
+                        {"name": topic, "partitions": [{"partition_index": i} for i in partitions]}
+                    ],
+                },
+            )
         check(response.error_code, None, f"group {group_id!r}")
         return {
             (t.name, p.partition_index): ErrorCode(p.error_code)
@@ -890,19 +923,87 @@ class Admin:
                     "committed_metadata": "",
                 }
             )
-        response = self._conn.request(
-            ApiKey.OFFSET_COMMIT,
-            {
-                "group_id": group_id,
-                "generation_id_or_member_epoch": -1,
-                "member_id": "",
-                "group_instance_id": None,
-                "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
-            },
-        )
+        with self._group_coordinator(group_id) as conn:
+            response = conn.request(
+                ApiKey.OFFSET_COMMIT,
+                {
+                    "group_id": group_id,
+                    "generation_id_or_member_epoch": -1,
+                    "member_id": "",
+                    "group_instance_id": None,
+                    "topics": [{"name": t, "partitions": parts} for t, parts in by_topic.items()],
+                },
+            )
         for topic in response.topics:
             for p in topic.partitions:
                 check(p.error_code, None, f"commit of {topic.name}-{p.partition_index}")
+
+
+def _list_offsets(
+    conn: KafkaConnection,
+    partitions: Mapping[str, Sequence[int]],
+    spec: OffsetSpec,
+    isolation: Isolation = Isolation.READ_UNCOMMITTED,
+) -> dict[TopicPartition, int]:
+    """ListOffsets on one broker (the partitions' leader)."""
+    if not any(partitions.values()):
+        return {}
+    response = conn.request(
+        ApiKey.LIST_OFFSETS,
+        {
+            "replica_id": -1,
+            "isolation_level": int(isolation),
+            "timeout": TIMEOUT_MS,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition_index": i, "current_leader_epoch": -1, "timestamp": int(spec)}
+                        for i in indexes
+                    ],
+                }
+                for name, indexes in sorted(partitions.items())
+                if indexes
+            ],
+        },
+    )
+    found = {}
+    for topic in response.topics:
+        for p in topic.partitions:
+            check(p.error_code, None, f"offsets of {topic.name}-{p.partition_index}")
+            found[(topic.name, p.partition_index)] = p.offset
+    return found
+
+
+def _describe_transactions(
+    conn: KafkaConnection, ids: Sequence[str]
+) -> dict[str, Transaction | None]:
+    """DescribeTransactions on one broker (the ids' coordinator)."""
+    conn.version_for(ApiKey.DESCRIBE_TRANSACTIONS)  # the broker must have the API
+    api = codec.api_codec(ApiKey.DESCRIBE_TRANSACTIONS, DESCRIBE_TRANSACTIONS_VERSION)
+    frame = conn.exchange(api, {"transactional_ids": list(ids)})
+    try:
+        _, entries = decode_describe_transactions(frame)
+    except DescribeTransactionsDecodeError as exc:
+        raise ProtocolClientError(str(exc)) from exc
+    found: dict[str, Transaction | None] = {}
+    for t in entries:
+        if t.error_code == ErrorCode.transactional_id_not_found:
+            found[t.transactional_id] = None
+            continue
+        check(t.error_code, None, f"transactional id {t.transactional_id!r}")
+        found[t.transactional_id] = Transaction(
+            transactional_id=t.transactional_id,
+            producer_id=t.producer_id,
+            producer_epoch=t.producer_epoch,
+            state=t.state,
+            timeout_ms=t.timeout_ms,
+            start_time_ms=None if t.start_time_ms < 0 else t.start_time_ms,
+            partitions=[
+                f"{topic}-{p}" for topic, ps in sorted(t.partitions.items()) for p in sorted(ps)
+            ],
+        )
+    return found
 
 
 def _config_owner(resource: ConfigResourceType, name: str) -> int | None:
