@@ -17,13 +17,9 @@ from oncelog.coordinator_partitions import partition_for
 from oncelog.testing.cluster import LocalCluster
 
 from ..admin.admin_helpers import run_cli, run_json
+from .coordination import COORDINATOR_CONFIG, INTERNAL_PARTITIONS
 from .test_cluster_coordinators import create_once_every_broker_is_live
 
-INTERNAL_PARTITIONS = 6
-CONFIG = {
-    "transaction.state.log.num.partitions": str(INTERNAL_PARTITIONS),
-    "offsets.topic.num.partitions": str(INTERNAL_PARTITIONS),
-}
 TIMEOUT_S = 60
 TOPIC = "operated"
 TXN_ID = "operated-open"
@@ -35,7 +31,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """A committed transaction of 3 records (offsets 0-2, marker 3), then an open one of 2
     (offsets 4-5) on `operated`-0, led by broker 2; a group that committed offset 1. The
     last test aborts the open transaction: the tests run in file order."""
-    with LocalCluster(tmp_path_factory.mktemp("cli"), brokers=3, config=CONFIG) as c:
+    with LocalCluster(tmp_path_factory.mktemp("cli"), brokers=3, config=COORDINATOR_CONFIG) as c:
         admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
         create_once_every_broker_is_live(admin, NewTopic(TOPIC, 1, replica_assignment=[[2, 3, 1]]))
         producer = Producer(
