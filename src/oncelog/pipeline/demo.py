@@ -79,17 +79,29 @@ def _create_topics(bootstrap: str, topics: list[str], client: dict[str, str]) ->
 
 
 def _source_end(bootstrap: str, topic: str, client: dict[str, str]) -> int:
-    """Sum over partitions of the last stable offset: where the job's offsets end."""
+    """Sum over partitions of the last stable offset, once it reached the high watermark
+    (or after 30 s): where the job's offsets end. The generator's last commit returns once
+    the coordinator decided (as in Kafka), and its markers may land a moment later, on a
+    cluster once the followers have them too."""
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **client}, logger=client_log)
-    futures = admin.list_offsets(
-        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
-        isolation_level=IsolationLevel.READ_COMMITTED,
-        request_timeout=30,
-    )
-    return sum(f.result().offset for f in futures.values())
+
+    def end(isolation: IsolationLevel) -> int:
+        futures = admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)},
+            isolation_level=isolation,
+            request_timeout=30,
+        )
+        return sum(f.result().offset for f in futures.values())
+
+    deadline = time.monotonic() + 30
+    while True:
+        stable = end(IsolationLevel.READ_COMMITTED)
+        if stable == end(IsolationLevel.READ_UNCOMMITTED) or time.monotonic() > deadline:
+            return stable
+        time.sleep(0.1)
 
 
 def run_pipeline_demo(
