@@ -44,6 +44,7 @@ class Node:
     answers: dict[Any, Any] = field(default_factory=dict)
     abandoned: list[Any] = field(default_factory=list)
     answered_twice: list[Any] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)  # what the broker would log
     now: int = 0
 
     def __post_init__(self) -> None:
@@ -60,6 +61,7 @@ class Node:
         for c in result.completions:
             self._answer(c.request_id, c.response)
         self.abandoned.extend(result.abandoned)
+        self.events.extend(result.events)
         if request_id is not None and result.response is not None:
             self._answer(request_id, result.response)
         return result.response

@@ -122,6 +122,31 @@ def test_session_expiry_removes_member_and_rebalances(node: Node) -> None:
     assert resp.generation_id == 2 and [m.member_id for m in resp.members] == [a]
 
 
+def test_membership_changes_are_told_for_the_log(node: Node) -> None:
+    """What Kafka's coordinator logs at INFO comes back as values, for the broker to log
+    (a stalled rebalance is then readable in the broker's log)."""
+    a, b = stable_group(node)
+    assert node.events == [
+        "group g generation 0: new member c0-uuid1 is pending until it rejoins with its id",
+        "group g generation 0: preparing to rebalance in state Empty: 1 of 1 member(s) "
+        "joined, 0 pending",
+        "group g generation 0: new member c1-uuid2 is pending until it rejoins with its id",
+        f"group g generation 1: stabilized with leader {a} and 2 member(s): {a}, {b}",
+        f"group g generation 1: assignment received from leader {a}",
+    ]
+    node.events.clear()
+    node.now = 8_000
+    node.heartbeat("g", 1, a)
+    node.tick(10_000)  # b never heartbeat
+    node.join("g", "nobody", client_id="c9")
+    assert node.events == [
+        f"group g generation 1: member {b} failed its session timeout: removed",
+        "group g generation 1: preparing to rebalance in state Stable: 0 of 1 member(s) "
+        "joined, 0 pending",
+        "group g generation 1: JoinGroup of nobody answered UNKNOWN_MEMBER_ID",
+    ]
+
+
 def test_rebalance_timeout_drops_members_that_did_not_rejoin(node: Node) -> None:
     a, b = stable_group(node)
     node.now = 5_000

@@ -146,6 +146,8 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         """Write the operation's result through the runtime, then answer the parked
         requests it completes; its response (None while the caller's request is parked)."""
         result = await self._runtime.write(partition, operation)
+        for event in result.events:
+            log.info("%s-%d: %s", self._topic.name, partition, event)
         for completion in result.completions:
             parked = self._parked.pop(completion.request_id, None)
             if parked is not None and not parked[1].done():

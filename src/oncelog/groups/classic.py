@@ -118,6 +118,11 @@ class _Out:
         self.records: list[CoordinatorRecord] = []
         self.completions: list[Completion] = []
         self.abandoned: list[object] = []
+        self.events: list[str] = []
+
+    def event(self, group: ClassicGroup, text: str) -> None:
+        """Note what happened to ``group``'s membership, for the broker's log."""
+        self.events.append(f"group {group.group_id} generation {group.generation_id}: {text}")
 
     def complete(self, request_id: object, response: JoinGroupResponse | SyncGroupResponse) -> None:
         self.completions.append(Completion(request_id, response))
@@ -128,6 +133,7 @@ class _Out:
             tuple(self.records),
             tuple(self.completions),
             tuple(self.abandoned),
+            tuple(self.events),
             replay_records=False,
         )
 
@@ -207,6 +213,11 @@ class ClassicGroupManager:
             # Kafka writes an empty group record so the new group exists in the log.
             out.records.append(_empty_group_record(group))
         if response is not None:
+            if response.error_code not in (_E.none, _E.member_id_required):
+                member = request.member_id or "a new member"
+                out.event(
+                    group, f"JoinGroup of {member} answered {response.error_code.name.upper()}"
+                )
             return out.result(response)
         return out.parked_result(request_id, JoinGroupResponse)
 
@@ -240,6 +251,7 @@ class ClassicGroupManager:
             return None
         if req.api_version >= 4:  # JoinGroupRequest.requiresKnownMemberId
             group.pending_members[new_member_id] = now_ms + req.session_timeout_ms
+            out.event(group, f"new member {new_member_id} is pending until it rejoins with its id")
             return _join_error(_E.member_id_required, new_member_id)
         self._add_member_then_rebalance(group, req, request_id, new_member_id, out, now_ms)
         return None
@@ -424,6 +436,12 @@ class ClassicGroupManager:
             self._propagate_assignment(group, _E.rebalance_in_progress, out, now_ms)
         group.pending_sync.clear()
         group.sync_deadline_ms = None
+        out.event(
+            group,
+            f"preparing to rebalance in state {group.state.kafka_name}: "
+            f"{group.num_awaiting_join()} of {len(group.members)} member(s) joined, "
+            f"{len(group.pending_members)} pending",
+        )
         initial = group.is_in(_S.EMPTY)
         if initial:
             delay = self.config.initial_rebalance_delay_ms
@@ -456,6 +474,7 @@ class ClassicGroupManager:
         group.initial_delay = None
         for m in [m for m in group.members.values() if not m.awaiting_join]:
             if m.group_instance_id is None:  # static members keep their place
+                out.event(group, f"member {m.member_id} did not rejoin in time: removed")
                 group.remove(m.member_id)
                 if m.sync_request is not None:
                     out.abandoned.append(m.sync_request)
@@ -467,8 +486,14 @@ class ClassicGroupManager:
             return
         group.init_next_generation(now_ms)
         if group.is_in(_S.EMPTY):
+            out.event(group, "is now empty")
             out.records.append(group.metadata_record())
             return
+        out.event(
+            group,
+            f"stabilized with leader {group.leader_id} and {len(group.members)} member(s): "
+            + ", ".join(group.members),
+        )
         for m in group.members.values():
             members = group.current_members() if group.is_leader(m.member_id) else ()
             assert m.join_request is not None
@@ -548,6 +573,7 @@ class ClassicGroupManager:
             out.abandoned.append(member.sync_request)
         member.sync_request = request_id
         if group.is_leader(request.member_id):
+            out.event(group, f"assignment received from leader {request.member_id}")
             assignment = {m: request.assignments.get(m, b"") for m in group.members}
             out.records.append(group.metadata_record(assignment))
             for m in group.members.values():
@@ -611,12 +637,14 @@ class ClassicGroupManager:
                 if who.group_instance_id is None or target is None:
                     error = _E.unknown_member_id
                 else:
+                    out.event(group, f"member {target} removed by its instance id")
                     self._remove_member(group, group.members[target], out)
             elif who.member_id in group.pending_members:
                 group.pending_members.pop(who.member_id)
             else:
                 error = group.validate_member(who.member_id, who.group_instance_id)
                 if error is None:
+                    out.event(group, f"member {who.member_id} left")
                     self._remove_member(group, group.members[who.member_id], out)
             answers.append(LeftMember(who.member_id, who.group_instance_id, error or _E.none))
             left = left or error is None
@@ -683,6 +711,7 @@ class ClassicGroupManager:
             for member_id in sorted(group.pending_sync):
                 member = group.members.get(member_id)
                 if member is not None:
+                    out.event(group, f"member {member_id} did not sync in time: removed")
                     self._remove_member(group, member, out)
             self._prepare_rebalance(group, out, now_ms)
 
@@ -690,6 +719,7 @@ class ClassicGroupManager:
         self, group: ClassicGroup, member_id: str, out: _Out, now_ms: int
     ) -> None:
         group.pending_members.pop(member_id, None)
+        out.event(group, f"pending member {member_id} did not rejoin in time: removed")
         if group.is_in(_S.PREPARING_REBALANCE) and group.has_all_members_joined():
             self._complete_join(group, out, now_ms)
 
@@ -699,6 +729,7 @@ class ClassicGroupManager:
         member.heartbeat_deadline_ms = None
         if member.has_satisfied_heartbeat():
             return
+        out.event(group, f"member {member.member_id} failed its session timeout: removed")
         self._remove_member(group, member, out)
         if group.is_in(_S.STABLE, _S.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group, out, now_ms)

@@ -182,12 +182,15 @@ class Result(Generic[R]):
 
     ``response`` is None when the caller's own request is parked. ``abandoned`` lists parked
     request ids that will never be answered (their member was replaced or removed); Kafka
-    leaves those to the client's request timeout."""
+    leaves those to the client's request timeout. ``events`` says what happened to the
+    membership (a rebalance prepared or completed, a member removed), for the broker's log:
+    what Kafka's group coordinator logs at INFO."""
 
     response: R | None = None
     records: tuple[CoordinatorRecord, ...] = ()
     completions: tuple[Completion, ...] = ()
     abandoned: tuple[object, ...] = ()
+    events: tuple[str, ...] = ()
     replay_records: bool = True
     producer_id: int = -1
     producer_epoch: int = -1

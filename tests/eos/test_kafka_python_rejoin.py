@@ -1,0 +1,111 @@
+"""kafka-python 3.0.12 loses a rebalance that a metadata change starts (the cluster CTP test's
+stalled worker, explained in ctp_worker.know_partitions_before_joining), shown against one
+broker, and the CTP worker's way round it.
+
+Both consumers poll with a zero timeout, so every JoinGroup+SyncGroup outlives the poll that
+started it: what a slow SyncGroup does to the worker's 200 ms polls on a loaded cluster.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+
+from oncelog.client.admin import Admin
+from oncelog.testing import EmbeddedBroker
+
+from .ctp_worker import know_partitions_before_joining
+
+PARTITIONS = 3
+TIMEOUT_S = 20.0
+STUCK_S = 3.0  # a rebalance of one member against a local broker takes milliseconds
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedBroker]:
+    # No initial rebalance delay (as the cluster CTP test); no auto-creation: the control
+    # creates its topic once its consumer has joined.
+    config = {"group.initial.rebalance.delay.ms": "0", "auto.create.topics.enable": "false"}
+    with EmbeddedBroker(config=config) as broker:
+        yield broker
+
+
+class Rebalances(ConsumerRebalanceListener):
+    """What the consumer's rebalance listener was told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.events.append(f"assigned {len(assigned)}")
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        self.events.append(f"revoked {len(revoked)}")
+
+
+def subscribed(bootstrap: str, topic: str, group: str) -> tuple[KafkaConsumer, Rebalances]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=500,
+    )
+    rebalances = Rebalances()
+    consumer.subscribe([topic], listener=rebalances)
+    return consumer, rebalances
+
+
+def poll_until(consumer: KafkaConsumer, done: Any, within_s: float) -> None:
+    deadline = time.monotonic() + within_s
+    while not done() and time.monotonic() < deadline:
+        consumer.poll(timeout_ms=0)
+        time.sleep(0.005)
+
+
+def test_a_rebalance_that_new_metadata_starts_is_lost(broker: EmbeddedBroker) -> None:
+    topic, group = f"late-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    consumer, rebalances = subscribed(broker.bootstrap_servers, topic, group)
+    try:
+        # The topic does not exist yet: the consumer joins, leads, and assigns nothing.
+        poll_until(consumer, lambda: "assigned 0" in rebalances.events, TIMEOUT_S)
+        assert rebalances.events == ["revoked 0", "assigned 0"]
+        with Admin.connect(broker.bootstrap_servers) as admin:
+            admin.create_topic(topic, PARTITIONS, 1, {})
+        # Its partitions in the metadata start a rebalance ...
+        poll_until(consumer, lambda: rebalances.events.count("revoked 0") == 2, TIMEOUT_S)
+        assert rebalances.events == ["revoked 0", "assigned 0", "revoked 0"]
+        poll_until(consumer, lambda: bool(consumer.assignment()), STUCK_S)
+        # ... which the broker completed (the leader's assignment gives it every partition)
+        # but the consumer never applies: no partitions, for as long as one waits.
+        assert consumer.assignment() == set()
+        assert rebalances.events == ["revoked 0", "assigned 0", "revoked 0"]
+        with Admin.connect(broker.bootstrap_servers) as admin:
+            described = admin.describe_group(group)
+        assert described.state == "Stable"
+        (member,) = described.members
+        assert topic.encode() in member.assignment
+    finally:
+        consumer.close()
+
+
+def test_a_consumer_that_knows_the_partitions_before_joining_gets_them(
+    broker: EmbeddedBroker,
+) -> None:
+    topic, group = f"known-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    with Admin.connect(broker.bootstrap_servers) as admin:
+        admin.create_topic(topic, PARTITIONS, 1, {})
+    consumer, rebalances = subscribed(broker.bootstrap_servers, topic, group)
+    try:
+        know_partitions_before_joining(consumer, topic, PARTITIONS)
+        poll_until(consumer, lambda: len(consumer.assignment()) == PARTITIONS, TIMEOUT_S)
+        assert len(consumer.assignment()) == PARTITIONS
+        assert rebalances.events == ["revoked 0", f"assigned {PARTITIONS}"]  # one rebalance
+    finally:
+        consumer.close()
