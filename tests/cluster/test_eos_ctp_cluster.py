@@ -194,9 +194,9 @@ def create_topics(cluster: LocalCluster, loops: list[Loop]) -> None:
     ]
     for future in admin.create_topics(topics).values():
         future.result(60)
-    # Every broker knows every partition before the loops start: a kafka-python member that
-    # joined while its broker had no metadata for the input yet was assigned nothing, and
-    # its rejoin did not complete within the progress timeout (seen once in a whole run).
+    # Every broker knows every partition before the loops start, so no worker's Metadata
+    # can lack its input (the kafka-python worker also waits for its input's partitions
+    # before joining: ctp_worker.know_partitions_before_joining says why).
     names = [topic.topic for topic in topics]
     deadline = time.monotonic() + 60
     while not all(knows_every_partition(cluster, b, names) for b in cluster.broker_ids):
@@ -222,6 +222,21 @@ def coordinators(cluster: LocalCluster, loop: Loop) -> tuple[int | None, int | N
     )
 
 
+def group_log(cluster: LocalCluster, loop: Loop, lines: int = 30) -> str:
+    """What each broker logged about the loop's group and its ``__consumer_offsets``
+    partition (coordinator loads, rebalances, members removed): the last ``lines`` each."""
+    partition = f"{OFFSETS}-{partition_for(loop.group, INTERNAL_PARTITIONS)}:"
+    out = []
+    for broker_id, broker in cluster.brokers.items():
+        found = [
+            line[:400]
+            for line in broker.read_log().splitlines()
+            if loop.group in line or partition in line
+        ]
+        out.append(f"broker {broker_id}:\n  " + "\n  ".join(found[-lines:]))
+    return "\n".join(out)
+
+
 def wait_for_progress(cluster: LocalCluster, loops: list[Loop], before: list[int]) -> None:
     deadline = time.monotonic() + PROGRESS_TIMEOUT_S
     bootstrap = cluster.bootstrap_servers
@@ -230,7 +245,8 @@ def wait_for_progress(cluster: LocalCluster, loops: list[Loop], before: list[int
             loop.keep_running(bootstrap)
         stalled = [loop for loop, n in zip(loops, before, strict=True) if loop.commits() < n + 2]
         assert time.monotonic() < deadline, "no progress:\n" + "\n".join(
-            f"{loop.client}:\n{loop.current.diagnostics()}" for loop in stalled
+            f"{loop.client}:\n{loop.current.diagnostics()}\n{group_log(cluster, loop)}"
+            for loop in stalled
         )
         time.sleep(0.1)
 
@@ -272,7 +288,8 @@ def drain(cluster: LocalCluster, loops: list[Loop]) -> None:
             except subprocess.TimeoutExpired:
                 worker.kill()
                 raise AssertionError(
-                    f"{loop.client} did not finish\n{worker.diagnostics()}"
+                    f"{loop.client} did not finish\n{worker.diagnostics()}\n"
+                    f"{group_log(cluster, loop)}"
                 ) from None
             done = any(line.endswith("DONE") for line in worker.lines())
             if worker.proc.returncode == 0 and done:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
@@ -78,11 +79,38 @@ class Worker:
                 pass
         self.proc.wait(30)
 
-    def diagnostics(self) -> str:
-        tail = self.stderr_path.read_text(errors="replace").splitlines()[-40:]
+    def diagnostics(self, stderr_lines: int = 60) -> str:
+        """The progress file's last lines and stderr's (a retry loop's repeats squeezed)."""
+        stderr = squeezed(self.stderr_path.read_text(errors="replace").splitlines())
+        tail = [line[:400] for line in stderr[-stderr_lines:]]
         return (
             "progress:\n  " + "\n  ".join(self.lines()[-20:]) + "\nstderr:\n  " + "\n  ".join(tail)
         )
+
+
+TIMESTAMP = len("2026-11-23 04:01:06,641 ")
+
+
+def squeezed(lines: list[str], window: int = 8) -> list[str]:
+    """``lines`` without those whose text after the timestamp is among the last ``window``
+    kept: a client's retry loop (thousands of FindCoordinator lines while its coordinator
+    is down) shows once, with how many lines were left out where it ended."""
+    kept: list[str] = []
+    recent: deque[str] = deque(maxlen=window)
+    left_out = 0
+    for line in lines:
+        text = line[TIMESTAMP:]
+        if text in recent:
+            left_out += 1
+            continue
+        if left_out:
+            kept.append(f"[{left_out} repeated lines left out]")
+            left_out = 0
+        recent.append(text)
+        kept.append(line)
+    if left_out:
+        kept.append(f"[{left_out} repeated lines left out]")
+    return kept
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:

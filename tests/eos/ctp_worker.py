@@ -26,6 +26,12 @@ forever for a group coordinator it cached on a broker that left the metadata
 (confluentinc/librdkafka#5511; its timeout is never checked, #5456), and kafka-python's
 send_offsets_to_transaction/commit_transaction, which take no timeout, wait for a
 coordinator that was killed.
+
+The kafka-python consumer learns its input's partitions before it first polls (see
+``know_partitions_before_joining``): kafka-python 3.0.12 loses a rebalance that a metadata
+change starts, and its leader would otherwise start one right after its first assignment.
+Its group coordinator and transaction manager are traced (DEBUG, without the per-poll and
+heartbeat lines) to stderr.
 """
 
 from __future__ import annotations
@@ -310,6 +316,50 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
 
 # -- kafka-python ---------------------------------------------------------------------------
 
+KNOW_PARTITIONS_TIMEOUT_S = 60.0
+
+
+def know_partitions_before_joining(
+    consumer: Any, topic: str, partitions: int, timeout_s: float = KNOW_PARTITIONS_TIMEOUT_S
+) -> None:
+    """Return once the kafka-python ``consumer``, subscribed to ``topic`` but not polled yet,
+    has metadata listing ``topic``'s ``partitions``: its first join then assigns them all.
+
+    Why (kafka-python 3.0.12, kafka/coordinator/): the leader records the metadata it
+    assigned from (``_perform_assignment`` sets ``_assignment_snapshot``) and rejoins when
+    the metadata differs; ``need_rejoin()`` says so from the snapshots alone, without
+    setting ``rejoin_needed``. ``poll()`` drives a rebalance only while ``need_rejoin()`` is
+    true, and ``join_group_async`` leaves a JoinGroup+SyncGroup task that outlives the
+    poll's timeout in flight for the next poll. When that task is the leader's, it takes
+    the new snapshot during the task: from the next poll on ``need_rejoin()`` is false, the
+    finished task is never collected, and the consumer stays REBALANCING with no partitions
+    and its heartbeats disabled while the coordinator expires it, for ever. A consumer
+    that joins before its first metadata response lists the topic assigns nothing ("No
+    partition metadata for topic"), then starts such a rebalance at once; a SyncGroup
+    slower than what is left of a 200 ms poll (its group record is written to every
+    in-sync replica) then loses it. (Java sets ``rejoinNeeded`` there and counts a pending
+    join as a reason to poll on: KAFKA-9815.) ``topics()`` always fetches the metadata, so
+    the snapshot taken after ``subscribe`` holds the topic's partitions."""
+    from kafka.errors import KafkaError
+
+    deadline = time.monotonic() + timeout_s
+    failure: KafkaError | None = None
+    while True:
+        try:
+            if (
+                topic in consumer.topics()
+                and len(consumer.partitions_for_topic(topic)) >= partitions
+            ):
+                return
+        except KafkaError as exc:  # a broker died under the request: ask again
+            failure = exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the consumer never learnt the {partitions} partitions of {topic} (last "
+                f"error: {failure!r})"
+            )
+        time.sleep(0.1)
+
 
 def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
     from kafka import KafkaConsumer, KafkaProducer
@@ -346,6 +396,14 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
             progress.line(f"revoked {len(revoked)}")
 
     consumer.subscribe([a.input], listener=Listener())
+    bounded(
+        progress,
+        KNOW_PARTITIONS_TIMEOUT_S + HUNG_AFTER_S,
+        know_partitions_before_joining,
+        consumer,
+        a.input,
+        a.partitions,
+    )
 
     def rewind() -> None:
         for tp in consumer.assignment():
@@ -450,6 +508,18 @@ RUNNERS: dict[str, Callable[[argparse.Namespace, Progress], int]] = {
 }
 
 
+class _GroupMembershipOnly(logging.Filter):
+    """kafka-python's coordinator at DEBUG without what it logs on every poll and every
+    heartbeat: what a stalled rebalance or a hung transaction call needs to be understood."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return not record.name.startswith("kafka.coordinator.heartbeat") and not str(
+            record.msg
+        ).startswith(("need_rejoin", "coordinator.poll: timeout"))
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(
@@ -457,6 +527,13 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if a.client == "kafka-python" and not a.debug:
+        # The group membership and the transactions are always traced, a few lines per
+        # rebalance or transaction (see _GroupMembershipOnly).
+        for traced in ("kafka.coordinator", "kafka.producer.transaction_manager"):
+            logging.getLogger(traced).setLevel(logging.DEBUG)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_GroupMembershipOnly())
     progress = Progress(a.progress_file)
     progress.line(f"start client={a.client} mode={a.mode} pid={os.getpid()}")
     return RUNNERS[a.client](a, progress)
