@@ -24,8 +24,12 @@ A client call that hangs past its own timeout ends the process with status 4 and
 operator's would. Seen with broker kills: librdkafka's send_offsets_to_transaction waits
 forever for a group coordinator it cached on a broker that left the metadata
 (confluentinc/librdkafka#5511; its timeout is never checked, #5456), and kafka-python's
-send_offsets_to_transaction/commit_transaction, which take no timeout, wait for a
-coordinator that was killed.
+send_offsets_to_transaction/commit_transaction, which take no timeout, wait for ever once
+its Sender dropped their request: kafka/producer/sender.py ``_maybe_send_pending_request``
+looks the coordinator up again when it is not ready (just killed, still named by
+FindCoordinator) but re-enqueues the request only ``if target_node is None``, and
+``target_node`` still holds the dead coordinator (kafka-python 3.0.12; its
+init_transactions times out after 60 s instead).
 
 The kafka-python consumer learns its input's partitions before it first polls (see
 ``know_partitions_before_joining``): kafka-python 3.0.12 loses a rebalance that a metadata
