@@ -6,14 +6,18 @@ Versions are fixed rather than negotiated: both ends are oncelog brokers of one 
 Over a secured inter-broker listener the connection authenticates like any client (Kafka's
 inter-broker client does the same): TLS with the broker's trust store (and its own
 certificate as client certificate), then SaslHandshake and SaslAuthenticate with the
-broker's own credentials, before its first request. A broker that ends the session
-(``connections.max.reauth.ms``) closes the connection; the next request opens a new one.
+broker's own credentials, before its first request. When the other broker limits the
+session (``connections.max.reauth.ms``, KIP-368) the connection authenticates again on
+itself before a request sent past 85 to 95 % of the session's lifetime, as Kafka's
+clients do, instead of being closed by the other broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import ssl
+import time
 from typing import TYPE_CHECKING, Any
 
 from oncelog.client.security import ClientSecurity
@@ -38,6 +42,8 @@ FETCH_VERSION = 12  # replica_id, current_leader_epoch and log_start_offset; top
 OFFSETS_FOR_LEADER_EPOCH_VERSION = 4
 SASL_HANDSHAKE_VERSION = 1  # KIP-152: SaslAuthenticate requests follow
 SASL_AUTHENTICATE_VERSION = 2
+# Kafka's clients re-authenticate at a random point between 85 % and 95 % of the session.
+REAUTHENTICATE_WITHIN = (0.85, 0.95)
 CONNECT_TIMEOUT_S = 5.0
 
 
@@ -55,6 +61,8 @@ class PeerConnection:
         self.address = (host, port)
         self._client_id = client_id
         self._security = security or ClientSecurity()
+        self._reauthenticate_at: float | None = None  # time.monotonic(); None: never
+        self.opened = 0  # how many times a connection was opened (logs, tests)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
@@ -67,6 +75,9 @@ class PeerConnection:
         try:
             async with asyncio.timeout(timeout_s):
                 await self._connected()
+                if self._reauthenticate_at is not None:
+                    if time.monotonic() >= self._reauthenticate_at:
+                        await self._authenticate()
                 return await self._exchange(api_key, version, body)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             self.close()
@@ -95,6 +106,7 @@ class PeerConnection:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        self._reauthenticate_at = None
 
     async def _connected(self) -> None:
         if self._reader is not None and self._writer is not None:
@@ -111,6 +123,7 @@ class PeerConnection:
             ),
             CONNECT_TIMEOUT_S,
         )
+        self.opened += 1
         await self._authenticate()
 
     async def _authenticate(self) -> None:
@@ -140,6 +153,12 @@ class PeerConnection:
                 token = exchange.next(answer.auth_bytes)
         except AuthenticationFailed as exc:
             raise PeerError(f"authentication to {host_port(self.address)}: {exc}") from exc
+        lifetime_s = answer.session_lifetime.total_seconds()
+        self._reauthenticate_at = (
+            time.monotonic() + lifetime_s * random.uniform(*REAUTHENTICATE_WITHIN)
+            if lifetime_s > 0
+            else None
+        )
 
 
 class PeerLink:
