@@ -6,12 +6,12 @@ authenticator do not know which they use.
 - Each broker reads everything at start (before it serves), then keeps an in-memory copy
   current from the change notifications every writer leaves (Kafka's AclAuthorizer and
   ZkConfigManager): an ACL or credential created through any broker is enforced by every
-  broker as soon as its watch fires, typically within milliseconds.
+  broker as soon as its watch fires (the tests wait up to 15 s for it; not timed).
 - A change made here is applied to ZooKeeper per resource (ACLs) or per user (SCRAM), as
   a compare-and-set of the znode together with its notification: ACLs added and removed
   are merged into what ZooKeeper holds, so two brokers changing the same resource at once
-  lose neither change. Decisions read memory only: no request waits for ZooKeeper except
-  the changes themselves.
+  lose neither change (by construction: no test races two brokers). Decisions read
+  memory only: no request waits for ZooKeeper except the changes themselves.
 """
 
 from __future__ import annotations
