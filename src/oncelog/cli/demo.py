@@ -50,6 +50,15 @@ import click
     default=None,
     help="Micro-batch size (default: a tenth of the orders).",
 )
+@click.option(
+    "--security",
+    is_flag=True,
+    help="Secure the demo's broker as a managed Kafka service is: one SASL_SSL listener "
+    "(no PLAINTEXT; TLS with certificates made for the run, SCRAM-SHA-512) and ACLs that "
+    "give the demo's user what it needs. The generator, the Spark source and sink "
+    "(kafka.security.protocol, kafka.sasl.*, kafka.ssl.*) and the verifier connect "
+    "through it. One broker only.",
+)
 @click.option("--seed", default=1, show_default=True, type=int, help="Seed of the order generator.")
 @click.option(
     "--keep-work-dir", is_flag=True, help="Keep the broker data, checkpoint and driver log."
@@ -63,6 +72,7 @@ def demo(
     brokers: int,
     guarantee: str,
     max_offsets_per_trigger: int | None,
+    security: bool,
     seed: int,
     keep_work_dir: bool,
 ) -> None:
@@ -80,6 +90,19 @@ def demo(
             "--brokers starts a local cluster; --bootstrap-servers uses another one: "
             "give one of them",
             param_hint="--brokers",
+        )
+    if security and bootstrap_servers is not None:
+        raise click.BadParameter(
+            "--security secures the demo's own broker; another cluster's security is its "
+            "own: give one of them",
+            param_hint="--security",
+        )
+    if security and brokers > 1:
+        raise click.BadParameter(
+            "--security runs on one broker only (a secured local cluster for the demo is not "
+            "built: its SCRAM users and inter-broker listener would have to be set up in "
+            "ZooKeeper first)",
+            param_hint="--security",
         )
     try:
         import pyarrow  # noqa: F401
@@ -100,5 +123,6 @@ def demo(
         seed=seed,
         max_offsets_per_trigger=max_offsets_per_trigger,
         keep_work_dir=keep_work_dir,
+        security=security,
     )
     ctx.exit(result.code)

@@ -20,7 +20,7 @@ stopped by its pid (BrokerProcess, ZooKeeperServer).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,14 +44,16 @@ CLUSTER_CONFIG = {
 
 
 class SingleBroker:
-    """One broker subprocess on a data directory in the work dir, restarted once mid-run."""
+    """One broker subprocess on a data directory in the work dir, restarted once mid-run;
+    ``config`` adds broker keys (the secured demo's listener, SASL, authorizer)."""
 
     fault_text = "broker restart"
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, config: Mapping[str, str] | None = None) -> None:
         from oncelog.testing.process import BrokerProcess
 
-        self.process = BrokerProcess(data_dir, {"num.partitions": str(PARTITIONS)})
+        config = {"num.partitions": str(PARTITIONS), **(config or {})}
+        self.process = BrokerProcess(data_dir, config)
         self.faults_done = False
 
     def start(self) -> str:

@@ -3,7 +3,9 @@
 1. start a broker (a `BrokerProcess`, so it can be restarted by pid), or a local cluster
    of `brokers` brokers on ZooKeeper with replication factor 3 (`brokers.py`), or use the
    cluster given by `bootstrap_servers`; create `orders` and `enriched-orders`
-   (3 partitions);
+   (3 partitions); with `security`, the single broker listens on SASL_SSL only
+   (SCRAM-SHA-512, certificates made for the run, ACLs for the demo's principal:
+   `security.py`) and every client below connects through it;
 2. generate N numbered orders with a transactional producer (deterministic from a seed);
 3. run the streaming job as a subprocess (``python -m oncelog.pipeline.job``), with faults:
    (a) every task's first attempt in the first driver run fails half-way through its
@@ -41,6 +43,7 @@ from oncelog.pipeline.brokers import ClusterUnderFaults, SingleBroker
 from oncelog.pipeline.driver import Driver, SinkProgress, client_log, planned_not_committed
 from oncelog.pipeline.job import DEFAULT_SINK_ID
 from oncelog.pipeline.orders import produce_orders
+from oncelog.pipeline.security import DemoSecurity
 from oncelog.pipeline.verify import Verification, verify
 
 DRIVER_RESTARTS = 3  # unplanned restarts of a failed driver, beyond the planned ones
@@ -57,6 +60,7 @@ class DemoResult:
     task_failures: int = 0
     driver_runs: int = 0
     seconds: float = 0.0
+    work_dir: Path | None = None  # kept (keep_work_dir): broker data, checkpoint, driver log
 
 
 # -- the demonstration ---------------------------------------------------------------------
@@ -117,9 +121,13 @@ def run_pipeline_demo(
     console: Console | None = None,
     keep_work_dir: bool = False,
     timeout_s: float = 900.0,
+    security: bool = False,
 ) -> DemoResult:
     """Run the demonstration; `result.code` is the exit code (0: every order exactly once).
-    `brokers` > 1 runs it on a local cluster of that many brokers (at least 3)."""
+    `brokers` > 1 runs it on a local cluster of that many brokers (at least 3); `security`
+    secures the single broker of its own (SASL_SSL, SCRAM-SHA-512, ACLs)."""
+    if security and (bootstrap_servers is not None or brokers > 1):
+        raise ValueError("security is built for the demo's own single broker only")
     console = console or Console()
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="oncelog-pipeline-"))
@@ -129,7 +137,8 @@ def run_pipeline_demo(
     suffix = f"-{run_id}" if run_id else ""
     source, target = ORDERS_TOPIC + suffix, ENRICHED_TOPIC + suffix
     sink_id = DEFAULT_SINK_ID + suffix
-    client: dict[str, str] = {}
+    secured = DemoSecurity(work / "security") if security else None
+    client = secured.librdkafka() if secured is not None else {}
     owned: Brokers | None = None
     result = DemoResult(code=1)
     drivers: list[Driver] = []
@@ -139,7 +148,7 @@ def run_pipeline_demo(
         console.print(f"  [cyan]•[/] {text}")
 
     try:
-        owned = None if external else _brokers_of_our_own(work, brokers, target, sink_id)
+        owned = None if external else _brokers_of_our_own(work, brokers, target, sink_id, secured)
         bootstrap = owned.start() if owned is not None else bootstrap_servers
         assert bootstrap is not None  # no broker of our own: bootstrap_servers was given
         where = owned.describe() if owned is not None else f"cluster {bootstrap}"
@@ -147,6 +156,9 @@ def run_pipeline_demo(
             f"[bold]oncelog demo[/]: order enrichment on Spark, {orders:,} orders, "
             f"{guarantee}, {'faults injected' if faults else 'no faults'}; {where}"
         )
+        if secured is not None:
+            acls = secured.grant(bootstrap, [source, target])
+            console.print(secured.describe(len(acls)))
         _create_topics(bootstrap, [source, target], client)
         per_trigger = max_offsets_per_trigger or max(orders // 10, 20)
         with Progress(
@@ -186,6 +198,7 @@ def run_pipeline_demo(
                 owned,
                 total,
                 client,
+                _client_config_file(work, secured),
                 timeout_s,
             )
             check = progress.add_task(f"verifying {target}", total=None)
@@ -209,15 +222,33 @@ def run_pipeline_demo(
         if owned is not None:
             owned.stop()
         if keep_work_dir:
+            result.work_dir = work
             console.print(f"work directory kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _brokers_of_our_own(work: Path, brokers: int, target: str, sink_id: str) -> Brokers:
+def _brokers_of_our_own(
+    work: Path, brokers: int, target: str, sink_id: str, secured: DemoSecurity | None
+) -> Brokers:
     if brokers > 1:
         return ClusterUnderFaults(work / "cluster", brokers, target, sink_id, PARTITIONS)
-    return SingleBroker(work / "broker")
+    if secured is None:
+        return SingleBroker(work / "broker")
+    secured.write_credentials(work / "broker")
+    return SingleBroker(work / "broker", secured.broker_config())
+
+
+def _client_config_file(work: Path, secured: DemoSecurity | None) -> Path | None:
+    """The driver's client properties (Kafka's Java names: it passes each as a `kafka.*`
+    option), in a file readable by this user only, so the password is not in a command
+    line."""
+    if secured is None:
+        return None
+    path = work / "client.properties"
+    path.touch(mode=0o600)
+    path.write_text("".join(f"{k}={v}\n" for k, v in secured.client_properties().items()))
+    return path
 
 
 def _supervise(
@@ -237,6 +268,7 @@ def _supervise(
     owned: Brokers | None,
     total: int,
     client: dict[str, str],
+    client_config: Path | None,
     timeout_s: float,
 ) -> None:
     checkpoint = work / "checkpoint"
@@ -255,7 +287,7 @@ def _supervise(
         guarantee,
         "--max-offsets-per-trigger",
         str(per_trigger),
-    ]
+    ] + (["--client-config", str(client_config)] if client_config is not None else [])
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
     sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
     deadline = time.monotonic() + timeout_s

@@ -23,6 +23,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
@@ -187,6 +188,12 @@ def run(spark: Any, config: JobConfig, *, timeout_s: float = 900.0, emit: Any = 
     return rows
 
 
+def _client_properties(path: Path | None) -> dict[str, str]:
+    from oncelog.broker.config import parse_properties
+
+    return {} if path is None else parse_properties(path.read_text(encoding="utf-8"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m oncelog.pipeline.job",
@@ -211,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trigger", default="availableNow")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--log-level", default="WARN")
+    parser.add_argument(
+        "--client-config",
+        type=Path,
+        default=None,
+        help="Kafka client properties (security.protocol, sasl.*, ssl.*), each passed to the "
+        "source and sink as a kafka.* option",
+    )
     args = parser.parse_args(argv)
     config = JobConfig(
         args.bootstrap_servers,
@@ -222,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         args.max_offsets_per_trigger,
         args.fail_after,
         args.trigger,
+        _client_properties(args.client_config),
     )
 
     def emit(line: dict[str, Any]) -> None:
