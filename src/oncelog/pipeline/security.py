@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from oncelog.client.security import ClientSecurity, librdkafka_config
+from oncelog.client.security import librdkafka_config
 from oncelog.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -117,9 +117,6 @@ class DemoSecurity:
     def librdkafka(self) -> dict[str, str]:
         """The same settings in librdkafka's names (confluent-kafka clients)."""
         return librdkafka_config(self.client_properties())
-
-    def client(self) -> ClientSecurity:
-        return ClientSecurity.from_properties(self.client_properties())
 
     def describe(self, acls: int) -> str:
         return (
