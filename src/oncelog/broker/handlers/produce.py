@@ -83,10 +83,12 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
     # Transactional batches whose coordinator (on another broker) is asked first: each is
     # appended in its turn once confirmed (cluster/txn_verification.py).
     for answer, admission, topic, partition_data in deferred:
-        outcome = await _append_admitted(broker, admission, topic, partition_data, acks)
-        answer.update(outcome[0])
-        if outcome[1] is not None:
-            appended.append((answer, outcome[1], outcome[2]))
+        outcome, partition, end_offset = await _append_admitted(
+            broker, admission, topic, partition_data, acks
+        )
+        answer.update(outcome)
+        if partition is not None:
+            appended.append((answer, partition, end_offset))
     waits = [
         wait
         for answer, partition, end_offset in appended
