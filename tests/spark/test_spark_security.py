@@ -12,9 +12,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.security.jaas import SCRAM_LOGIN_MODULE
 from oncelog.spark.options import EXACTLY_ONCE
 from oncelog.testing import EmbeddedBroker
-from oncelog.testing.security import SCRAM_MODULE, SecurityKit
+from oncelog.testing.security import SecurityKit
 
 from .spark_helpers import unique
 
@@ -49,7 +50,7 @@ def spark_options(broker: EmbeddedBroker, kit: SecurityKit, user: str) -> dict[s
         "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-512",
         "kafka.sasl.jaas.config": (
-            f'{SCRAM_MODULE} required username="{user}" password="{kit.users[user]}";'
+            f'{SCRAM_LOGIN_MODULE} required username="{user}" password="{kit.users[user]}";'
         ),
         "kafka.ssl.truststore.type": "PEM",
         "kafka.ssl.truststore.location": str(kit.authority.ca_file),

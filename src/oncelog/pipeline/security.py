@@ -38,6 +38,7 @@ from oncelog.security.acl import (
     ResourcePattern,
     ResourceType,
 )
+from oncelog.security.jaas import SCRAM_LOGIN_MODULE
 from oncelog.spark.options import DEFAULT_PROGRESS_TOPIC
 
 PROTOCOL = "SASL_SSL"
@@ -45,7 +46,6 @@ MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
 DEMO_USER = "oncelog-demo"
 PRINCIPAL = f"User:{DEMO_USER}"
-SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 class DemoSecurity:

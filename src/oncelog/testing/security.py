@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from oncelog.client.security import ClientSecurity
+from oncelog.security.jaas import PLAIN_LOGIN_MODULE, SCRAM_LOGIN_MODULE
 
 if TYPE_CHECKING:
     from cryptography.x509 import GeneralName
 
 __all__ = ["CertificateAuthority", "IssuedCertificate", "SecurityKit"]
 
-PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 # name -> password: PLAIN users (JAAS) and, once created, SCRAM users alike
 DEFAULT_USERS = {
@@ -204,7 +203,7 @@ class SecurityKit:
             if name == "SSL":
                 config[f"listener.name.{name.lower()}.ssl.client.auth"] = client_auth
             for mechanism in mechanisms:
-                module = PLAIN_MODULE if mechanism == "PLAIN" else SCRAM_MODULE
+                module = PLAIN_LOGIN_MODULE if mechanism == "PLAIN" else SCRAM_LOGIN_MODULE
                 options = f'username="{inter_broker_user}" password="{password}"'
                 if mechanism == "PLAIN":
                     options += "".join(f' user_{u}="{p}"' for u, p in self.users.items())
