@@ -31,6 +31,7 @@ from .ctp_worker import know_partitions_before_joining
 PARTITIONS = 3
 TIMEOUT_S = 20.0
 WORKER_POLL_MS = 200  # ctp_worker's kafka-python poll timeout
+JOIN_POLL_MS = 3_000  # a join against one local broker fits, even on a loaded machine
 STUCK_S = 3.0  # a rebalance of one member against a local broker takes milliseconds
 
 
@@ -85,8 +86,10 @@ def test_a_rebalance_that_new_metadata_starts_is_lost(broker: EmbeddedBroker) ->
     topic, group = f"late-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     consumer, rebalances = subscribed(broker.bootstrap_servers, topic, group)
     try:
-        # The topic does not exist yet: the consumer joins, leads, and assigns nothing.
-        poll_until(consumer, lambda: "assigned 0" in rebalances.events, TIMEOUT_S)
+        # The topic does not exist yet: the consumer joins, leads, and assigns nothing. Long
+        # polls, so that this first join fits in one on a loaded machine (a join that outlives
+        # its poll would be lost here already, before the scenario starts).
+        poll_until(consumer, lambda: "assigned 0" in rebalances.events, TIMEOUT_S, JOIN_POLL_MS)
         assert rebalances.events == ["revoked 0", "assigned 0"]
         create_topic(broker.bootstrap_servers, topic)
         # Its partitions in the metadata start a rebalance ...
