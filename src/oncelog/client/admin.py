@@ -5,11 +5,13 @@ One method per question an operator asks (topics, offsets, configs, producer sta
 transactions, groups, committed offsets, ACLs, SCRAM users) or action they take (create,
 grow and delete topics, delete records, alter configs, write an abort marker, delete groups
 and their offsets, reset a group's offsets, add and remove ACLs, set and delete SCRAM
-credentials), over one blocking
-:class:`~oncelog.client.connection.KafkaConnection` (plus short-lived ones to the controller
-and to partition leaders where a cluster needs them). Every Kafka error code becomes one
-:class:`AdminError` that names what was asked and carries the broker's own message; no kio
-entity leaves this module. Like Kafka's ``Admin``, it only asks: the tools built on it
+credentials), over one blocking :class:`~oncelog.client.connection.KafkaConnection` (plus
+short-lived ones to the controller and to partition leaders where a cluster needs them).
+Every Kafka error code becomes one :class:`AdminError` that names what was asked and carries
+the broker's own message; no kio entity leaves this module. Like Kafka's ``Admin``, a call
+that reaches a broker that is no longer the leader, coordinator or controller it needs asks
+again after a new lookup, with backoff, until its API timeout (60 s,
+``default.api.timeout.ms``). And like it, it only asks: the tools built on it
 (:mod:`oncelog.client.hanging`, :mod:`oncelog.client.group_lag`) and the commands decide
 what to make of the answers.
 """
@@ -17,11 +19,13 @@ what to make of the answers.
 from __future__ import annotations
 
 import enum
+import functools
 import secrets
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from oncelog.client.connection import Bootstrap, KafkaConnection, ProtocolClientError
 from oncelog.protocol import codec
@@ -40,6 +44,7 @@ from oncelog.transactions.state import TxnState
 __all__ = [
     "Admin",
     "AdminError",
+    "BrokerUnreachable",
     "ConfigEntry",
     "ConfigResourceType",
     "ConsumerGroup",
@@ -58,6 +63,9 @@ __all__ = [
 ]
 
 TIMEOUT_MS = 30_000
+API_TIMEOUT_S = 60.0  # Kafka's default.api.timeout.ms: how long a call may retry
+RETRY_BACKOFF_S = 0.1  # Kafka's retry.backoff.ms, doubled per attempt ...
+RETRY_BACKOFF_MAX_S = 1.0  # ... up to retry.backoff.max.ms (KIP-580)
 OFFSET_FETCH_VERSION = 7  # the last one-group layout; 8+ batch groups
 FIND_COORDINATOR_VERSION = 4  # the first with many keys per request
 
@@ -92,6 +100,25 @@ class AdminError(Exception):
     def __init__(self, text: str, code: ErrorCode | None = None) -> None:
         super().__init__(text)
         self.code = code
+
+
+class BrokerUnreachable(AdminError):
+    """A broker that Metadata or FindCoordinator named could not be reached: in a cluster,
+    it may just have died, and its partitions and coordinators are about to move."""
+
+
+# What a broker answers while leadership or a coordinator moves: the request was not applied,
+# and asking again (after a new lookup) will reach whoever took over, as Kafka's Admin does.
+MOVED = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.not_controller,
+    }
+)
 
 
 def check(code: int, message: str | None, what: str) -> None:
@@ -242,20 +269,71 @@ class ScramUser:
 
 # -- the client ---------------------------------------------------------------------------
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _has_moved(error: AdminError) -> bool:
+    return isinstance(error, BrokerUnreachable) or error.code in MOVED
+
+
+def _attempts(timeout_s: float) -> Iterator[int]:
+    """Attempt numbers from 0, the first at once and each next one after a backoff (doubled
+    each time, capped), while the next would start within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    backoff = RETRY_BACKOFF_S
+    attempt = 0
+    while True:
+        yield attempt
+        if time.monotonic() + backoff > deadline:
+            return
+        time.sleep(backoff)
+        backoff = min(2 * backoff, RETRY_BACKOFF_MAX_S)
+        attempt += 1
+
+
+def _retried_while_moving(
+    call: Callable[Concatenate[Admin, _P], _R],
+) -> Callable[Concatenate[Admin, _P], _R]:
+    """Ask again, from the lookup on, while the answer says that a leader, a coordinator or
+    the controller moved (or a broker named as one is unreachable), until the client's API
+    timeout: what Kafka's Admin does, so an operator's command run during a failover answers
+    once the cluster has settled instead of failing. Only for calls whose every request is
+    refused whole when it reaches the wrong broker, or is idempotent, so a second attempt
+    changes nothing that the first one did."""
+
+    @functools.wraps(call)
+    def retrying(admin: Admin, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        moved: AdminError | None = None
+        for _ in _attempts(admin.api_timeout_s):
+            try:
+                return call(admin, *args, **kwargs)
+            except AdminError as error:
+                if not _has_moved(error):
+                    raise
+                moved = error
+        assert moved is not None  # there is always a first attempt
+        raise moved
+
+    return retrying
+
 
 class Admin:
     """Kafka's admin requests over one blocking connection (see the module docstring)."""
 
-    def __init__(self, connection: KafkaConnection) -> None:
+    def __init__(self, connection: KafkaConnection, api_timeout_s: float = API_TIMEOUT_S) -> None:
         self._conn = connection
+        self.api_timeout_s = api_timeout_s  # 0: no retry when a leader or coordinator moved
 
     @classmethod
     @contextmanager
-    def connect(cls, bootstrap: str | Bootstrap) -> Iterator[Admin]:
+    def connect(
+        cls, bootstrap: str | Bootstrap, api_timeout_s: float = API_TIMEOUT_S
+    ) -> Iterator[Admin]:
         """An admin client on a new connection to ``bootstrap``, closed on exit; the
         connections it opens to other brokers are secured the same way."""
         with KafkaConnection(bootstrap) as connection:
-            yield cls(connection)
+            yield cls(connection, api_timeout_s)
 
     # -- topics --------------------------------------------------------------------------
 
@@ -264,6 +342,13 @@ class Admin:
     ) -> TopicSummary:
         """CreateTopics for one topic (-1: the broker's default count or factor), sent to
         the controller."""
+        self._create_topic(name, partitions, replication_factor, configs)
+        return self._summary_of(name)
+
+    @_retried_while_moving
+    def _create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> None:
         with self._controller() as controller:
             response = controller.request(
                 ApiKey.CREATE_TOPICS,
@@ -283,9 +368,13 @@ class Admin:
             )
         (result,) = response.topics
         check(result.error_code, getattr(result, "error_message", None), f"cannot create {name!r}")
+
+    @_retried_while_moving
+    def _summary_of(self, name: str) -> TopicSummary:
         (topic,) = self._metadata([name])
         return _summary(topic)
 
+    @_retried_while_moving
     def delete_topic(self, name: str) -> str:
         """DeleteTopics by name, sent to the controller; the id the topic had."""
         with self._controller() as controller:
@@ -305,6 +394,7 @@ class Admin:
         """Every topic, internal ones included, by name."""
         return sorted((_summary(t) for t in self._metadata(None)), key=lambda t: t.name)
 
+    @_retried_while_moving
     def describe_topic(self, name: str) -> TopicDescription:
         """The topic's partitions with their leader, offsets (log start, high watermark,
         last stable offset, log end), size, replicas and ISR. Offsets and sizes are asked of
@@ -352,6 +442,7 @@ class Admin:
             )
         return TopicDescription(_summary(topic), log_dir, partitions, len(response.brokers))
 
+    @_retried_while_moving
     def create_partitions(self, topic: str, count: int) -> None:
         """CreatePartitions: grow ``topic`` to ``count`` partitions (existing data stays),
         sent to the controller."""
@@ -367,6 +458,7 @@ class Admin:
         (result,) = response.results
         check(result.error_code, result.error_message, f"topic {topic!r}")
 
+    @_retried_while_moving
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """DeleteRecords: move each partition's log start offset up to the offset given
         (-1: the high watermark); each partition's new log start offset (low watermark).
@@ -410,6 +502,7 @@ class Admin:
             t.name: sorted(p.partition_index for p in t.partitions) for t in self._metadata(topics)
         }
 
+    @_retried_while_moving
     def list_offsets(
         self,
         partitions: Mapping[str, Sequence[int]],
@@ -557,9 +650,12 @@ class Admin:
 
     def _connect_to(self, address: str) -> KafkaConnection:
         """Another broker of the cluster, reached with this client's id and security."""
-        return KafkaConnection(
-            address, client_id=self._conn.client_id, security=self._conn.security
-        )
+        try:
+            return KafkaConnection(
+                address, client_id=self._conn.client_id, security=self._conn.security
+            )
+        except ProtocolClientError as error:
+            raise BrokerUnreachable(str(error)) from error
 
     def _each_broker(self) -> Iterator[KafkaConnection]:
         """A connection to each live broker in turn (this one on a single node), for the
@@ -622,7 +718,7 @@ class Admin:
             by_node.setdefault(found.node_id, []).append(found.key)
         for node, coordinated in sorted(by_node.items()):
             if node not in addresses:
-                raise AdminError(
+                raise BrokerUnreachable(
                     f"the coordinator of {coordinated} is broker {node}, which is not live"
                 )
             with self._connect_to(addresses[node]) as conn:
@@ -722,6 +818,7 @@ class Admin:
 
     # -- producer state ---------------------------------------------------------------------
 
+    @_retried_while_moving
     def describe_producers(
         self, partitions: Mapping[str, Sequence[int]]
     ) -> dict[TopicPartition, list[ProducerState]]:
@@ -744,6 +841,7 @@ class Admin:
 
     # -- transactions -----------------------------------------------------------------------
 
+    @_retried_while_moving
     def list_transactions(
         self,
         states: Sequence[str] = (),
@@ -779,6 +877,7 @@ class Admin:
             )
         return sorted(listed, key=lambda t: t.transactional_id)
 
+    @_retried_while_moving
     def describe_transactions(self, ids: Sequence[str]) -> dict[str, Transaction | None]:
         """DescribeTransactions: each id's description, asked of its coordinator; None for an
         id the coordinator does not know (TRANSACTIONAL_ID_NOT_FOUND)."""
@@ -787,6 +886,7 @@ class Admin:
             found.update(_describe_transactions(conn, coordinated))
         return {i: found[i] for i in ids if i in found}
 
+    @_retried_while_moving
     def write_abort_marker(
         self,
         topic: str,
@@ -819,6 +919,7 @@ class Admin:
 
     # -- groups -----------------------------------------------------------------------------
 
+    @_retried_while_moving
     def list_groups(self) -> list[GroupListing]:
         """ListGroups: every group the coordinators know (each broker is asked: each lists
         the groups it coordinates), by group id."""
@@ -832,6 +933,7 @@ class Admin:
             )
         return sorted(listed, key=lambda g: g.group_id)
 
+    @_retried_while_moving
     def describe_group(self, group_id: str) -> ConsumerGroup:
         """DescribeGroups for one group (asked of its coordinator): state, protocol and
         members."""
@@ -859,6 +961,7 @@ class Admin:
             ],
         )
 
+    @_retried_while_moving
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """OffsetFetch (of the group's coordinator) for every partition the group committed
         (nothing: not listed)."""
@@ -879,14 +982,26 @@ class Admin:
 
     def delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
         """DeleteGroups: each group's outcome (NONE: deleted with its committed offsets;
-        e.g. NON_EMPTY_GROUP: it has members), in the order the broker answered."""
-        unique = list(dict.fromkeys(group_ids))  # Kafka's Admin asks for each group once
+        e.g. NON_EMPTY_GROUP: it has members), in the order the broker answered. A group
+        whose coordinator moved is asked of the new one, within the API timeout."""
+        pending = list(dict.fromkeys(group_ids))  # Kafka's Admin asks for each group once
         outcomes: dict[str, ErrorCode] = {}
-        for conn, coordinated in self._each_coordinator(CoordinatorType.GROUP, unique):
+        for _ in _attempts(self.api_timeout_s):  # a group whose coordinator moved: ask again
+            outcomes.update(self._delete_groups(pending))
+            pending = [g for g in pending if outcomes[g] in MOVED]
+            if not pending:
+                break
+        return outcomes
+
+    @_retried_while_moving
+    def _delete_groups(self, group_ids: Sequence[str]) -> dict[str, ErrorCode]:
+        outcomes: dict[str, ErrorCode] = {}
+        for conn, coordinated in self._each_coordinator(CoordinatorType.GROUP, group_ids):
             response = conn.request(ApiKey.DELETE_GROUPS, {"groups_names": coordinated})
             outcomes.update((r.group_id, ErrorCode(r.error_code)) for r in response.results)
         return outcomes
 
+    @_retried_while_moving
     def delete_group_offsets(
         self, group_id: str, topic: str, partitions: Sequence[int]
     ) -> dict[TopicPartition, ErrorCode]:
@@ -909,6 +1024,7 @@ class Admin:
             for p in t.partitions
         }
 
+    @_retried_while_moving
     def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """OffsetCommit as an admin (generation -1, no member): set a group's committed
         offsets; the broker refuses unless the group is Empty (Kafka's
