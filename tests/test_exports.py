@@ -23,8 +23,8 @@ SOURCE = Path(oncelog.__file__).parent
 
 
 def _tree() -> list[pkgutil.ModuleInfo]:
-    """Every module and package below oncelog, except ``__main__`` (importing it runs the
-    command)."""
+    """Every module and package below oncelog, except ``__main__`` (the program's
+    entry, not an API)."""
     found = pkgutil.walk_packages(oncelog.__path__, prefix="oncelog.")
     return [m for m in found if not m.name.endswith(".__main__")]
 
