@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from click.testing import CliRunner, Result
-from confluent_kafka import Producer
 
 from oncelog.cli.main import main
 from oncelog.testing import EmbeddedBroker
+
+from .batches import produce_groups_as_batches
 
 Cli = Callable[..., Result]
 ProduceBatches = Callable[..., None]
@@ -34,13 +35,9 @@ def cli() -> Cli:
 
 @pytest.fixture
 def produce_batches(broker: EmbeddedBroker) -> ProduceBatches:
-    """Produce each group of values as its own batch: a flush between groups."""
+    """Produce each group of values as its own batch (see batches.py)."""
 
     def produce(topic: str, batches: Sequence[Sequence[bytes]], partition: int = 0) -> None:
-        producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
-        for values in batches:
-            for value in values:
-                producer.produce(topic, value, key=b"k", partition=partition)
-            assert producer.flush(10) == 0
+        produce_groups_as_batches(broker.bootstrap_servers, topic, batches, partition)
 
     return produce

@@ -11,6 +11,8 @@ import pytest
 from oncelog.protocol.record_batch import Record, build_batch, build_control_batch
 from oncelog.testing import EmbeddedBroker
 
+from .batches import produce_groups_as_batches
+
 BATCHES = [[b"a0", b"a1"], [b"b0", b"b1", b"b2"], [b"c0"]]
 
 
@@ -18,7 +20,6 @@ BATCHES = [[b"a0", b"a1"], [b"b0", b"b1", b"b2"], [b"c0"]]
 def segment(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of a real segment holding three batches (2, 3 and 1 records)."""
     from click.testing import CliRunner
-    from confluent_kafka import Producer
 
     from oncelog.cli.main import main
 
@@ -36,11 +37,7 @@ def segment(broker: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) ->
         ],
     )
     assert created.exit_code == 0, created.output
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 20})
-    for values in BATCHES:
-        for value in values:
-            producer.produce("dumped", value, key=b"k", partition=0)
-        assert producer.flush(10) == 0
+    produce_groups_as_batches(broker.bootstrap_servers, "dumped", BATCHES)
     copy = tmp_path_factory.mktemp("dump") / "00000000000000000000.log"
     shutil.copyfile(broker.data_dir / "dumped-0" / "00000000000000000000.log", copy)
     return copy
