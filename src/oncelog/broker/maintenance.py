@@ -16,6 +16,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from oncelog.storage.atomic_file import write_in_thread
+
 if TYPE_CHECKING:
     from oncelog.broker.config import BrokerConfig
     from oncelog.broker.durability import GroupCommitFlusher
@@ -92,14 +94,7 @@ class Maintenance:
             self._next_retention_ms = now_ms + self._retention_interval_ms
         if checkpoint_due:
             self._next_checkpoint_ms = now_ms + CHECKPOINT_INTERVAL_MS
-            writing = asyncio.ensure_future(asyncio.to_thread(self._write_checkpoints))
-            try:
-                await asyncio.shield(writing)
-            except asyncio.CancelledError:
-                # A thread cannot be interrupted: the broker stopping us must not close
-                # the logs under it, so the cancellation waits for the writes to end.
-                await writing
-                raise
+            await write_in_thread(self._write_checkpoints)
 
     def _write_checkpoints(self) -> None:
         failures = _Failures("writing the recovery checkpoint")

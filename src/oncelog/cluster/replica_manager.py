@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
@@ -48,6 +49,7 @@ from oncelog.cluster.replica import (
 )
 from oncelog.cluster.zookeeper import NO_LEADER, PartitionState, SessionExpired, ZooKeeperError
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.storage.atomic_file import write_in_thread
 from oncelog.storage.leader_epoch import LeaderEpochCache
 
 if TYPE_CHECKING:
@@ -76,6 +78,9 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._clean_start = clean_start
         self._checkpointed_hw = read_high_watermarks(data_dir)
+        # The periodic checkpoint (a worker thread) and the one at stop (the loop) write one
+        # temporary file: one writer at a time.
+        self._checkpoint_lock = threading.Lock()
         self._listeners: list[LeadershipListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_updates: set[asyncio.Task[None]] = set()
@@ -572,14 +577,15 @@ class ReplicaManager:
         interval = self.config.replica_high_watermark_checkpoint_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            await asyncio.to_thread(self._write_checkpoint)
+            await write_in_thread(self._write_checkpoint)
 
     def _write_checkpoint(self) -> None:
-        marks = {k: r.partition.high_watermark for k, r in list(self.replicas.items())}
-        try:
-            write_high_watermarks(self.data_dir, marks)
-        except OSError:
-            log.exception("could not write the high watermark checkpoint")
+        with self._checkpoint_lock:
+            marks = {k: r.partition.high_watermark for k, r in list(self.replicas.items())}
+            try:
+                write_high_watermarks(self.data_dir, marks)
+            except OSError:
+                log.exception("could not write the high watermark checkpoint")
 
     # -- helpers ---------------------------------------------------------------------------
 

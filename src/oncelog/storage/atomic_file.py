@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -19,3 +21,16 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+async def write_in_thread(write: Callable[[], None]) -> None:
+    """Run ``write`` (checkpoint files) in a worker thread, off the event loop. A thread
+    cannot be interrupted: when the awaiting task is cancelled (the broker stopping), the
+    cancellation waits for the write to end, so that the stopping code neither closes what
+    it reads nor writes the same temporary file beside it."""
+    writing = asyncio.ensure_future(asyncio.to_thread(write))
+    try:
+        await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        await writing
+        raise
