@@ -147,7 +147,7 @@ def test_sigkill_between_prepare_commit_and_markers(
         values = [(p, b"txn-%d-%d" % (p, i)) for p in range(PARTITIONS) for i in range(2)]
         assert produce_flushed(producer, topic, values) == [None] * len(values)
         producer.commit_transaction(TIMEOUT_S)  # PREPARE_COMMIT durable: the decision
-        wait_until(flag.exists, timeout_s=5, what="the marker writer to reach the blocked topic")
+        wait_until(flag.exists, TIMEOUT_S, "the marker writer to reach the blocked topic")
         # No marker on any partition: the transaction still holds every LSO.
         assert _latest(bootstrap, topic, 1) == dict.fromkeys(range(PARTITIONS), 1)
         assert _latest(bootstrap, topic, 0) == dict.fromkeys(range(PARTITIONS), 3)
@@ -163,7 +163,7 @@ def test_sigkill_between_prepare_commit_and_markers(
         bootstrap = normal.bootstrap_servers
         wait_until(
             lambda: _latest(bootstrap, topic, 1) == dict.fromkeys(range(PARTITIONS), 4),
-            timeout_s=10,
+            timeout_s=TIMEOUT_S,  # a broker process start and recovery on a loaded machine
             what="the resumed commit markers",
         )
         print(f"commit markers written {time.monotonic() - started:.2f} s after the restart began")
@@ -219,7 +219,7 @@ def test_unclean_restart_between_prepare_commit_and_markers_in_process(
         values = [(p, b"txn-%d" % p) for p in range(PARTITIONS)]
         assert produce_flushed(producer, topic, values) == [None] * PARTITIONS
         producer.commit_transaction(TIMEOUT_S)
-        wait_until(lambda: bool(reached), timeout_s=5, what="the marker writer")
+        wait_until(lambda: bool(reached), TIMEOUT_S, "the marker writer")
         assert first.broker is not None
         coordinator = first.broker.transactions
         shard = coordinator.shards[partition_for(tid, coordinator.num_partitions)]
