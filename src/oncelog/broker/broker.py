@@ -345,8 +345,7 @@ class Broker:
         epoch error when the client's ``leader_epoch`` is not ours)."""
         if self.cluster is None:
             return self.topics.partition(topic, index)
-        assert self.cluster.replicas is not None
-        return self.cluster.replicas.leader_partition(topic, index, leader_epoch)
+        return self.cluster.hosting().leader_partition(topic, index, leader_epoch)
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id (None: no such topic), from this node's

@@ -37,6 +37,7 @@ from oncelog.cluster.zookeeper import (
     ZooKeeperSession,
     broker_path,
 )
+from oncelog.protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from oncelog.broker.durability import GroupCommitFlusher
@@ -175,6 +176,18 @@ class ClusterNode:
 
     def holds_lease(self) -> bool:
         return self.lease.holds(time.monotonic())
+
+    def hosting(self) -> ReplicaManager:
+        """The replica manager, for a request about a partition. The listener serves a
+        moment before the replicas open (the address this broker registers must be bound):
+        meanwhile NOT_LEADER_OR_FOLLOWER, which clients and peers retry, as Kafka answers
+        for a partition whose leadership it has not yet been told."""
+        if self.replicas is None:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"broker {self.broker_id} is still joining the cluster",
+            )
+        return self.replicas
 
     # -- registration and lease --------------------------------------------------------
 

@@ -131,8 +131,7 @@ def _lookup(
     epoch = getattr(wanted, "current_leader_epoch", -1)
     try:
         if follower >= 0:
-            assert broker.cluster.replicas is not None
-            return broker.cluster.replicas.follower_fetch(
+            return broker.cluster.hosting().follower_fetch(
                 name,
                 wanted.partition,
                 follower,

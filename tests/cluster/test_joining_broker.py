@@ -1,0 +1,26 @@
+"""A cluster broker serves its listener a moment before its replicas open (the address it
+registers in ZooKeeper must be bound first). A Produce that came in that moment met an
+assertion, and its connection was closed with a traceback in the broker's log (seen in a
+CTP cluster test's restarted broker); Kafka answers NOT_LEADER_OR_FOLLOWER for a partition
+whose leadership it has not been told yet, and clients retry that."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oncelog.broker.broker import Broker
+from oncelog.broker.config import BrokerConfig
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+
+def test_a_partition_asked_of_a_broker_still_joining_is_not_led_here(tmp_path: Path) -> None:
+    # Never started: no ZooKeeper session, no replica manager yet (as between the listener's
+    # start and ClusterNode.start opening the replicas).
+    config = BrokerConfig.load(None, {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1"})
+    broker = Broker(config, tmp_path, "127.0.0.1", 0)
+    assert broker.cluster is not None and broker.cluster.replicas is None
+    with pytest.raises(KafkaError) as refused:
+        broker.partition_for_clients("orders", 0)
+    assert refused.value.code == ErrorCode.not_leader_or_follower
