@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.exceptions import SessionExpiredError
 
 from oncelog.testing.cluster import LocalCluster
 
@@ -25,3 +28,26 @@ def test_round_trip_on_a_replicated_topic(oncelog_cluster: LocalCluster) -> None
     assert message is not None and message.error() is None and message.value() == b"hello"
     consumer.close()
     oncelog_cluster.wait_for_isr("events", 0, [1, 2, 3])
+
+
+class SessionExpiringOnce:
+    """A kazoo client whose session expires under the first question, as when ZooKeeper
+    restarts slower than the session timeout (seen under load in
+    test_zookeeper_restart_loses_nothing); kazoo then opens a new session."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def get_children(self, path: str) -> list[str]:
+        self.asked += 1
+        if self.asked == 1:
+            raise SessionExpiredError()
+        return ["1", "2"] if path == "/brokers/ids" else []
+
+
+def test_the_cluster_asks_zookeeper_again_after_its_session_expired(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, brokers=2)  # not started: the client below answers
+    client = SessionExpiringOnce()
+    cluster._zk_client = client  # type: ignore[assignment]
+    assert cluster.registered_brokers() == {1, 2}
+    assert client.asked == 2

@@ -31,10 +31,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 
 from oncelog.client.connection import KafkaConnection, ProtocolClientError
 from oncelog.client.security import ClientSecurity
@@ -54,6 +54,7 @@ TEST_BROKER_CONFIG = {
     "replica.fetch.backoff.ms": "200",
 }
 _POLL_S = 0.05
+_T = TypeVar("_T")
 
 
 class ClusterError(RuntimeError):
@@ -180,7 +181,7 @@ class LocalCluster(Lifecycle):
     # -- what ZooKeeper says --------------------------------------------------------------
 
     def registered_brokers(self) -> set[int]:
-        return {int(i) for i in self._zk().get_children("/brokers/ids")}
+        return {int(i) for i in self._ask(lambda zk: zk.get_children("/brokers/ids"))}
 
     def _controller_sees_every_broker(self) -> bool:
         controller = self.controller()
@@ -203,7 +204,7 @@ class LocalCluster(Lifecycle):
 
     def controller(self) -> int | None:
         try:
-            data, _ = self._zk().get("/controller")
+            data, _ = self._ask(lambda zk: zk.get("/controller"))
         except Exception:
             return None
         return int(json.loads(data)["brokerid"])
@@ -212,7 +213,7 @@ class LocalCluster(Lifecycle):
         """The state znode (leader, leader_epoch, isr, controller_epoch) or None."""
         path = f"/brokers/topics/{topic}/partitions/{partition}/state"
         try:
-            data, _ = self._zk().get(path)
+            data, _ = self._ask(lambda zk: zk.get(path))
         except Exception:
             return None
         return dict(json.loads(data))
@@ -220,14 +221,14 @@ class LocalCluster(Lifecycle):
     def znode(self, path: str) -> bytes | None:
         """The data of any znode (None if it does not exist), to check what a test did."""
         try:
-            data, _ = self._zk().get(path)
+            data, _ = self._ask(lambda zk: zk.get(path))
         except NoNodeError:
             return None
         return bytes(data)
 
     def znode_children(self, path: str) -> list[str]:
         try:
-            return sorted(self._zk().get_children(path))
+            return sorted(self._ask(lambda zk: zk.get_children(path)))
         except NoNodeError:
             return []
 
@@ -334,6 +335,20 @@ class LocalCluster(Lifecycle):
         if not self.proxied:
             raise ClusterError("partition() needs LocalCluster(proxied=True)")
         return [self._kafka_proxies[broker_id], self._zk_proxies[broker_id]]
+
+    def _ask(self, question: Callable[[KazooClient], _T]) -> _T:
+        """Ask ZooKeeper through this harness's own session, again (for up to
+        ``start_timeout_s``) when the connection drops or the session expires: a ZooKeeper
+        restart slower than the session timeout on a loaded machine ends the session, and
+        kazoo opens a new one. Other errors (NoNodeError...) are the caller's."""
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            try:
+                return question(self._zk())
+            except (ConnectionLoss, SessionExpiredError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(_POLL_S)
 
     def _zk(self) -> KazooClient:
         if self._zk_client is None:
