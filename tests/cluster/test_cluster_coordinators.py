@@ -18,6 +18,7 @@ from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
 
+from ..eos.ctp_worker import know_partitions_before_joining
 from .coordination import (
     COORDINATOR_CONFIG,
     GROUP,
@@ -175,6 +176,9 @@ def test_consumer_group_commits_and_resumes_on_a_cluster(
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
+        # kafka-python 3.0.12 loses a rebalance whose SyncGroup outlives its poll when its
+        # first join assigned nothing (metadata not yet known): see ctp_worker.
+        know_partitions_before_joining(consumer, topic, 3)
         seen = 0
         deadline = time.monotonic() + TIMEOUT_S
         while seen < 60:

@@ -17,6 +17,8 @@ from oncelog.client.security import ClientSecurity
 from oncelog.testing import EmbeddedBroker
 from oncelog.testing.security import SecurityKit
 
+from ..eos.ctp_worker import know_partitions_before_joining
+
 TIMEOUT_S = 30
 WAYS = [
     pytest.param("SASL_SSL", "alice", "SCRAM-SHA-512", id="sasl_ssl-scram512"),
@@ -116,6 +118,9 @@ def test_kafka_python(
         isolation_level="read_committed",
         enable_auto_commit=False,
     )
+    # kafka-python 3.0.12 loses a rebalance whose SyncGroup outlives its poll when its first
+    # join assigned nothing (metadata not yet known): see ctp_worker.
+    know_partitions_before_joining(consumer, topic_name, 1)
     got: list[bytes] = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(got) < len(IDEMPOTENT + COMMITTED) and time.monotonic() < deadline:
