@@ -10,6 +10,7 @@ from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import BatchHeader, Record, build_batch, iter_stored_batches
+from oncelog.testing.cluster import LocalCluster
 
 
 def produce(
@@ -89,3 +90,29 @@ def _fetch_partition(
         version=12,
     )
     return answer.responses[0].partitions[0]
+
+
+def wait_for_leaders_isr(
+    cluster: LocalCluster, leader: int, topic: str, isr: list[int], timeout_s: float = 15
+) -> None:
+    """Until the leader's own Metadata answer shows ``isr`` for partition 0 of ``topic``.
+
+    ZooKeeper shows a controller's ISR change a moment before the leader's watch delivers
+    it: until then the leader acts on the ISR it had (min.insync.replicas, what may commit).
+    Its Metadata answer comes from the same copy of ZooKeeper its replicas act on."""
+    deadline = time.monotonic() + timeout_s
+    with KafkaConnection(cluster.address(leader), security=cluster.security) as conn:
+        while True:
+            answer = conn.request(
+                ApiKey.METADATA,
+                {
+                    "topics": [{"name": topic, "topic_id": None}],
+                    "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+            if sorted(answer.topics[0].partitions[0].isr_nodes) == sorted(isr):
+                return
+            assert time.monotonic() < deadline, f"broker {leader} never saw ISR {isr}"
+            time.sleep(0.05)

@@ -54,6 +54,7 @@ from .coordination import (
     wait_for_coordinator,
     write_markers,
 )
+from .raw import wait_for_leaders_isr
 
 pytestmark = pytest.mark.slow
 
@@ -383,7 +384,8 @@ def test_a_coordinator_that_lost_leadership_while_writing_markers_completes_noth
             == ErrorCode.none
         )
     cluster.kill(follower)
-    cluster.wait_for_isr(topic, 0, [leader])  # markers now get NOT_ENOUGH_REPLICAS
+    cluster.wait_for_isr(topic, 0, [leader])  # markers now get NOT_ENOUGH_REPLICAS ...
+    wait_for_leaders_isr(cluster, leader, topic, [leader])  # ... once the leader knows it
     cluster.wait_for_isr(TXN_STATE, txn_partition, sorted([old, leader]))
     with connect(cluster, old) as conn:
         assert end_txn(conn, tid, pid, epoch, commit=True) == ErrorCode.none

@@ -15,12 +15,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.client.connection import KafkaConnection
-from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.testing.cluster import LocalCluster
 
-from .raw import fetch, produce
+from .raw import fetch, produce, wait_for_leaders_isr
 
 SESSION_TIMEOUT_S = 3.0
 CONFIG = {
@@ -81,28 +80,6 @@ def produce_on_leader(
 # answer; until then acks=all counts the ISR without the new member (Kafka's leader does the
 # same with an expansion in flight) and answers NOT_ENOUGH_REPLICAS, which clients retry.
 WHILE_THE_ISR_GROWS = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.not_enough_replicas})
-
-
-def wait_for_leaders_isr(
-    cluster: LocalCluster, leader: int, topic: str, isr: list[int], timeout_s: float = 15
-) -> None:
-    """Until the leader's own Metadata answer (its copy of ZooKeeper) shows ``isr``."""
-    deadline = time.monotonic() + timeout_s
-    with connect(cluster, leader) as conn:
-        while True:
-            answer = conn.request(
-                ApiKey.METADATA,
-                {
-                    "topics": [{"name": topic, "topic_id": None}],
-                    "allow_auto_topic_creation": False,
-                    "include_cluster_authorized_operations": False,
-                    "include_topic_authorized_operations": False,
-                },
-            )
-            if sorted(answer.topics[0].partitions[0].isr_nodes) == sorted(isr):
-                return
-            assert time.monotonic() < deadline, f"broker {leader} never saw ISR {isr}"
-            time.sleep(0.05)
 
 
 def acked_producer(cluster: LocalCluster, topic: str, count: int) -> list[int]:
