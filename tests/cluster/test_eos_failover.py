@@ -116,6 +116,8 @@ RETRIABLE = {
     ErrorCode.not_coordinator,
     ErrorCode.concurrent_transactions,
     ErrorCode.not_enough_replicas,
+    # a leader ZooKeeper names that has not heard it from its watch yet
+    ErrorCode.not_leader_or_follower,
 }
 
 
@@ -287,17 +289,19 @@ def test_a_fenced_producer_stays_fenced_after_its_coordinator_dies(cluster: Loca
         )
     leader = cluster.wait_for_leader(topic, 0, not_in={coordinator})
     with connect(cluster, leader) as conn:
-        zombie_write = produce(
-            conn,
-            topic,
-            0,
-            [b"zombie-1"],
-            producer_id=pid,
-            epoch=zombie,
-            sequence=1,
-            transactional_id=tid,
+        zombie_write = settled(
+            lambda: produce(
+                conn,
+                topic,
+                0,
+                [b"zombie-1"],
+                producer_id=pid,
+                epoch=zombie,
+                sequence=1,
+                transactional_id=tid,
+            )[0]
         )
-        assert zombie_write[0] in FENCED
+        assert zombie_write in FENCED
         assert (
             produce(
                 conn,
