@@ -8,9 +8,10 @@ feeder keeps writing input. Every kill takes a broker down with SIGKILL and rest
 the victims cycle through the transaction coordinator of each loop, the group coordinator
 of each loop, and a random broker. Now and then a loop process is killed too and a new
 instance (same transactional.id and group) takes over; so does one after a worker exits
-on its own (kafka-python's init_transactions times out while its coordinator is down;
-librdkafka's send_offsets_to_transaction hangs on a group coordinator that left the
-metadata, confluentinc/librdkafka#5511, so the worker bounds it and exits). Then the feeder
+on its own (kafka-python's Sender drops a transactional request sent while its
+coordinator is down; librdkafka's send_offsets_to_transaction hangs on a group coordinator
+that left the metadata, confluentinc/librdkafka#5511; the worker bounds those calls and
+exits: tests/eos/ctp_worker.py). Then the feeder
 stops and the last instances drain their input. Afterwards, for each loop:
 
 - the read_committed output holds the transform of every input record exactly once, in
@@ -251,28 +252,54 @@ def wait_for_progress(cluster: LocalCluster, loops: list[Loop], before: list[int
         time.sleep(0.1)
 
 
+@dataclass
+class Kill:
+    """One broker kill and where its time went (seconds): waiting for both loops to commit
+    since the last kill, the broker down, its restart, its return to every ISR."""
+
+    victim: int
+    progress_s: float
+    down_s: float
+    restart_s: float
+    in_sync_s: float
+
+
 def run_with_kills(
     cluster: LocalCluster, loops: list[Loop], kills: int, worker_kill_every: int
-) -> list[int]:
+) -> list[Kill]:
     """Kill brokers ``kills`` times (and a loop process every ``worker_kill_every`` kills);
-    the victims, in order."""
+    the kills, in order."""
     rng = random.Random(SEED + kills)
     bootstrap = cluster.bootstrap_servers
-    victims = []
+    done: list[Kill] = []
     for k in range(kills):
+        started = time.monotonic()
         wait_for_progress(cluster, loops, [loop.commits() for loop in loops])
+        progressed = time.monotonic()
         loop = loops[(k // 3) % len(loops)]
         txn_coordinator, group_coordinator = coordinators(cluster, loop)
         victim = [txn_coordinator, group_coordinator, None][k % 3] or rng.choice(cluster.broker_ids)
         cluster.kill(victim)
-        victims.append(victim)
         if worker_kill_every and k % worker_kill_every == worker_kill_every - 1:
             rng.choice(loops).kill(bootstrap)
         time.sleep(rng.uniform(0.0, 1.5))
+        killed = time.monotonic()
         cluster.restart(victim)
         cluster.wait_for_brokers([victim], 60)
+        restarted = time.monotonic()
         cluster.wait_until_in_sync(120)
-    return victims
+        in_sync = time.monotonic()
+        done.append(
+            Kill(
+                victim,
+                progress_s=round(progressed - started, 1),
+                down_s=round(killed - progressed, 1),
+                restart_s=round(restarted - killed, 1),
+                in_sync_s=round(in_sync - restarted, 1),
+            )
+        )
+        print(f"kill {k + 1}/{kills}: {asdict(done[-1])}", flush=True)
+    return done
 
 
 def drain(cluster: LocalCluster, loops: list[Loop]) -> None:
@@ -343,16 +370,32 @@ def run(tmp_path: Path, mode: str, kills: int, worker_kill_every: int) -> list[O
         try:
             for loop in loops:
                 loop.start(cluster.bootstrap_servers)
-            victims = run_with_kills(cluster, loops, kills, worker_kill_every)
+            started = time.monotonic()
+            kills_done = run_with_kills(cluster, loops, kills, worker_kill_every)
             feeder.stop()
+            killed = time.monotonic()
             drain(cluster, loops)
+            drained = time.monotonic()
         finally:
             feeder.stop()
             for loop in loops:
                 for worker in loop.workers:
                     worker.kill()
         outcomes = [check(cluster, loop, exactly_once=mode == "eos") for loop in loops]
-    report = {"victims": victims, "fed": feeder.sent, "loops": [asdict(o) for o in outcomes]}
+    report = {
+        "victims": [kill.victim for kill in kills_done],
+        "fed": feeder.sent,
+        "loops": [asdict(o) for o in outcomes],
+        "seconds": {
+            "kills": round(killed - started, 1),
+            "drain": round(drained - killed, 1),
+            **{
+                phase: round(sum(getattr(kill, phase) for kill in kills_done), 1)
+                for phase in ("progress_s", "down_s", "restart_s", "in_sync_s")
+            },
+        },
+        "kills": [asdict(kill) for kill in kills_done],
+    }
     (tmp_path / "outcome.json").write_text(json.dumps(report, indent=1))
     print(f"\nCTP on a cluster ({mode}): {json.dumps(report)}")
     return outcomes

@@ -28,8 +28,10 @@ send_offsets_to_transaction/commit_transaction, which take no timeout, wait for 
 its Sender dropped their request: kafka/producer/sender.py ``_maybe_send_pending_request``
 looks the coordinator up again when it is not ready (just killed, still named by
 FindCoordinator) but re-enqueues the request only ``if target_node is None``, and
-``target_node`` still holds the dead coordinator (kafka-python 3.0.12; its
-init_transactions times out after 60 s instead).
+``target_node`` still holds the dead coordinator (kafka-python 3.0.12). Its
+init_transactions (which would time out after 60 s) is bounded the same way, and a flush
+inside a transaction (its AddPartitionsToTxn dropped, the records wait) aborts the
+transaction after the same bound and redoes the batch.
 
 The kafka-python consumer learns its input's partitions before it first polls (see
 ``know_partitions_before_joining``): kafka-python 3.0.12 loses a rebalance that a metadata
@@ -72,17 +74,53 @@ class Progress:
             self._file.write(f"{time.monotonic():.3f} {text}\n")
 
 
+# A killed broker is back within seconds: both clients try it again at least every second,
+# as Kafka's Java client does by default (reconnect.backoff.max.ms 1000). With their own
+# defaults (kafka-python 30 s, librdkafka 10 s) the backoff, doubling with each refused
+# connection, can outlast the broker's restart.
+RECONNECT_BACKOFF_MAX_MS = 1000
+
 HUNG_EXIT = 4
-# Well above what these calls take through a coordinator failover (a few seconds); a call
-# stuck longer is a client that will not recover by itself.
-HUNG_AFTER_S = 20.0
+# Well above what these calls take through a coordinator failover: in four runs of the
+# cluster kill loop at load 8-25, 3,406 send_offsets_to_transaction + commit_transaction
+# pairs took at most 6.4 s (99.9 % under 4.9 s), 63 init_transactions at most 6.7 s. A call
+# stuck longer is a client that will not recover by itself (both kinds above); one cut short
+# only costs a restart.
+HUNG_AFTER_S = 12.0
 
 
-def bounded(progress: Progress, timeout_s: float, call: Callable[..., Any], *args: Any) -> Any:
+# Leaving the group on the way out spares the next instance's join the wait for this
+# member's session timeout (the coordinator would wait that long for it to rejoin).
+LEAVE_TIMEOUT_S = 5.0
+
+
+def bounded(
+    progress: Progress,
+    timeout_s: float,
+    call: Callable[..., Any],
+    *args: Any,
+    leave: Callable[[], Any] | None = None,
+) -> Any:
     """``call(*args)``'s result or exception, if it returns within ``timeout_s``; otherwise
-    the process exits with HUNG_EXIT (see the module docstring)."""
+    the process exits with HUNG_EXIT (see the module docstring), after ``leave()`` (the
+    consumer's close: it leaves the group) if that returns within LEAVE_TIMEOUT_S."""
     what = getattr(call, "__name__", repr(call))
-    outcome: list[Any] = []
+    outcome = _within(timeout_s, call, *args)
+    if not outcome:
+        progress.line(f"HUNG in {what} for {timeout_s:.0f} s: exiting")
+        if leave is not None:
+            _within(LEAVE_TIMEOUT_S, leave)
+        os._exit(HUNG_EXIT)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _within(timeout_s: float, call: Callable[..., Any], *args: Any) -> list[tuple[bool, Any]]:
+    """``[(True, result)]`` or ``[(False, exception)]`` of ``call(*args)`` run in a daemon
+    thread, or ``[]`` if it did not return within ``timeout_s``."""
+    outcome: list[tuple[bool, Any]] = []
 
     def run() -> None:
         try:
@@ -90,16 +128,10 @@ def bounded(progress: Progress, timeout_s: float, call: Callable[..., Any], *arg
         except BaseException as exc:  # handed to the caller's thread
             outcome.append((False, exc))
 
-    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread = threading.Thread(target=run, name=getattr(call, "__name__", "call"), daemon=True)
     thread.start()
     thread.join(timeout_s)
-    if not outcome:
-        progress.line(f"HUNG in {what} for {timeout_s:.0f} s: exiting")
-        os._exit(HUNG_EXIT)
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
+    return outcome
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -157,7 +189,12 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 
     debug = {"debug": "eos,protocol,cgrp"} if a.debug else {}
-    common = {"bootstrap.servers": a.bootstrap, "broker.address.family": "v4", **debug}
+    common = {
+        "bootstrap.servers": a.bootstrap,
+        "broker.address.family": "v4",
+        "reconnect.backoff.max.ms": RECONNECT_BACKOFF_MAX_MS,
+        **debug,
+    }
     if a.mode == "eos":
         producer = Producer(
             {
@@ -295,6 +332,7 @@ def run_confluent(a: argparse.Namespace, progress: Progress) -> int:
                 positions(),
                 consumer.consumer_group_metadata(),
                 30,
+                leave=consumer.close,
             )
             producer.commit_transaction(60)
         except KafkaException as exc:
@@ -371,12 +409,17 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
     from kafka.errors import KafkaError, ProducerFencedError
     from kafka.structs import OffsetAndMetadata
 
-    common: dict[str, Any] = {"bootstrap_servers": a.bootstrap}
+    common: dict[str, Any] = {
+        "bootstrap_servers": a.bootstrap,
+        "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
+    }
     if a.mode == "eos":
         producer = KafkaProducer(
             **common, transactional_id=a.transactional_id, linger_ms=5, transaction_timeout_ms=60000
         )
-        producer.init_transactions()
+        # Bounded: the Sender drops InitProducerId as it drops the other transactional
+        # requests (module docstring), and init_transactions would wait its 60 s max_block_ms.
+        bounded(progress, HUNG_AFTER_S, producer.init_transactions)
     else:
         producer = KafkaProducer(**common, linger_ms=5, acks="all", enable_idempotence=False)
     progress.line("producer ready")
@@ -408,6 +451,9 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
         a.input,
         a.partitions,
     )
+
+    def leave() -> None:
+        consumer.close(autocommit=False, timeout_ms=LEAVE_TIMEOUT_S * 1000)
 
     def rewind() -> None:
         for tp in consumer.assignment():
@@ -478,7 +524,10 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
             producer.begin_transaction()
             produce(batches)
             if a.flush_in_txn:
-                producer.flush(30)
+                # Bounded as the calls below are: kafka-python's Sender drops the transaction's
+                # AddPartitionsToTxn like the other transactional requests, and the records
+                # then wait for ever. KafkaTimeoutError: abort and redo the batch.
+                producer.flush(HUNG_AFTER_S)
             progress.line(f"in txn n={n} flushed={a.flush_in_txn}")
             if a.work_s:
                 time.sleep(a.work_s)
@@ -488,8 +537,9 @@ def run_kafka_python(a: argparse.Namespace, progress: Progress) -> int:
                 producer.send_offsets_to_transaction,
                 offsets(batches),
                 consumer.group_metadata(),
+                leave=leave,
             )
-            bounded(progress, HUNG_AFTER_S, producer.commit_transaction)
+            bounded(progress, HUNG_AFTER_S, producer.commit_transaction, leave=leave)
         except ProducerFencedError:
             raise
         except KafkaError as exc:
