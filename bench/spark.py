@@ -2,14 +2,18 @@
 
     .venv/bin/python bench/spark.py                      # 1,000,000 records, 20,000 orders
     .venv/bin/python bench/spark.py --records 200000 --skip-pipeline
+    .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
 partitions per topic) and measures, in this order:
 
 1. one plain idempotent producer (this Python process) writing N records of ~200 bytes;
 2. one tuned Python consumer (fetch.queue.backoff.ms=10) reading them back (assign());
-3. Spark (one session, local[2,3], after a warm-up) reading the same topic: `count()`;
-4. Spark writing N generated rows exactly_once, then at_least_once (alternating order
+3. Spark (one session, local[2,3], after a warm-up) reading the same topic: `count()`,
+   alternating with PySpark's own floor for it: a Python batch source that yields the
+   same number of rows in the same schema from Arrow batches built once (no Kafka);
+4. Spark writing N generated rows exactly_once, then at_least_once, then into PySpark's
+   floor for a write, a Python Arrow sink that only iterates its input (order rotated
    over --rounds rounds, best of each);
 5. the fixed cost of a streaming micro-batch at the log tail: `oncelog` source into the
    `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
@@ -26,6 +30,7 @@ The broker is always stopped and the temporary directory removed.
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import statistics
 import sys
@@ -40,6 +45,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, Producer, TopicPartition
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
@@ -49,12 +56,25 @@ from pyspark.sql.datasource import (
 from common import consume_count, create_topics, load_average, produce_all
 from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
+from oncelog.spark.schema import arrow_schema, spark_schema
 from oncelog.testing.process import BrokerProcess
 from pipeline import VerificationFailed, measure_pipeline
 
 PARTITIONS = 3
 VALUE_SIZE = 200
 TUNED_CONSUMER = {"fetch.queue.backoff.ms": 10}
+READ_BASELINE, READ, READ_FLOOR = (
+    "baseline: tuned consumer",
+    "Spark read, count()",
+    "floor: do-nothing Python source, count()",
+)
+WRITE_BASELINE, WRITE_EOS, WRITE_ALO, WRITE_FLOOR = (
+    "baseline: idempotent producer",
+    "Spark write exactly_once",
+    "Spark write at_least_once",
+    "floor: do-nothing Python Arrow sink",
+)
+RATE, MICRO_FLOOR, TAIL = "micro-batch rate", "micro-batch floor", "micro-batch oncelog"
 
 
 def _timed(what: str, call: Callable[[], int]) -> tuple[int, float]:
@@ -103,10 +123,14 @@ def _reader(spark: Any, bootstrap: str, topic: str, **options: str) -> Any:
     return reader.load()
 
 
-def spark_write(spark: Any, bootstrap: str, topic: str, records: int, guarantee: str) -> int:
-    rows = spark.range(0, records, 1, 2).selectExpr(
+def _rows_to_write(spark: Any, records: int) -> Any:
+    return spark.range(0, records, 1, 2).selectExpr(
         "lpad(cast(id as string), 10, '0') as key", f"repeat('v', {VALUE_SIZE}) as value"
     )
+
+
+def spark_write(spark: Any, bootstrap: str, topic: str, records: int, guarantee: str) -> int:
+    rows = _rows_to_write(spark, records)
     (
         rows.write.format("oncelog")
         .mode("append")
@@ -238,66 +262,167 @@ class FloorSource(DataSource):
         return _FloorWriter()
 
 
+class _FloorBatchReader(DataSourceReader):
+    """`records` rows in the source's schema (~200-byte values), in Arrow batches of the
+    connector's size built once per task: what PySpark costs a read, without Kafka."""
+
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(PARTITIONS)]
+
+    def read(self, partition: InputPartition) -> Any:
+        from oncelog.spark.consume import ROWS_PER_BATCH
+
+        n = ROWS_PER_BATCH
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array([b"%010d" % i for i in range(n)], pa.binary()),
+                pa.array([b"v" * VALUE_SIZE] * n, pa.binary()),
+                pa.repeat(pa.scalar("read", pa.string()), n),
+                pa.repeat(pa.scalar(partition.value, pa.int32()), n),
+                pa.array(range(n), pa.int64()),
+                pa.array([time.time_ns() // 1000] * n, pa.timestamp("us", tz="UTC")),
+                pa.repeat(pa.scalar(0, pa.int32()), n),
+            ],
+            schema=arrow_schema(False),
+        )
+        share = self.records // PARTITIONS + (partition.value < self.records % PARTITIONS)
+        for first in range(0, share, n):
+            yield batch.slice(0, min(n, share - first))
+
+
+class _FloorBatchWriter(DataSourceArrowWriter):
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return WriterCommitMessage()
+
+
+class FloorBatchSource(DataSource):
+    """PySpark's own cost of a batch read and a batch write through a Python data source
+    that does no I/O (`records` option: how many rows a read yields)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_floor_batch"
+
+    def schema(self) -> Any:
+        return spark_schema(False)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _FloorBatchReader(int(self.options["records"]))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceArrowWriter:
+        return _FloorBatchWriter()
+
+
+def floor_read(spark: Any, records: int) -> int:
+    return spark.read.format("bench_floor_batch").option("records", str(records)).load().count()
+
+
+def floor_write(spark: Any, records: int) -> int:
+    _rows_to_write(spark, records).write.format("bench_floor_batch").mode("append").save()
+    return records
+
+
 def fixed_cost_python_floor(spark: Any, work: Path, batches: int, warmup: int) -> float:
     spark.dataSource.register(FloorSource)
     stream = spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
     return micro_batch_cost(stream, work / "ck-floor", batches, warmup)[0]
 
 
+def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) -> dict[str, float]:
+    """Mean ms of a micro-batch: rate into noop, PySpark's floor, oncelog into oncelog."""
+    rate_ms = fixed_cost_rate_noop(spark, work, batches, 5)
+    print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
+    floor_ms = fixed_cost_python_floor(spark, work, batches, 5)
+    print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
+    tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, batches, 5)
+    print(
+        f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
+        f"({tail_rows} rows a batch)",
+        flush=True,
+    )
+    return {RATE: rate_ms, MICRO_FLOOR: floor_ms, TAIL: tail_ms}
+
+
+def _best_of_rotations(
+    rounds: int, runs: dict[str, Callable[[int], int]], records: int
+) -> dict[str, float]:
+    """Each run once per round, the order rotated every round (the machine's load drifts);
+    the best seconds of each. A run returns its row count, which must be `records`."""
+    best: dict[str, float] = {}
+    names = list(runs)
+    for r in range(rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            got, seconds = _timed(name, functools.partial(runs[name], r))
+            if got != records:
+                raise VerificationFailed(f"{name}: {got} rows of {records}")
+            best[name] = min(best.get(name, seconds), seconds)
+    return best
+
+
+def _checked_write(spark: Any, bootstrap: str, records: int, guarantee: str, r: int) -> int:
+    """A Spark write into a new topic, then a count of what a read_committed read finds."""
+    topic = f"write-{guarantee}-{r}"
+    create_topics(bootstrap, [topic], PARTITIONS)
+    spark_write(spark, bootstrap, topic, records, guarantee)
+    written = _reader(spark, bootstrap, topic).count()
+    if written != records:
+        latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
+            [(topic, p) for p in range(PARTITIONS)], "latest", True
+        )
+        raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
+    return records
+
+
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     create_topics(bootstrap, ["read", "warm"], PARTITIONS)
     n = args.records
-    _, produce_s = _timed(
-        "baseline: idempotent producer", lambda: baseline_produce(bootstrap, "read", n)
-    )
-    _, consume_s = _timed(
-        "baseline: tuned consumer", lambda: baseline_consume(bootstrap, "read", n)
-    )
+    baseline_produce(bootstrap, "read", n)  # what every read reads
     spark = new_session("oncelog-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(FloorBatchSource)
     try:
         # warm-up: Python workers started and the modules imported
         baseline_produce(bootstrap, "warm", 1000)
         _reader(spark, bootstrap, "warm").count()
+        floor_read(spark, 1000)
         spark_write(spark, bootstrap, "warm", 1000, "exactly_once")
+        floor_write(spark, 1000)
 
-        def count() -> int:
-            got = _reader(spark, bootstrap, "read").count()
-            if got != n:
-                raise VerificationFailed(f"Spark read {got} of {n} records")
-            return got
+        def produce(r: int) -> int:
+            create_topics(bootstrap, [f"baseline-{r}"], PARTITIONS)
+            return baseline_produce(bootstrap, f"baseline-{r}", n)
 
-        _, read_s = _timed("Spark read, count()", count)
-        write_s: dict[str, float] = {}
-        for r in range(args.rounds):
-            for guarantee in ("exactly_once", "at_least_once")[:: 1 if r % 2 == 0 else -1]:
-                topic = f"write-{guarantee}-{r}"
-                create_topics(bootstrap, [topic], PARTITIONS)
-
-                def write(t: str = topic, g: str = guarantee) -> int:
-                    return spark_write(spark, bootstrap, t, n, g)
-
-                _, seconds = _timed(f"Spark write {guarantee}", write)
-                written = _reader(spark, bootstrap, topic).count()
-                if written != n:
-                    latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
-                        [(topic, p) for p in range(PARTITIONS)], "latest", True
-                    )
-                    raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
-                write_s[guarantee] = min(write_s.get(guarantee, seconds), seconds)
-        rate_ms = fixed_cost_rate_noop(spark, work, args.batches, 5)
-        print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
-        floor_ms = fixed_cost_python_floor(spark, work, args.batches, 5)
-        print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
-        tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, args.batches, 5)
-        print(
-            f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
-            f"({tail_rows} rows a batch)",
-            flush=True,
+        read = _best_of_rotations(
+            args.rounds,
+            {
+                READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
+                READ: lambda r: _reader(spark, bootstrap, "read").count(),
+                READ_FLOOR: lambda r: floor_read(spark, n),
+            },
+            n,
+        )
+        write = _best_of_rotations(
+            args.rounds,
+            {
+                WRITE_BASELINE: produce,
+                WRITE_EOS: functools.partial(_checked_write, spark, bootstrap, n, "exactly_once"),
+                WRITE_ALO: functools.partial(_checked_write, spark, bootstrap, n, "at_least_once"),
+                WRITE_FLOOR: lambda r: floor_write(spark, n),
+            },
+            n,
+        )
+        micro = (
+            {} if args.bulk_only else measure_micro_batches(spark, bootstrap, work, args.batches)
         )
         pipeline = (
             {}
-            if args.skip_pipeline
+            if args.skip_pipeline or args.bulk_only
             else measure_pipeline(
                 spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
             )
@@ -309,26 +434,27 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         f"\n{n:,} records of {VALUE_SIZE} B, {PARTITIONS} partitions, local[2,3], broker "
         "subprocess on the same machine"
     )
-    rows = [
-        ("batch read / tuned consumer", consume_s / read_s, ">= 0.7"),
+    seconds = {**read, **write, **micro}
+    rows = [  # (what, a, b, note): the ratio of the seconds (or ms) of a to those of b
+        ("batch read / tuned consumer", READ_BASELINE, READ, "goal >= 0.7"),
         (
             "batch write exactly_once / idempotent producer",
-            produce_s / write_s["exactly_once"],
-            ">= 0.8",
+            WRITE_BASELINE,
+            WRITE_EOS,
+            "goal >= 0.8",
         ),
-        (
-            "exactly_once / at_least_once (write)",
-            write_s["at_least_once"] / write_s["exactly_once"],
-            ">= 0.95",
-        ),
-        ("micro-batch cost: oncelog EOS / rate into noop", tail_ms / rate_ms, "<= 2"),
+        ("exactly_once / at_least_once (write)", WRITE_ALO, WRITE_EOS, "goal >= 0.95"),
+        ("micro-batch cost: oncelog EOS / rate into noop", TAIL, RATE, "goal <= 2"),
+        # PySpark's own floors: the best a Python data source can reach here
+        ("do-nothing Python batch read / tuned consumer", READ_BASELINE, READ_FLOOR, "floor"),
+        ("batch read / do-nothing Python batch read", READ_FLOOR, READ, "floor"),
+        ("do-nothing Python write / idempotent producer", WRITE_BASELINE, WRITE_FLOOR, "floor"),
+        ("batch write exactly_once / do-nothing Python write", WRITE_FLOOR, WRITE_EOS, "floor"),
+        ("micro-batch cost: do-nothing Python source+sink / rate", MICRO_FLOOR, RATE, "floor"),
     ]
-    for name, ratio, goal in rows:
-        print(f"  {name:<50} {ratio:6.2f}   (goal {goal})")
-    print(
-        f"  {'micro-batch cost: do-nothing Python source+sink / rate':<50} "
-        f"{floor_ms / rate_ms:6.2f}   (PySpark's own floor)"
-    )
+    for what, a, b, note in rows:
+        if a in seconds and b in seconds:
+            print(f"  {what:<54} {seconds[a] / seconds[b]:6.2f}   ({note})")
     for guarantee, rate in pipeline.items():
         print(f"  pipeline {guarantee:<41} {rate:6,.0f} records/s")
 
@@ -343,6 +469,9 @@ def main() -> int:
     parser.add_argument("--orders", type=int, default=20_000)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     parser.add_argument("--skip-pipeline", action="store_true")
+    parser.add_argument(
+        "--bulk-only", action="store_true", help="only the batch reads and writes (no streaming)"
+    )
     args = parser.parse_args()
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")
     print(
