@@ -365,18 +365,27 @@ def _best_of_rotations(
     return best
 
 
-def _checked_write(spark: Any, bootstrap: str, records: int, guarantee: str, r: int) -> int:
-    """A Spark write into a new topic, then a count of what a read_committed read finds."""
-    topic = f"write-{guarantee}-{r}"
+def _write_topic(guarantee: str, r: int) -> str:
+    return f"write-{guarantee}-{r}"
+
+
+def _write_new_topic(spark: Any, bootstrap: str, records: int, guarantee: str, r: int) -> int:
+    topic = _write_topic(guarantee, r)
     create_topics(bootstrap, [topic], PARTITIONS)
-    spark_write(spark, bootstrap, topic, records, guarantee)
-    written = _reader(spark, bootstrap, topic).count()
-    if written != records:
-        latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
-            [(topic, p) for p in range(PARTITIONS)], "latest", True
-        )
-        raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
-    return records
+    return spark_write(spark, bootstrap, topic, records, guarantee)
+
+
+def _verify_writes(spark: Any, bootstrap: str, records: int, rounds: int) -> None:
+    """Every Spark write's topic holds exactly `records` committed records."""
+    for r in range(rounds):
+        for guarantee in ("exactly_once", "at_least_once"):
+            topic = _write_topic(guarantee, r)
+            written = _reader(spark, bootstrap, topic).count()
+            if written != records:
+                latest = Cluster({"bootstrap.servers": bootstrap}).offsets(
+                    [(topic, p) for p in range(PARTITIONS)], "latest", True
+                )
+                raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
 
 
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
@@ -411,12 +420,15 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             args.rounds,
             {
                 WRITE_BASELINE: produce,
-                WRITE_EOS: functools.partial(_checked_write, spark, bootstrap, n, "exactly_once"),
-                WRITE_ALO: functools.partial(_checked_write, spark, bootstrap, n, "at_least_once"),
+                WRITE_EOS: functools.partial(_write_new_topic, spark, bootstrap, n, "exactly_once"),
+                WRITE_ALO: functools.partial(
+                    _write_new_topic, spark, bootstrap, n, "at_least_once"
+                ),
                 WRITE_FLOOR: lambda r: floor_write(spark, n),
             },
             n,
         )
+        _verify_writes(spark, bootstrap, n, args.rounds)
         micro = (
             {} if args.bulk_only else measure_micro_batches(spark, bootstrap, work, args.batches)
         )
