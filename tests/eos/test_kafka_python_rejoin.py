@@ -82,24 +82,36 @@ def poll_until(consumer: KafkaConsumer, done: Any, within_s: float, poll_ms: int
         time.sleep(0.005)
 
 
+def settle_with_nothing_assigned(consumer: KafkaConsumer, rebalances: Rebalances) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        seen = len(rebalances.events)
+        consumer.poll(timeout_ms=JOIN_POLL_MS)
+        if len(rebalances.events) == seen and rebalances.events[-1:] == ["assigned 0"]:
+            return
+    raise AssertionError(f"no settled empty assignment: {rebalances.events}")
+
+
 def test_a_rebalance_that_new_metadata_starts_is_lost(broker: EmbeddedBroker) -> None:
     topic, group = f"late-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     consumer, rebalances = subscribed(broker.bootstrap_servers, topic, group)
     try:
         # The topic does not exist yet: the consumer joins, leads, and assigns nothing. Long
-        # polls, so that this first join fits in one on a loaded machine (a join that outlives
-        # its poll would be lost here already, before the scenario starts).
-        poll_until(consumer, lambda: "assigned 0" in rebalances.events, TIMEOUT_S, JOIN_POLL_MS)
-        assert rebalances.events == ["revoked 0", "assigned 0"]
+        # polls, so that a join fits in one on a loaded machine (a join that outlives its
+        # poll would be lost here already, before the scenario starts), until a whole poll
+        # passes without a rebalance (kafka-python sometimes rejoins once as its first
+        # metadata arrives).
+        settle_with_nothing_assigned(consumer, rebalances)
+        joined = len(rebalances.events)
         create_topic(broker.bootstrap_servers, topic)
         # Its partitions in the metadata start a rebalance ...
-        poll_until(consumer, lambda: rebalances.events.count("revoked 0") == 2, TIMEOUT_S)
-        assert rebalances.events == ["revoked 0", "assigned 0", "revoked 0"]
+        poll_until(consumer, lambda: len(rebalances.events) > joined, TIMEOUT_S)
+        assert rebalances.events[joined:] == ["revoked 0"]
         poll_until(consumer, lambda: bool(consumer.assignment()), STUCK_S)
         # ... which the broker completed (the leader's assignment gives it every partition)
         # but the consumer never applies: no partitions, for as long as one waits.
         assert consumer.assignment() == set()
-        assert rebalances.events == ["revoked 0", "assigned 0", "revoked 0"]
+        assert rebalances.events[joined:] == ["revoked 0"]
         with Admin.connect(broker.bootstrap_servers) as admin:
             described = admin.describe_group(group)
         assert described.state == "Stable"
