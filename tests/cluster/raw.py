@@ -12,6 +12,8 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import BatchHeader, Record, build_batch, iter_stored_batches
 from oncelog.testing.cluster import LocalCluster
 
+from ..broker.raw_requests import metadata
+
 
 def produce(
     conn: KafkaConnection, topic: str, values: list[bytes], *, acks: int = -1, partition: int = 0
@@ -103,16 +105,7 @@ def wait_for_leaders_isr(
     deadline = time.monotonic() + timeout_s
     with KafkaConnection(cluster.address(leader), security=cluster.security) as conn:
         while True:
-            answer = conn.request(
-                ApiKey.METADATA,
-                {
-                    "topics": [{"name": topic, "topic_id": None}],
-                    "allow_auto_topic_creation": False,
-                    "include_cluster_authorized_operations": False,
-                    "include_topic_authorized_operations": False,
-                },
-            )
-            if sorted(answer.topics[0].partitions[0].isr_nodes) == sorted(isr):
+            if sorted(metadata(conn, topic).partitions[0].isr_nodes) == sorted(isr):
                 return
             assert time.monotonic() < deadline, f"broker {leader} never saw ISR {isr}"
             time.sleep(0.05)

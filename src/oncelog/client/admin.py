@@ -101,10 +101,20 @@ class AdminError(Exception):
         super().__init__(text)
         self.code = code
 
+    @property
+    def moved(self) -> bool:
+        """Whether the leader, coordinator or controller asked has moved: asking again after
+        a new lookup may succeed."""
+        return self.code in MOVED
+
 
 class BrokerUnreachable(AdminError):
     """A broker that Metadata or FindCoordinator named could not be reached: in a cluster,
     it may just have died, and its partitions and coordinators are about to move."""
+
+    @property
+    def moved(self) -> bool:
+        return True
 
 
 # What a broker answers while leadership or a coordinator moves: the request was not applied,
@@ -273,23 +283,17 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-def _has_moved(error: AdminError) -> bool:
-    return isinstance(error, BrokerUnreachable) or error.code in MOVED
-
-
-def _attempts(timeout_s: float) -> Iterator[int]:
-    """Attempt numbers from 0, the first at once and each next one after a backoff (doubled
-    each time, capped), while the next would start within ``timeout_s``."""
+def _attempts(timeout_s: float) -> Iterator[None]:
+    """One step per attempt: the first at once, each next one after a backoff (doubled each
+    time, capped), while the next would start within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     backoff = RETRY_BACKOFF_S
-    attempt = 0
     while True:
-        yield attempt
+        yield
         if time.monotonic() + backoff > deadline:
             return
         time.sleep(backoff)
         backoff = min(2 * backoff, RETRY_BACKOFF_MAX_S)
-        attempt += 1
 
 
 def _retried_while_moving(
@@ -309,7 +313,7 @@ def _retried_while_moving(
             try:
                 return call(admin, *args, **kwargs)
             except AdminError as error:
-                if not _has_moved(error):
+                if not error.moved:
                     raise
                 moved = error
         assert moved is not None  # there is always a first attempt
