@@ -6,12 +6,14 @@ whose leadership it has not been told yet, and clients retry that."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
+from oncelog.broker.handlers.metadata import _ClusterCatalog
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
 
@@ -24,3 +26,15 @@ def test_a_partition_asked_of_a_broker_still_joining_is_not_led_here(tmp_path: P
     with pytest.raises(KafkaError) as refused:
         broker.partition_for_clients("orders", 0)
     assert refused.value.code == ErrorCode.not_leader_or_follower
+
+
+def test_a_topic_asked_of_a_broker_still_joining_is_not_auto_created(tmp_path: Path) -> None:
+    """Before its metadata cache knows any broker, a Metadata request that may auto-create
+    an existing topic was answered INVALID_REPLICATION_FACTOR ("0 live brokers"), which
+    clients take as final (in the cluster CTP test, the feeder's input stopped growing right
+    after a restarted broker gave that answer). The answer is LEADER_NOT_AVAILABLE."""
+    config = BrokerConfig.load(None, {"zookeeper.connect": "127.0.0.1:1", "broker.id": "1"})
+    broker = Broker(config, tmp_path, "127.0.0.1", 0)
+    assert broker.cluster is not None and not broker.cluster.cache.brokers
+    answer = asyncio.run(_ClusterCatalog(broker.cluster).auto_create("orders"))
+    assert answer["error_code"] == ErrorCode.leader_not_available

@@ -286,6 +286,13 @@ class _ClusterCatalog:
         return _describe_in_cluster(self._cluster, name)
 
     async def auto_create(self, name: str) -> dict[str, Any]:
+        if not self._cluster.cache.brokers:
+            # Still joining: this broker has not read the cluster's brokers and topics yet,
+            # so it cannot tell whether the topic exists, and creating would fail for want
+            # of live brokers (INVALID_REPLICATION_FACTOR, which an idempotent producer takes
+            # as final). Kafka's broker creates against ZooKeeper itself and finds the topic;
+            # the client is told to ask again.
+            return _missing(ErrorCode.leader_not_available, name, None)
         try:
             await self._cluster.topic_admin.create(name, -1, -1, {})
         except KafkaError as exc:
