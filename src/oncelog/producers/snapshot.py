@@ -329,6 +329,8 @@ class StoredSnapshot:
         return pids, positions
 
     def _find(self, producer_id: int) -> int | None:
+        if not self.count or producer_id > self._pids[-1]:
+            return None  # the common miss: producer ids are allocated in increasing order
         i = bisect_left(self._pids, producer_id)
         return i if i < self.count and self._pids[i] == producer_id else None
 

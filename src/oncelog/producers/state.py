@@ -405,22 +405,41 @@ class ProducerStateManager:
         """
         if not header.has_producer_id:
             return None
-        entry = _or_empty(self._take(header.producer_id), header.producer_id)
         if header.is_control:
             if marker is None:
                 return None
+            entry = _or_empty(self._take(header.producer_id), header.producer_id)
             return self._close_txn(
                 entry, header.producer_epoch, marker, header.base_offset, header.max_timestamp
             )
-        batch = BatchMetadata(
-            header.base_sequence,
-            header.last_sequence,
-            header.base_offset,
-            header.last_offset,
-            header.max_timestamp,
+        self.replay_data(
+            header.producer_id,
+            header.producer_epoch,
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                header.base_offset,
+                header.last_offset,
+                header.max_timestamp,
+            ),
+            header.is_transactional,
         )
-        self._put(entry.with_batch(header.producer_epoch, batch, header.is_transactional))
         return None
+
+    def replay_data(
+        self, producer_id: int, producer_epoch: int, batch: BatchMetadata, transactional: bool
+    ) -> None:
+        """``replay`` of a stored data batch, given the fields it reads (Kafka's
+        ``appendDataBatch``): a log tail's replay reads them straight from the bytes."""
+        entry = self._take(producer_id)
+        if entry is None:  # what _or_empty(...).with_batch(...) gives, built once
+            txn_first = batch.first_offset if transactional else None
+            entry = ProducerStateEntry(
+                producer_id, producer_epoch, (batch,), -1, batch.timestamp, txn_first
+            )
+        else:
+            entry = entry.with_batch(producer_epoch, batch, transactional)
+        self._put(entry)
 
     # --- housekeeping ---
 

@@ -48,6 +48,7 @@ __all__ = [
     "MAGIC_V2",
     "MIN_BATCH_LENGTH",
     "NO_PARTITION_LEADER_EPOCH",
+    "PRODUCER_FIELDS",
     "BatchHeader",
     "DecodedRecord",
     "InvalidRecordBatch",
@@ -60,8 +61,10 @@ __all__ = [
     "decode_records",
     "describe_control",
     "iter_stored_batches",
+    "last_sequence",
     "parse_header",
     "split_batches",
+    "whole_batches_end",
     "with_payload",
 ]
 
@@ -85,6 +88,11 @@ COMPRESSION_LZ4 = codecs.LZ4
 COMPRESSION_ZSTD = codecs.ZSTD
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+PRODUCER_FIELDS = struct.Struct(">qi9xhi8xqqhi4x")
+"""What producer state needs of a stored batch, read from its header without building a
+``BatchHeader``: base offset, batch length, attributes, last offset delta, max timestamp,
+producer id, producer epoch, base sequence (the other fields skipped). For loops over a
+log tail, where building a 13-field tuple and reading its properties is most of the cost."""
 _LENGTH = struct.Struct(">i")
 _EPOCH = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -179,14 +187,19 @@ class BatchHeader(NamedTuple):
     @property
     def last_sequence(self) -> int:
         """Sequence of the last record; sequences wrap from 2**31-1 to 0 as in Kafka."""
-        if self.base_sequence < 0:
-            return -1
-        last = self.base_sequence + self.last_offset_delta
-        return last - _INT32_MAX - 1 if last > _INT32_MAX else last
+        return last_sequence(self.base_sequence, self.last_offset_delta)
 
     @property
     def has_producer_id(self) -> bool:
         return self.producer_id >= 0
+
+
+def last_sequence(base_sequence: int, last_offset_delta: int) -> int:
+    """Sequence of a batch's last record (-1 without sequences); 2**31-1 wraps to 0."""
+    if base_sequence < 0:
+        return -1
+    last = base_sequence + last_offset_delta
+    return last - _INT32_MAX - 1 if last > _INT32_MAX else last
 
 
 def parse_header(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> BatchHeader:
@@ -353,6 +366,21 @@ def iter_stored_batches(
             return
         yield pos, header
         pos += LOG_OVERHEAD + length
+
+
+def whole_batches_end(buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0) -> int:
+    """Where the whole batches of ``buf`` from ``pos`` end: at a torn or nonsense tail,
+    or the end of ``buf``. Reads only each batch's length and magic (the checks of
+    :func:`iter_stored_batches`), so a caller can hand on a run of whole batches."""
+    end = len(buf)
+    while end - pos >= HEADER_SIZE:
+        (length,) = _LENGTH.unpack_from(buf, pos + _LENGTH_OFFSET)
+        if length < MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > end:
+            break
+        if buf[pos + _MAGIC_OFFSET] != MAGIC_V2:
+            break
+        pos += LOG_OVERHEAD + length
+    return pos
 
 
 def assign_offsets(

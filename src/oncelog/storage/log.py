@@ -361,15 +361,28 @@ class PartitionLog:
 
     def scan_headers(self, from_offset: int) -> Iterator[tuple[int, BatchHeader]]:
         """``(segment base offset, header)`` of every batch holding ``from_offset`` or
-        later, reading headers only (producer-state rebuild, dump-log)."""
-        i = max(bisect_right(self._bases, from_offset) - 1, 0)
-        for segment in self._segments[i:]:
-            start = segment.find_position(from_offset) if segment is self._segments[i] else 0
-            if start is None:
-                continue
+        later, reading headers only (dump-log)."""
+        for segment, start in self._segments_from(from_offset):
             for _, header, _ in segment.scan(start):
                 if header.last_offset >= from_offset:
                     yield segment.base_offset, header
+
+    def batch_runs(self, from_offset: int) -> Iterator[memoryview]:
+        """The stored bytes from the batch holding ``from_offset`` on, as runs of whole
+        batches (about a MiB each), for loops that read a few header fields of every
+        batch (the producer-state rebuild at start-up)."""
+        for segment, start in self._segments_from(from_offset):
+            for _, run in segment.batch_runs(start):
+                yield run
+
+    def _segments_from(self, offset: int) -> Iterator[tuple[LogSegment, int]]:
+        """``(segment, position)``: where the batch holding ``offset`` (or the first after
+        it) starts, then every later segment from its start."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        for segment in self._segments[i:]:
+            start = segment.find_position(offset) if segment is self._segments[i] else 0
+            if start is not None:
+                yield segment, start
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp_ms``, as

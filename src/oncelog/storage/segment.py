@@ -19,13 +19,14 @@ from oncelog.protocol.record_batch import (
     BatchHeader,
     iter_stored_batches,
     parse_header,
+    whole_batches_end,
 )
 from oncelog.storage.file_cache import CachedFile, open_files, size_or_create
 from oncelog.storage.fsync import fsync_together
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.txn_index import TransactionIndex
 
-__all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "scan_file", "segment_file_name"]
+__all__ = ["MAX_RELATIVE_OFFSET", "LogSegment", "batch_runs", "scan_file", "segment_file_name"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,18 @@ def scan_file(
     fd: int, size: int, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
 ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
     """``(position, header, bytes if with_data)`` of the whole batches in the first
-    ``size`` bytes of ``fd`` from ``start`` on, read in chunks; stops at a torn tail.
+    ``size`` bytes of ``fd`` from ``start`` on, read in chunks; stops at a torn tail."""
+    for pos, run in batch_runs(fd, size, start, chunk=chunk):
+        for off, header in iter_stored_batches(run):
+            yield pos + off, header, (run[off : off + header.size] if with_data else None)
+
+
+def batch_runs(
+    fd: int, size: int, start: int = 0, *, chunk: int = _SCAN_CHUNK
+) -> Iterator[tuple[int, memoryview]]:
+    """``(position, run)``: the whole batches in the first ``size`` bytes of ``fd`` from
+    ``start`` on, as consecutive runs of about ``chunk`` bytes (one batch larger than
+    that comes whole); stops at a torn tail.
 
     Reads with ``os.pread`` only, so a cleaner thread can scan a duplicated descriptor
     while the event loop appends to and reads the same file.
@@ -54,20 +66,18 @@ def scan_file(
     need = chunk
     while pos < size:
         buf = memoryview(os.pread(fd, min(max(chunk, need), size - pos), pos))
-        consumed = 0
-        for off, header in iter_stored_batches(buf):
-            yield pos + off, header, (buf[off : off + header.size] if with_data else None)
-            consumed = off + header.size
-        if consumed:
-            pos += consumed
+        whole = whole_batches_end(buf)
+        if whole:
+            yield pos, buf[:whole]
+            pos += whole
             need = chunk
             continue
         if len(buf) < LOG_OVERHEAD:
             return
-        whole = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
-        if whole <= len(buf) or pos + whole > size:
+        batch = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
+        if batch <= len(buf) or pos + batch > size:
             return  # nonsense header or torn tail
-        need = whole  # one batch larger than the chunk: read it whole
+        need = batch  # one batch larger than the chunk: read it whole
 
 
 class LogSegment:
@@ -190,6 +200,11 @@ class LogSegment:
         """Whole batches from ``start`` on, read in chunks; stops at a torn tail."""
         with open_files.using(self._file) as fd:  # kept open while the scan goes on
             yield from scan_file(fd, self.size, start, with_data=with_data, chunk=chunk)
+
+    def batch_runs(self, start: int = 0) -> Iterator[tuple[int, memoryview]]:
+        """Runs of whole batches from ``start`` on (see :func:`batch_runs`)."""
+        with open_files.using(self._file) as fd:
+            yield from batch_runs(fd, self.size, start)
 
     def find_position(self, offset: int) -> int | None:
         """Position of the batch holding ``offset`` (or the first after it), via the index."""
