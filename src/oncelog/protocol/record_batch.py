@@ -49,12 +49,14 @@ __all__ = [
     "MIN_BATCH_LENGTH",
     "NO_PARTITION_LEADER_EPOCH",
     "PRODUCER_FIELDS",
+    "RECOVERY_FIELDS",
     "BatchHeader",
     "DecodedRecord",
     "InvalidRecordBatch",
     "MalformedRecords",
     "Record",
     "assign_offsets",
+    "batch_crc",
     "build_batch",
     "build_control_batch",
     "crc_is_valid",
@@ -93,6 +95,9 @@ PRODUCER_FIELDS = struct.Struct(">qi9xhi8xqqhi4x")
 ``BatchHeader``: base offset, batch length, attributes, last offset delta, max timestamp,
 producer id, producer epoch, base sequence (the other fields skipped). For loops over a
 log tail, where building a 13-field tuple and reading its properties is most of the cost."""
+RECOVERY_FIELDS = struct.Struct(">qi5xI2xi8xq18x")
+"""What crash recovery checks and notes of a stored batch: base offset, batch length, CRC,
+last offset delta, max timestamp (see ``PRODUCER_FIELDS`` for why not a ``BatchHeader``)."""
 _LENGTH = struct.Struct(">i")
 _EPOCH = struct.Struct(">i")
 _I16 = struct.Struct(">h")
@@ -213,7 +218,12 @@ def crc_is_valid(batch: bytes | bytearray | memoryview) -> bool:
     if len(mv) < HEADER_SIZE:
         return False
     stored: int = _U32.unpack_from(mv, _CRC_OFFSET)[0]
-    return stored == crc32c.crc32c(mv[_ATTRIBUTES_OFFSET:])
+    return stored == batch_crc(mv)
+
+
+def batch_crc(batch: memoryview) -> int:
+    """The CRC32C a whole batch should carry: over attributes..end."""
+    return crc32c.crc32c(batch[_ATTRIBUTES_OFFSET:])
 
 
 def split_batches(

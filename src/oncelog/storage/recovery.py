@@ -9,9 +9,10 @@ were dropped, since nothing after a hole can be trusted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-from oncelog.protocol.record_batch import crc_is_valid
+from oncelog.protocol.record_batch import LOG_OVERHEAD, RECOVERY_FIELDS, batch_crc
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment
 
 __all__ = ["RecoveryReport", "SegmentRecovery", "recover_segment"]
@@ -75,23 +76,23 @@ def _validate_from(segment: LogSegment, start: int) -> SegmentRecovery | None:
     valid_end = start
     batches = 0
     reason = "torn batch"
-    for position, header, data in segment.scan(start, with_data=True):
-        assert data is not None
-        if not crc_is_valid(data):
-            reason = f"CRC mismatch in batch at offset {header.base_offset}"
+    for position, base, size, delta, max_timestamp, crc_ok in _stored_batches(segment, start):
+        if not crc_ok:
+            reason = f"CRC mismatch in batch at offset {base}"
             break
-        if header.base_offset < expected or header.last_offset_delta < 0:
-            reason = f"offset {header.base_offset} out of order (expected >= {expected})"
+        if base < expected or delta < 0:
+            reason = f"offset {base} out of order (expected >= {expected})"
             break
-        if header.last_offset - segment.base_offset > MAX_RELATIVE_OFFSET:
-            reason = f"offset {header.last_offset} beyond the segment's relative range"
+        last = base + delta
+        if last - segment.base_offset > MAX_RELATIVE_OFFSET:
+            reason = f"offset {last} beyond the segment's relative range"
             break
         if position == start and start:
-            segment.note_indexed_batch(header)
+            segment.note_indexed_batch_fields(last, size)
         else:
-            segment.note_batch(position, header)
-        expected = header.next_offset
-        valid_end = position + header.size
+            segment.note_batch_fields(position, base, last, size, max_timestamp)
+        expected = last + 1
+        valid_end = position + size
         batches += 1
     if start and not batches:
         return None
@@ -106,3 +107,26 @@ def _validate_from(segment: LogSegment, start: int) -> SegmentRecovery | None:
         )
         segment.truncate(valid_end, segment.next_offset)
     return SegmentRecovery(batches, dropped)
+
+
+def _stored_batches(
+    segment: LogSegment, start: int
+) -> Iterator[tuple[int, int, int, int, int, bool]]:
+    """``(position, base offset, size, last offset delta, max timestamp, CRC valid)`` of
+    every whole batch from ``start`` on. A tail after a crash can hold a hundred thousand
+    small batches: each costs one compiled ``struct`` read and one CRC, no ``BatchHeader``."""
+    unpack = RECOVERY_FIELDS.unpack_from
+    for run_at, run in segment.batch_runs(start):
+        pos, end = 0, len(run)
+        while pos < end:
+            base, length, crc, delta, max_timestamp = unpack(run, pos)
+            size = LOG_OVERHEAD + length
+            yield (
+                run_at + pos,
+                base,
+                size,
+                delta,
+                max_timestamp,
+                batch_crc(run[pos : pos + size]) == crc,
+            )
+            pos += size

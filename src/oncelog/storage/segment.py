@@ -112,15 +112,23 @@ class LogSegment:
     def note_batch(self, position: int, header: BatchHeader) -> None:
         """Account for a batch that sits at ``position``: index entry, next offset, max
         timestamp. Shared by append, index rebuild and recovery so the rule is one."""
+        self.note_batch_fields(
+            position, header.base_offset, header.last_offset, header.size, header.max_timestamp
+        )
+
+    def note_batch_fields(
+        self, position: int, base_offset: int, last_offset: int, size: int, max_timestamp: int
+    ) -> None:
+        """``note_batch`` given the header fields it reads (recovery reads only those)."""
         if self._bytes_since_index > self._interval:
-            self.index.append(header.last_offset, position)
+            self.index.append(last_offset, position)
             self._bytes_since_index = 0
-        self._bytes_since_index += header.size
-        self.next_offset = header.next_offset
-        if header.max_timestamp > self._max_ts[0]:
-            self._max_ts = (header.max_timestamp, header.base_offset)
+        self._bytes_since_index += size
+        self.next_offset = last_offset + 1
+        if max_timestamp > self._max_ts[0]:
+            self._max_ts = (max_timestamp, base_offset)
         if self.first_batch_ms is None:
-            self.first_batch_ms = header.max_timestamp
+            self.first_batch_ms = max_timestamp
 
     def reset_state(self) -> None:
         """Forget the index and counters before re-noting every batch from position 0."""
@@ -142,8 +150,12 @@ class LogSegment:
 
     def note_indexed_batch(self, header: BatchHeader) -> None:
         """Account for the batch the last index entry points at (its entry is there)."""
-        self.next_offset = header.next_offset
-        self._bytes_since_index = header.size
+        self.note_indexed_batch_fields(header.last_offset, header.size)
+
+    def note_indexed_batch_fields(self, last_offset: int, size: int) -> None:
+        """``note_indexed_batch`` given the header fields it reads."""
+        self.next_offset = last_offset + 1
+        self._bytes_since_index = size
 
     def load(self) -> None:
         """Trusting open (clean shutdown): load the index, rebuild it if it fails its
