@@ -7,12 +7,10 @@ costs the tail after the newest snapshot, not the whole log.
 
 from __future__ import annotations
 
-import gc
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from oncelog.collector import collector_paused
 from oncelog.producers.snapshot import (
     CorruptSnapshot,
     list_snapshots,
@@ -82,7 +80,7 @@ def _replay_tail(
     indexed_until = partition_log.last_aborted_marker_offset()
     unpack = PRODUCER_FIELDS.unpack_from
     replayed = 0
-    with _cyclic_gc_paused():
+    with collector_paused():
         for run in partition_log.batch_runs(replay_from):
             pos, end = 0, len(run)
             while pos < end:
@@ -113,18 +111,6 @@ def _replay_marker(
     completed = manager.replay(parse_header(batch), marker=marker)
     if completed is not None and completed.aborted and completed.last_offset > indexed_until:
         index_aborted(partition_log, manager, completed)
-
-
-@contextmanager
-def _cyclic_gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside (unless it was off already)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def index_aborted(

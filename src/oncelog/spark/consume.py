@@ -26,8 +26,6 @@ built. The collector runs as usual while PySpark (or anyone else) runs between b
 from __future__ import annotations
 
 import bisect
-import contextlib
-import gc
 import operator
 import time
 from collections.abc import Iterator, Sequence
@@ -37,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from oncelog.collector import collector_paused
 from oncelog.spark.client import with_logger
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, consumer_config
@@ -96,18 +95,6 @@ def read_range(options: ReadOptions, rng: OffsetRange, group_id: str) -> Iterato
             yield batch
     finally:
         consumer.close()
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, as it was after it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _RangeReader:
