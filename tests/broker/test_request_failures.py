@@ -11,15 +11,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import logging
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from oncelog.broker.server import ConnectionInfo
 from oncelog.client.connection import KafkaConnection, ProtocolClientError
 from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.codec import RequestHeader
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
 
@@ -109,3 +114,26 @@ def test_a_failing_handler_without_an_error_field_closes_the_connection(
     assert any("DESCRIBE_LOG_DIRS v1 request" in m for m in closes), closes
     with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as fresh:
         assert fresh.request(ApiKey.LIST_GROUPS, {}).error_code == ErrorCode.none
+
+
+def test_a_request_cancelled_before_its_handler_ran_leaves_nothing_unawaited(
+    broker: EmbeddedBroker,
+) -> None:
+    """A connection that closes with requests queued cancels their tasks
+    (server._drain_queue), maybe before they first ran: no handler coroutine may be left
+    unawaited (it was, as a RuntimeWarning, in loaded runs of the idempotence chaos test)."""
+    assert broker.broker is not None
+    dispatcher = broker.broker
+    header = RequestHeader(ApiKey.API_VERSIONS, 3, 1, "test")
+
+    async def cancelled_at_once() -> None:
+        task = asyncio.ensure_future(dispatcher.dispatch(header, {}, ConnectionInfo("test", 1)))
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(cancelled_at_once())
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []

@@ -3,15 +3,19 @@ sockets (exact counts), then real clients (confluent-kafka) through it."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import gc
 import random
 import socket
 import statistics
 import struct
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -20,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.broker.config import ConfigError
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import BrokerProcess, EmbeddedBroker, FaultInjectionProxy
-from oncelog.testing.proxy import FaultConfig
+from oncelog.testing.proxy import FaultConfig, _Link
 
 TIMEOUT_S = 20.0
 # Fast reconnects: every drop closes a connection, librdkafka's default reconnect backoff
@@ -539,3 +543,34 @@ def test_advertised_listeners_forms(tmp_path: Path, value: str, expected: tuple[
     with EmbeddedBroker(config={"advertised.listeners": value}, data_dir=tmp_path) as embedded:
         assert embedded.broker is not None
         assert embedded.broker.advertised_address == expected
+
+
+def test_a_link_cut_before_its_pumps_ran_leaves_nothing_unawaited() -> None:
+    """cut_all_connections may close a link whose three pump tasks have not run yet (seen
+    as RuntimeWarnings in loaded runs of the idempotence chaos test): no coroutine of
+    theirs may be left unawaited."""
+
+    async def cut_at_once() -> None:
+        link = _Link(FaultInjectionProxy(), writer)
+        link.upstream_writer = writer
+        link.start(asyncio.StreamReader(), asyncio.StreamReader())
+        link.close()
+        await link.finish()
+
+    writer: Any = _NoTransport()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        asyncio.run(cut_at_once())
+        gc.collect()
+    assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []
+
+
+class _NoTransport:
+    """A stream writer's stand-in whose transport aborts without a connection."""
+
+    @property
+    def transport(self) -> _NoTransport:
+        return self
+
+    def abort(self) -> None:
+        pass

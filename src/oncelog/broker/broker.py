@@ -430,12 +430,14 @@ class Broker:
             client_address=connection.client_address,
             listener=connection.listener,
         )
-        handling = self._handlers[header.api_key](self, context, request)
-        return self._measured(header.api_key, request, handling)
+        return self._measured(header.api_key, request, context)
 
-    async def _measured(self, api_key: int, request: Any, handling: Awaitable[Any]) -> Any:
+    async def _measured(self, api_key: int, request: Any, context: RequestContext) -> Any:
+        """Handle the request and time it. The handler's coroutine is made here, not in
+        dispatch: a connection that closes before this task first runs cancels it, and a
+        coroutine made outside would then be dropped unawaited (a RuntimeWarning)."""
         started = time.monotonic()
-        response = await handling
+        response = await self._handlers[api_key](self, context, request)
         self.metrics.observe_request(api_key, request, response, time.monotonic() - started)
         return response
 

@@ -87,7 +87,7 @@ import ipaddress
 import logging
 import random
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -417,15 +417,17 @@ class _Link:
         self, client_reader: asyncio.StreamReader, upstream_reader: asyncio.StreamReader
     ) -> None:
         self._tasks = [
-            asyncio.create_task(self._guard(self._pump_requests(client_reader))),
-            asyncio.create_task(self._guard(self._pump_responses(upstream_reader))),
-            asyncio.create_task(self._guard(self._write_responses(), last=True)),
+            asyncio.create_task(self._guard(lambda: self._pump_requests(client_reader))),
+            asyncio.create_task(self._guard(lambda: self._pump_responses(upstream_reader))),
+            asyncio.create_task(self._guard(self._write_responses, last=True)),
         ]
 
-    async def _guard(self, work: Any, last: bool = False) -> None:
-        """Run one direction; an error (or the end of the client-bound stream) ends the link."""
+    async def _guard(self, work: Callable[[], Awaitable[None]], last: bool = False) -> None:
+        """Run one direction; an error (or the end of the client-bound stream) ends the link.
+        The direction's coroutine is made here: a link cut before this task first runs
+        cancels it, and a coroutine made outside would be dropped unawaited (a warning)."""
         try:
-            await work
+            await work()
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             self.done.set()
         except _FramingError as exc:
