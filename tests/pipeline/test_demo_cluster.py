@@ -53,6 +53,10 @@ def test_at_least_once_control_on_three_brokers_shows_the_duplicates() -> None:
     assert "FAIL: 1,200 orders" in output
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_every_process_the_demo_started() -> None:
     needs_spark()
@@ -62,6 +66,9 @@ def test_ctrl_c_stops_every_process_the_demo_started() -> None:
         stderr=subprocess.STDOUT,
         env=dict(os.environ, COLUMNS="400", PYTHONUNBUFFERED="1"),
         text=True,
+        # Ctrl-C's default action, whatever this process inherited: a shell without job
+        # control starts background jobs with SIGINT ignored, and so would the demo be.
+        preexec_fn=_default_sigint,
     )
     started: list[int] = []
     try:
