@@ -7,6 +7,8 @@ whose leadership it has not been told yet, and clients retry that."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,10 @@ import pytest
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.handlers.metadata import _ClusterCatalog
+from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.testing.cluster import LocalCluster
 
 
 def test_a_partition_asked_of_a_broker_still_joining_is_not_led_here(tmp_path: Path) -> None:
@@ -38,3 +43,51 @@ def test_a_topic_asked_of_a_broker_still_joining_is_not_auto_created(tmp_path: P
     assert broker.cluster is not None and not broker.cluster.cache.brokers
     answer = asyncio.run(_ClusterCatalog(broker.cluster).auto_create("orders"))
     assert answer["error_code"] == ErrorCode.leader_not_available
+
+
+def test_a_broker_still_joining_answers_metadata_with_the_whole_cluster(
+    tmp_path: Path,
+) -> None:
+    """A broker restarted after SIGKILL serves its listener while it waits for ZooKeeper to
+    expire its predecessor's registration, knowing no broker yet. It answered Metadata with
+    an empty broker list, and librdkafka (2.10 and later) drops every broker a Metadata
+    answer leaves out, in-flight requests included, and re-bootstraps: in the cluster CTP
+    test the feeder's idempotent producer then delivered nothing for five minutes. Kafka's
+    broker serves once it has caught up, so the answer now waits for the whole cluster.
+
+    The session timeout is long (10 s), so the restarted broker's joining lasts long enough
+    for this request to reach it inside that window, whatever the machine's load."""
+    with LocalCluster(tmp_path, brokers=2, config={SESSION_TIMEOUT: "10000"}) as cluster:
+        victim = 2
+        port = cluster.brokers[victim].port
+        cluster.kill(victim)
+        restarting = threading.Thread(target=cluster.restart, args=(victim,))
+        restarting.start()
+        try:
+            conn = _connect_when_listening(f"127.0.0.1:{port}", within_s=60)
+            with conn:
+                joined = "joined cluster" in cluster.brokers[victim].read_log(current_run=True)
+                answer = conn.request(ApiKey.METADATA, ALL_TOPICS)
+            assert not joined, "the request came too late to meet the broker still joining"
+        finally:
+            restarting.join(120)
+        assert sorted(b.node_id for b in answer.brokers) == [1, 2]
+
+
+SESSION_TIMEOUT = "zookeeper.session.timeout.ms"
+ALL_TOPICS = {
+    "topics": None,
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+    "include_cluster_authorized_operations": False,
+}
+
+
+def _connect_when_listening(address: str, within_s: float) -> KafkaConnection:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return KafkaConnection(address, timeout_s=60)
+        except ProtocolClientError:
+            assert time.monotonic() < deadline, f"nothing listened on {address}"
+            time.sleep(0.02)

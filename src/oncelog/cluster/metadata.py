@@ -121,13 +121,17 @@ class MetadataCache:
 class MetadataWatcher:
     """Keeps a MetadataCache current from ZooKeeper watches."""
 
-    def __init__(self, zk: ZooKeeperSession, cache: MetadataCache) -> None:
+    def __init__(self, zk: ZooKeeperSession, cache: MetadataCache, broker_id: int) -> None:
         self._zk = zk
         self._cache = cache
+        self._broker_id = broker_id
         self._handles: list[WatchHandle] = []
         self._topic_handles: dict[str, list[WatchHandle]] = {}
+        self._topics_listed = False
         self._broker_reads = _Coalesced(self._read_brokers)
-        self._ready = asyncio.Event()
+        self.caught_up = asyncio.Event()
+        """Set once the cache first holds this broker among the live ones and every topic
+        ZooKeeper listed: from then on it describes the whole cluster. Never cleared."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -155,6 +159,7 @@ class MetadataWatcher:
         if brokers != self._cache.brokers:
             self._cache.brokers = brokers
             self._cache._notify(Change(brokers=True))
+        self._note_progress()
 
     def _controller_changed(self, znode: Znode | None) -> None:
         controller = None if znode is None else decode_controller(znode.data)
@@ -165,6 +170,7 @@ class MetadataWatcher:
     # -- topics ---------------------------------------------------------------------------
 
     def _topics_changed(self, children: list[str]) -> None:
+        self._topics_listed = True
         names = set(children)
         for gone in set(self._topic_handles) - names:
             for handle in self._topic_handles.pop(gone):
@@ -186,6 +192,7 @@ class MetadataWatcher:
             self._topic_handles[name] = [
                 self._zk.watch_data(topic_path(name), partial(self._assignment_changed, name))
             ]
+        self._note_progress()
 
     def _assignment_changed(self, topic: str, znode: Znode | None) -> None:
         if znode is None or topic not in self._topic_handles:
@@ -220,6 +227,16 @@ class MetadataWatcher:
                 topics_added=frozenset({topic}) if previous is None else frozenset(),
             )
         )
+        self._note_progress()
+
+    def _note_progress(self) -> None:
+        if (
+            not self.caught_up.is_set()
+            and self._broker_id in self._cache.brokers
+            and self._topics_listed
+            and all(name in self._cache.topics for name in self._topic_handles)
+        ):
+            self.caught_up.set()
 
     def _state_changed(self, topic: str, partition: int, znode: Znode | None) -> None:
         if topic not in self._topic_handles:

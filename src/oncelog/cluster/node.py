@@ -50,6 +50,7 @@ PRODUCER_ID_BLOCK = 1000  # Kafka's block size
 # Past the session timeout, how long a restarted broker waits for ZooKeeper to expire the
 # registration its killed predecessor left.
 EXPIRY_GRACE_S = 10.0
+CATCH_UP_S = 10.0  # to read the cluster's brokers and topics once registered
 
 
 class ClusterNode:
@@ -75,7 +76,7 @@ class ClusterNode:
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
             on_state=self._session_state,
         )
-        self._watcher = MetadataWatcher(self.zk, self.cache)
+        self._watcher = MetadataWatcher(self.zk, self.cache, broker_id)
         self.configs = ClusterConfigs(self.zk, self.cache, config, broker_id)
         self.topic_admin = TopicAdmin(self)
         self._address: tuple[str, int] | None = None  # the inter-broker listener's
@@ -91,6 +92,7 @@ class ClusterNode:
         )
         self._registered_session: int | None = None
         self._connected = False
+        self._catch_up_deadline = 0.0  # set by start(): Metadata waits until then at most
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -108,6 +110,7 @@ class ClusterNode:
 
         Raises ZooKeeperError (unreachable) or BrokerIdInUse; the broker then refuses to
         start with that message."""
+        self._catch_up_deadline = time.monotonic() + self._longest_join_s()
         self._address = (host, port)
         self._endpoints = endpoints
         await self.connect()
@@ -174,6 +177,22 @@ class ClusterNode:
             except Exception:
                 log.exception("truncation listener %r failed", listener)
 
+    async def caught_up(self) -> bool:
+        """Whether this broker's metadata cache describes the whole cluster, waiting for its
+        first complete read after joining, at most as long as joining may take. A broker
+        still joining knows no broker, and a Metadata answer listing none makes librdkafka
+        (2.10 and later) drop every broker it knows, in-flight requests included, and start
+        again from its bootstrap servers: it once left an idempotent producer stuck for
+        five minutes. Kafka's broker serves only once it has caught up with the cluster's
+        metadata."""
+        remaining = self._catch_up_deadline - time.monotonic()
+        if remaining > 0 and not self._watcher.caught_up.is_set():
+            try:
+                await asyncio.wait_for(self._watcher.caught_up.wait(), remaining)
+            except TimeoutError:
+                pass
+        return self._watcher.caught_up.is_set()
+
     def holds_lease(self) -> bool:
         return self.lease.holds(time.monotonic())
 
@@ -191,13 +210,22 @@ class ClusterNode:
 
     # -- registration and lease --------------------------------------------------------
 
+    def _expiry_wait_s(self) -> float:
+        """How long registering waits for a previous run's registration to expire."""
+        return self.config.zookeeper_session_timeout_ms / 1000 + EXPIRY_GRACE_S
+
+    def _longest_join_s(self) -> float:
+        """How long joining may take: the wait for a previous registration to expire, and
+        time to read the cluster's metadata after it."""
+        return self._expiry_wait_s() + CATCH_UP_S
+
     async def _register(self) -> None:
         assert self._address is not None
         host, port = self._address
         sent_at = time.monotonic()
         self.registration = await self.zk.register_broker(
             BrokerRegistration(self.broker_id, host, port, endpoints=self._endpoints),
-            expiry_wait_s=self.config.zookeeper_session_timeout_ms / 1000 + EXPIRY_GRACE_S,
+            expiry_wait_s=self._expiry_wait_s(),
         )
         session = self.zk.session_id
         assert session is not None

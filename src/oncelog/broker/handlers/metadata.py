@@ -3,7 +3,8 @@ internal ones: their coordinators create them).
 
 A single node describes itself; a cluster broker answers from its copy of ZooKeeper (the
 metadata cache): every live broker, the controller, and each partition's leader, leader
-epoch, replicas, ISR and offline replicas.
+epoch, replicas, ISR and offline replicas. A cluster broker still joining holds its answer
+until that copy is complete, as Kafka's broker serves once it has caught up.
 
 Authorization, as in Kafka: a topic the principal may not Describe is left out of an
 all-topics answer and answered TOPIC_AUTHORIZATION_FAILED when asked for by name, before
@@ -114,6 +115,10 @@ class _Access:
 
 
 async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    if broker.cluster is not None:
+        # A broker still joining answers once it knows the cluster (ClusterNode.caught_up
+        # says why a partial answer is harmful), or once joining should have ended.
+        await broker.cluster.caught_up()
     access = _Access(broker, header)
     catalog = _LocalCatalog(broker) if broker.cluster is None else _ClusterCatalog(broker.cluster)
     requested = request.topics
