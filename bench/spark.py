@@ -10,8 +10,11 @@ partitions per topic) and measures, in this order:
 1. one plain idempotent producer (this Python process) writing N records of ~200 bytes;
 2. one tuned Python consumer (fetch.queue.backoff.ms=10) reading them back (assign());
 3. Spark (one session, local[2,3], after a warm-up) reading the same topic: `count()`,
-   alternating with PySpark's own floor for it: a Python batch source that yields the
-   same number of rows in the same schema from Arrow batches built once (no Kafka);
+   once with one task per partition (Spark's default) and once with `minPartitions`
+   (--min-partitions, 6 by default: both cores busy to the end instead of the third
+   partition read alone), alternating with PySpark's own floor for it: a Python batch
+   source that yields the same number of rows in the same schema from Arrow batches
+   built once (no Kafka);
 4. Spark writing N generated rows exactly_once, then at_least_once, then into PySpark's
    floor for a write, a Python Arrow sink that only iterates its input (order rotated
    over --rounds rounds, best of each);
@@ -63,9 +66,10 @@ from pipeline import VerificationFailed, measure_pipeline
 PARTITIONS = 3
 VALUE_SIZE = 200
 TUNED_CONSUMER = {"fetch.queue.backoff.ms": 10}
-READ_BASELINE, READ, READ_FLOOR = (
+READ_BASELINE, READ, READ_SPLIT, READ_FLOOR = (
     "baseline: tuned consumer",
     "Spark read, count()",
+    "Spark read, count(), minPartitions",
     "floor: do-nothing Python source, count()",
 )
 WRITE_BASELINE, WRITE_EOS, WRITE_ALO, WRITE_FLOOR = (
@@ -412,6 +416,9 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             {
                 READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
                 READ: lambda r: _reader(spark, bootstrap, "read").count(),
+                READ_SPLIT: lambda r: _reader(
+                    spark, bootstrap, "read", minPartitions=str(args.min_partitions)
+                ).count(),
                 READ_FLOOR: lambda r: floor_read(spark, n),
             },
             n,
@@ -450,6 +457,12 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     rows = [  # (what, a, b, note): the ratio of the seconds (or ms) of a to those of b
         ("batch read / tuned consumer", READ_BASELINE, READ, "goal >= 0.7"),
         (
+            f"batch read, minPartitions={args.min_partitions} / tuned consumer",
+            READ_BASELINE,
+            READ_SPLIT,
+            "goal >= 0.7",
+        ),
+        (
             "batch write exactly_once / idempotent producer",
             WRITE_BASELINE,
             WRITE_EOS,
@@ -478,6 +491,12 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batches", type=int, default=30, help="micro-batches timed")
+    parser.add_argument(
+        "--min-partitions",
+        type=int,
+        default=2 * PARTITIONS,
+        help="the split read's minPartitions (each partition's range in two: local[2] busy)",
+    )
     parser.add_argument("--orders", type=int, default=20_000)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     parser.add_argument("--skip-pipeline", action="store_true")
