@@ -13,7 +13,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.spark.consume import KeptConsumers, consumer_settings, read_range
+from oncelog.spark.consume import (
+    MAX_KEPT_CONSUMERS,
+    KeptConsumers,
+    consumer_settings,
+    read_range,
+)
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, parse_read_options
 from oncelog.testing.cluster import LocalCluster
@@ -113,6 +118,28 @@ def test_a_failed_range_closes_its_consumer(bootstrap: str) -> None:
     with pytest.raises(TimeoutError):  # offsets 0..4 never come
         _read(pool, options, topic, 0, 0, 5)
     assert len(pool) == 0
+
+
+def test_a_worker_keeps_at_most_a_few_consumers_the_least_recently_used_closed(
+    bootstrap: str,
+) -> None:
+    """Every batch read has its own group id, hence its own kept consumer."""
+    options = _options(bootstrap, "any-topic")
+    pool = KeptConsumers()
+    lent = []
+    try:
+        for i in range(MAX_KEPT_CONSUMERS + 2):
+            with pool.lend(consumer_settings(options, f"{GROUP}-{i}")) as consumer:
+                lent.append(consumer)
+            assert len(pool) == min(i + 1, MAX_KEPT_CONSUMERS)
+        with pool.lend(consumer_settings(options, f"{GROUP}-{MAX_KEPT_CONSUMERS + 1}")) as last:
+            assert last is lent[-1]
+        with pool.lend(consumer_settings(options, f"{GROUP}-0")) as first:
+            assert first is not lent[0]  # closed as the least recently used
+        with pytest.raises(RuntimeError):  # confluent-kafka: the consumer is closed
+            lent[0].assignment()
+    finally:
+        pool.close()
 
 
 def test_a_kept_consumer_skips_aborted_transactions_in_every_range(bootstrap: str) -> None:

@@ -56,6 +56,10 @@ from oncelog.spark.schema import HEADER, arrow_schema
 ROWS_PER_BATCH = 8192
 IDLE_POLL_S = 0.01  # wait for the fetcher this long at a time, then look at the position
 IDLE_CONSUMER_S = 300.0  # a kept consumer unused this long is closed (Spark: 5 minutes)
+# Each batch read has a group id of its own, so a worker that serves many reads would keep
+# one consumer (threads, connections) for each: at most this many are kept, the least
+# recently used closed first.
+MAX_KEPT_CONSUMERS = 8
 
 # librdkafka's defaults suit a consumer that waits for new data; a range reader never does.
 # fetch.queue.backoff.ms (1000 by default) idles the fetcher for a second once
@@ -104,8 +108,10 @@ class KeptConsumers:
 
     def _close_idle(self) -> None:
         horizon = time.monotonic() - IDLE_CONSUMER_S
-        for key, (consumer, since) in list(self._idle.items()):
-            if since < horizon:
+        by_age = sorted(self._idle.items(), key=lambda item: item[1][1])
+        excess = len(by_age) - MAX_KEPT_CONSUMERS
+        for i, (key, (consumer, since)) in enumerate(by_age):
+            if i < excess or since < horizon:
                 del self._idle[key]
                 consumer.close()
 
@@ -113,7 +119,6 @@ class KeptConsumers:
     def lend(self, settings: Mapping[str, Any]) -> Iterator[Any]:
         """A consumer with `settings` and no assignment; kept again (unassigned) after the
         block, closed instead when the block failed."""
-        self._close_idle()
         key = tuple(sorted((name, repr(value)) for name, value in settings.items()))
         kept = self._idle.pop(key, None)
         consumer = kept[0] if kept is not None else Consumer(dict(settings))
@@ -130,6 +135,7 @@ class KeptConsumers:
                 consumer.close()
             else:
                 self._keep(key, consumer)
+                self._close_idle()
 
     def _keep(self, key: tuple[tuple[str, str], ...], consumer: Any) -> None:
         try:
