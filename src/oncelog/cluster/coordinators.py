@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 # How long FindCoordinator waits, after creating an internal topic, for its partitions to
 # get leaders before answering (the client would otherwise retry at once).
 CREATED_TOPIC_WAIT_S = 3.0
+LEASE_POLL_S = 0.05  # how often a coordinator load asks whether the lease holds again
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +191,21 @@ class ReplicatedInternalTopic:
 
     # -- CoordinatorLoader -----------------------------------------------------------------
 
+    async def _lease_confirmed(self) -> None:
+        """Wait (one session timeout at most) until this broker's ZooKeeper lease holds. A
+        broker elected right after registering may find it lapsed for a moment: the lease
+        counts from before the wait for its previous session to expire, and opening its
+        replicas can keep the loop from renewing it. A load refused then would never be
+        tried again while this broker leads the partition (seen in the cluster CTP kill
+        loop: both coordinators of a loop unloaded for minutes)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._node.lease.timeout_s
+        while not self._node.holds_lease() and loop.time() < deadline:
+            await asyncio.sleep(LEASE_POLL_S)
+
     async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:
         """Replay the partition once the ISR holds all of it (see the module docstring)."""
+        await self._lease_confirmed()
         led = self._led(partition)
         end = led.log.log_end_offset
         if led.high_watermark < end:
