@@ -477,6 +477,47 @@ def test_delete_removes_the_directory(path: Path) -> None:
     assert not path.exists()
 
 
+def test_a_flush_fsyncs_an_index_only_if_it_was_written_since_the_last_flush(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log file every time; the offset index when an entry was added (or its first
+    flush, or after a failed one): an unchanged file would cost an fsync for nothing."""
+    synced: list[list[str]] = []
+    real = oncelog.storage.log.fsync_together
+    fail = [False]
+
+    def recording(fds: list[int]) -> None:
+        synced.append(sorted(Path(os.readlink(f"/proc/self/fd/{fd}")).suffix for fd in fds))
+        if fail[0]:
+            fail[0] = False
+            raise OSError(5, "injected")
+        real(fds)
+
+    monkeypatch.setattr(oncelog.storage.log, "fsync_together", recording)
+    log = opened(path, LogConfig(index_interval_bytes=200), clean=False)
+    append(log, make(0))
+    log.flush()  # the index's first flush: not known to be synced
+    append(log, make(1))  # under 200 bytes since the last entry: no index entry
+    log.flush()
+    entries = len(log._segments[-1].index)
+    while len(log._segments[-1].index) == entries:
+        append(log, make(2))
+    log.flush()
+    append(log, make(3))
+    fail[0] = True
+    with pytest.raises(OSError):
+        log.flush()
+    log.flush()  # after a failure: everything again
+    assert synced == [
+        [".index", ".log"],
+        [".log"],
+        [".index", ".log"],
+        [".log"],
+        [".index", ".log"],
+    ]
+    log.close()
+
+
 def test_flush_from_a_thread_while_appending(path: Path) -> None:
     log = opened(path, LogConfig(segment_bytes=200_000), clean=False)
     stop = threading.Event()

@@ -283,10 +283,8 @@ class PartitionLog:
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
-            files = [f for s in dirty for f in s.sync_files()]
+            files = [f for s in dirty for f in s.claim_unsynced_files()]
             fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
-            for s in dirty:
-                s.dirty = False
             dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
             fsync_together(fds)
@@ -295,7 +293,7 @@ class PartitionLog:
         except BaseException:
             with self._lock:
                 for s in dirty:
-                    s.dirty = True
+                    s.unclaim()
                 self._dir_dirty |= dir_dirty
             open_files.sync_failed(files)
             raise

@@ -33,6 +33,7 @@ class OffsetIndex:
         self._positions = array("q")
         size_or_create(path)
         self.file = open_files.file(path, os.O_RDWR | os.O_APPEND)
+        self.unsynced = True  # written since a flush last fsynced it (not known yet: yes)
 
     def __len__(self) -> int:
         return len(self._offsets)
@@ -59,6 +60,7 @@ class OffsetIndex:
     def append(self, offset: int, position: int) -> None:
         with open_files.using(self.file, write=True) as fd:
             os.write(fd, _ENTRY.pack(offset - self.base_offset, position))
+        self.unsynced = True
         self._offsets.append(offset)
         self._positions.append(position)
 
@@ -78,6 +80,7 @@ class OffsetIndex:
         del self._positions[keep:]
         with open_files.using(self.file, write=True) as fd:
             os.ftruncate(fd, keep * ENTRY_SIZE)
+        self.unsynced = True
 
     def reset(self) -> None:
         self.truncate_to_position(0)

@@ -37,6 +37,7 @@ class TransactionIndex:
         self.path = path
         self.file: CachedFile | None = None  # opened at the first abort
         self.entries: list[AbortedTxn] = []
+        self.unsynced = True  # written since a flush last fsynced it (not known yet: yes)
         if path.exists():
             self._load()
 
@@ -56,6 +57,7 @@ class TransactionIndex:
             self.file = open_files.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         with open_files.using(self.file, write=True) as fd:
             os.write(fd, _encode(entry))
+        self.unsynced = True
         self.entries.append(entry)
 
     def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
