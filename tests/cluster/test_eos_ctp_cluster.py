@@ -14,9 +14,10 @@ that left the metadata, confluentinc/librdkafka#5511; the worker bounds those ca
 exits: tests/eos/ctp_worker.py). Then the feeder
 stops and the last instances drain their input. Afterwards, for each loop:
 
-- the read_committed output holds the transform of every input record exactly once, in
-  input order per partition (so no aborted record was ever returned: it would be there
-  twice, once aborted and once from the transaction that redid it);
+- the read_committed output holds the transform of every input record exactly once (an
+  input the feeder wrote twice, once in CI, is two records), in input order per partition
+  (so no aborted record was ever returned: it would be there twice, once aborted and once
+  from the transaction that redid it);
 - the group's committed offsets equal the input's end offsets.
 
 The control runs the same plain loop (no transactions, offsets committed every 600
@@ -198,6 +199,14 @@ class Outcome:
     client: str
     mode: str
     input: int = 0
+    # Input records the feeder wrote twice. librdkafka's idempotent producer (2.16) did so
+    # once in CI: a request in flight to a killed leader was persisted, and after a later
+    # request's OUT_OF_ORDER_SEQUENCE_NUMBER (a real gap, as Kafka's broker answers) it
+    # bumped the epoch and numbered every queued message anew from the first unacknowledged
+    # one, the persisted one included (rd_kafka_toppar_pid_change), so the new leader took it
+    # again. The loop must transform each input record once, so a twice-written input is
+    # expected twice in the output.
+    input_duplicates: int = 0
     read_committed: int = 0
     read_uncommitted: int = 0
     duplicates: int = 0
@@ -357,21 +366,21 @@ def check(cluster: LocalCluster, loop: Loop, *, exactly_once: bool) -> Outcome:
         loop.client,
         loop.mode,
         input=len(inputs),
+        input_duplicates=sum(n - 1 for n in expected.values() if n > 1),
         read_committed=len(committed),
         read_uncommitted=len(uncommitted),
-        duplicates=sum(n - 1 for n in produced.values() if n > 1),
-        missing=sum(1 for v in expected if v not in produced),
+        duplicates=sum(max(produced[v] - expected[v], 0) for v in produced),
+        missing=sum((expected - produced).values()),
         workers=len(loop.workers),
         killed=loop.killed,
         restarts_after_exit=loop.restarts_after_exit,
         hung=loop.hung(),
     )
-    assert len(expected) == len(inputs), "the feeder wrote an input record twice"
     unexpected = [v for v in produced if v not in expected]
     assert not unexpected, f"{loop.client}: output that is no input's transform: {unexpected[:5]}"
     assert outcome.missing == 0, f"{loop.client}: {outcome.missing} input records lost"
     if exactly_once:
-        dups = [v for v, n in produced.items() if n > 1]
+        dups = [v for v, n in produced.items() if n > expected[v]]
         assert not dups, f"{loop.client}: {len(dups)} records twice, e.g. {dups[:5]}"
         for p in range(PARTITIONS):
             wanted = [v + DONE for part, _, _, v in sorted(inputs) if part == p]
