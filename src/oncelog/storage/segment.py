@@ -46,10 +46,22 @@ def scan_file(
     fd: int, size: int, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
 ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
     """``(position, header, bytes if with_data)`` of the whole batches in the first
-    ``size`` bytes of ``fd`` from ``start`` on, read in chunks; stops at a torn tail."""
-    for pos, run in batch_runs(fd, size, start, chunk=chunk):
-        for off, header in iter_stored_batches(run):
-            yield pos + off, header, (run[off : off + header.size] if with_data else None)
+    ``size`` bytes of ``fd`` from ``start`` on, read in chunks; stops at a torn tail.
+
+    Lazy within a chunk: a caller that stops early (``find_position``, on every Fetch)
+    parses only the headers it looked at. Reads with ``os.pread`` only, so a cleaner thread
+    can scan a duplicated descriptor while the event loop appends to and reads the same
+    file.
+    """
+    at: tuple[int, int] | None = (start, chunk)
+    while at is not None and at[0] < size:
+        pos, need = at
+        buf = memoryview(os.pread(fd, min(max(chunk, need), size - pos), pos))
+        consumed = 0
+        for off, header in iter_stored_batches(buf):
+            yield pos + off, header, (buf[off : off + header.size] if with_data else None)
+            consumed = off + header.size
+        at = _next_read(buf, pos, consumed, size, chunk)
 
 
 def batch_runs(
@@ -57,27 +69,33 @@ def batch_runs(
 ) -> Iterator[tuple[int, memoryview]]:
     """``(position, run)``: the whole batches in the first ``size`` bytes of ``fd`` from
     ``start`` on, as consecutive runs of about ``chunk`` bytes (one batch larger than
-    that comes whole); stops at a torn tail.
-
-    Reads with ``os.pread`` only, so a cleaner thread can scan a duplicated descriptor
-    while the event loop appends to and reads the same file.
-    """
-    pos = start
-    need = chunk
-    while pos < size:
+    that comes whole); stops at a torn tail. For loops that read a few fields of every
+    batch (recovery, the producer-state rebuild): each run's end is found first, so unlike
+    :func:`scan_file` it is no way to look at only the first batches of a chunk."""
+    at: tuple[int, int] | None = (start, chunk)
+    while at is not None and at[0] < size:
+        pos, need = at
         buf = memoryview(os.pread(fd, min(max(chunk, need), size - pos), pos))
         whole = whole_batches_end(buf)
         if whole:
             yield pos, buf[:whole]
-            pos += whole
-            need = chunk
-            continue
-        if len(buf) < LOG_OVERHEAD:
-            return
-        batch = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
-        if batch <= len(buf) or pos + batch > size:
-            return  # nonsense header or torn tail
-        need = batch  # one batch larger than the chunk: read it whole
+        at = _next_read(buf, pos, whole, size, chunk)
+
+
+def _next_read(
+    buf: memoryview, pos: int, consumed: int, size: int, chunk: int
+) -> tuple[int, int] | None:
+    """Where to read next and how much, after ``consumed`` bytes of whole batches of
+    ``buf`` (read at ``pos``). None whole: the first batch is larger than ``buf``, so read
+    it whole; None at a nonsense header or a torn tail."""
+    if consumed:
+        return pos + consumed, chunk
+    if len(buf) < LOG_OVERHEAD:
+        return None
+    batch = LOG_OVERHEAD + int.from_bytes(buf[_LENGTH_AT:LOG_OVERHEAD], "big", signed=True)
+    if batch <= len(buf) or pos + batch > size:
+        return None
+    return pos, batch
 
 
 class LogSegment:
