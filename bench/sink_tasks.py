@@ -28,7 +28,7 @@ from collections import Counter, deque
 from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from common import create_topics, load_average
 from oncelog.spark.options import parse_write_options
@@ -99,11 +99,12 @@ def read_committed(bootstrap: str, topic: str) -> Counter[str]:
             message = consumer.poll(10)
             if message is None:
                 raise RuntimeError(f"{topic}: no end of partition within 10 s")
-            if message.error() is not None:
-                if message.error().code() == -191:  # _PARTITION_EOF
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
                     return seen
-                raise RuntimeError(str(message.error()))
-            seen[message.value().decode()] += 1
+                raise RuntimeError(str(error))
+            seen[(message.value() or b"").decode()] += 1
     finally:
         consumer.close()
 
