@@ -21,7 +21,9 @@ InitProducerId and a first record or transaction); records/s counts acknowledged
 over the wall time from the common start to the last producer's final flush or commit.
 Latencies: produce = librdkafka's per-message latency from produce() to its delivery report
 (every 16th message sampled), flush = producer.flush() before each commit,
-commit = commit_transaction(). Figures are printed with ``uptime`` before and after:
+commit = commit_transaction(); cpu ms/txn = the broker process's user+sys CPU time
+over the timed run (every thread; /proc, so Linux only) per committed transaction, for
+the brokers this benchmark starts. Figures are printed with ``uptime`` before and after:
 the machine is shared, so compare ratios within one run.
 """
 
@@ -38,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -46,7 +49,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Producer
 
 from common import create_topics, uptime
-from throughput import BrokerProcess, machine
+from throughput import BrokerProcess, machine, process_cpu_seconds
 
 RECORD_SIZE = 1024
 LONG_MAX = str(2**63 - 1)
@@ -108,10 +111,17 @@ class Cell:
     flush_ms: list[float]
     commit_ms: list[float]
     errors: list[str]
+    broker_cpu_s: float | None = None  # the broker's user+sys CPU over the timed run
 
     @property
     def rps(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_txn(self) -> float | None:
+        """Broker CPU per committed transaction (None: not measured or no transaction)."""
+        txns = len(self.commit_ms)
+        return None if self.broker_cpu_s is None or not txns else 1000 * self.broker_cpu_s / txns
 
 
 # --- one producer process --------------------------------------------------------------------
@@ -216,8 +226,10 @@ def run_cell(
     partitions: int,
     seconds: float,
     settings: dict[str, Any],
+    broker_cpu: Callable[[], float | None] = lambda: None,
 ) -> Cell:
-    """One workload on one fresh broker: ``producers`` processes for ``seconds``."""
+    """One workload on one fresh broker: ``producers`` processes for ``seconds``;
+    ``broker_cpu`` reads the broker's CPU seconds so far (before and after the timed run)."""
     topic = f"bench-{workload.name.replace(' ', '-').replace('=', '')}-{os.getpid()}"
     create_topics(bootstrap, [topic], partitions)
     context = multiprocessing.get_context("spawn")
@@ -250,7 +262,10 @@ def run_cell(
         warmed = [ready.get(timeout=WARMUP_TIMEOUT_S * 2) for _ in procs]
         start_at.value = time.time() + 0.2
         go.set()
+        time.sleep(max(start_at.value - time.time(), 0.0))
+        cpu_before = broker_cpu()
         collected = [results.get(timeout=seconds + WARMUP_TIMEOUT_S * 2) for _ in procs]
+        cpu_after = broker_cpu()
     finally:
         for proc in procs:
             proc.join(10)
@@ -271,6 +286,7 @@ def run_cell(
         [x for r in collected for x in r.flush_ms],
         [x for r in collected for x in r.commit_ms],
         errors,
+        None if cpu_before is None or cpu_after is None else cpu_after - cpu_before,
     )
 
 
@@ -374,6 +390,13 @@ class Target:
         broker.start()
         return broker.bootstrap
 
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds of the broker this target started (None for a running peer)."""
+        running = self._running
+        if running is None or running.proc is None:
+            return None
+        return process_cpu_seconds(running.proc.pid)
+
     def stop(self) -> None:
         if self._running is not None:
             self._running.stop()
@@ -455,15 +478,18 @@ def latency_table(cells: list[Cell]) -> list[str]:
     ]
     header = (
         f"  {'target':<18}{'workload':<22}{'prod':>5}{'part':>5}"
-        f"{'produce':>16}{'flush':>16}{'commit':>16}{'txn/s':>9}"
+        f"{'produce':>16}{'flush':>16}{'commit':>16}{'txn/s':>9}{'cpu ms/txn':>12}"
     )
     out.append(header)
     for c in sorted(cells, key=lambda c: (c.producers, c.partitions, c.workload, c.target)):
         txns = len(c.commit_ms)
         rate = f"{txns / c.seconds:>9,.0f}" if txns and c.seconds else f"{'':>9}"
+        cpu = c.cpu_ms_per_txn
+        per_txn = f"{cpu:>12.2f}" if cpu is not None else f"{'':>12}"
         out.append(
             f"  {c.target:<18}{c.workload:<22}{c.producers:>5}{c.partitions:>5}"
-            f"{fmt_ms(c.produce_ms):>16}{fmt_ms(c.flush_ms):>16}{fmt_ms(c.commit_ms):>16}{rate}"
+            f"{fmt_ms(c.produce_ms):>16}{fmt_ms(c.flush_ms):>16}{fmt_ms(c.commit_ms):>16}"
+            f"{rate}{per_txn}"
         )
     return out
 
@@ -563,6 +589,7 @@ def main(argv: list[str] | None = None) -> int:
                         partitions,
                         args.seconds,
                         settings,
+                        target.cpu_seconds,
                     )
                 finally:
                     target.stop()

@@ -104,6 +104,16 @@ def _on_signal(signum: int, frame: object) -> None:
 # --- the broker subprocess -----------------------------------------------------------------
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of process ``pid`` so far, all its threads (Linux /proc);
+    None elsewhere or once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class BrokerProcess:
     def __init__(
         self, work: Path, extra_sets: list[str], env: dict[str, str] | None = None
@@ -162,13 +172,7 @@ class BrokerProcess:
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the broker so far (Linux /proc), None elsewhere."""
-        if self.proc is None:
-            return None
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return None if self.proc is None else process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         """SIGTERM by pid (clean shutdown), SIGKILL if it lingers. Safe to call twice."""
