@@ -1,0 +1,131 @@
+"""GroupCommitFlusher on its own: who is answered by which fsync, and what a failed fsync
+does to its waiters (the broker-level tests in test_durability.py cover acks=all)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from oncelog.broker.durability import GroupCommitFlusher
+from oncelog.protocol.errors import ErrorCode, KafkaError
+
+TIMEOUT_S = 30.0
+
+
+class _Log:
+    """A partition log whose flush is driven by the test: each flush makes durable the end
+    it sees when it starts, after the test lets it finish (or fails, when told to)."""
+
+    def __init__(self) -> None:
+        self.end = 0
+        self.recovery_point = 0
+        self.closed = False
+        self.flushes_started = 0
+        self.fail_next: OSError | None = None
+        self.started = threading.Semaphore(0)
+        self.release = threading.Semaphore(0)
+
+    def flush(self) -> int:
+        end = self.end
+        self.flushes_started += 1
+        self.started.release()
+        if not self.release.acquire(timeout=TIMEOUT_S):
+            raise AssertionError("the test never let the flush finish")
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        self.recovery_point = end
+        return end
+
+
+class _Partition:
+    def __init__(self) -> None:
+        self.log = _Log()
+
+
+async def _started(log: _Log) -> None:
+    """Wait (off the loop) until a flush of ``log`` has started."""
+    assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
+
+
+def _run(test: Any) -> None:
+    asyncio.run(asyncio.wait_for(test(), TIMEOUT_S * 2))
+
+
+def test_an_append_made_while_an_fsync_runs_waits_for_the_next_one() -> None:
+    async def test() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        partition = _Partition()
+        log = partition.log
+        try:
+            log.end = 1
+            first = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
+            await _started(log)
+            log.end = 2  # appended after the fsync took the log's end
+            second = flusher.wait_durable(partition, 2)  # type: ignore[arg-type]
+            log.release.release()
+            await asyncio.wait_for(first, TIMEOUT_S)
+            assert not second.done(), "answered by an fsync that did not cover it"
+            await _started(log)
+            log.release.release()
+            await asyncio.wait_for(second, TIMEOUT_S)
+            assert (log.flushes_started, flusher.fsync_rounds) == (2, 2)
+        finally:
+            log.release.release()
+            await flusher.stop()
+
+    _run(test)
+
+
+def test_appends_of_one_loop_step_share_one_fsync() -> None:
+    async def test() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        partition = _Partition()
+        log = partition.log
+        try:
+            waits = []
+            for end in (1, 2, 3):  # three requests handled in the same step
+                log.end = end
+                waits.append(flusher.wait_durable(partition, end))  # type: ignore[arg-type]
+            await _started(log)
+            log.release.release()
+            await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
+            assert flusher.fsync_rounds == 1
+        finally:
+            log.release.release()
+            await flusher.stop()
+
+    _run(test)
+
+
+def test_a_failed_fsync_fails_its_waiters_and_the_next_fsync_answers_later_ones() -> None:
+    async def test() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        partition = _Partition()
+        log = partition.log
+        try:
+            log.end = 1
+            log.fail_next = OSError(5, "Input/output error")
+            failed = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
+            await _started(log)
+            log.release.release()
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(failed, TIMEOUT_S)
+            assert raised.value.code == ErrorCode.kafka_storage_error
+            assert log.recovery_point == 0
+            later = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
+            await _started(log)
+            log.release.release()
+            await asyncio.wait_for(later, TIMEOUT_S)
+            assert log.recovery_point == 1
+        finally:
+            log.release.release()
+            await flusher.stop()
+
+    _run(test)
