@@ -4,7 +4,9 @@ does to its waiters (the broker-level tests in test_durability.py cover acks=all
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -46,86 +48,75 @@ class _Partition:
         self.log = _Log()
 
 
-async def _started(log: _Log) -> None:
-    """Wait (off the loop) until a flush of ``log`` has started."""
+@contextlib.asynccontextmanager
+async def _flushing() -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log]]:
+    """A started flusher and a partition; the flusher is stopped after."""
+    flusher = GroupCommitFlusher()
+    flusher.start()
+    partition = _Partition()
+    try:
+        yield flusher, partition, partition.log
+    finally:
+        partition.log.release.release()  # a flush the test left waiting
+        await flusher.stop()
+
+
+async def _let_a_flush_finish(log: _Log) -> None:
+    """Wait (off the loop) until a flush of ``log`` has started, then let it finish."""
     assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
+    log.release.release()
 
 
-def _run(test: Any) -> None:
+def _run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), TIMEOUT_S * 2))
 
 
 def test_an_append_made_while_an_fsync_runs_waits_for_the_next_one() -> None:
     async def test() -> None:
-        flusher = GroupCommitFlusher()
-        flusher.start()
-        partition = _Partition()
-        log = partition.log
-        try:
+        async with _flushing() as (flusher, partition, log):
             log.end = 1
-            first = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
-            await _started(log)
+            first = flusher.wait_durable(partition, 1)
+            assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
             log.end = 2  # appended after the fsync took the log's end
-            second = flusher.wait_durable(partition, 2)  # type: ignore[arg-type]
+            second = flusher.wait_durable(partition, 2)
             log.release.release()
             await asyncio.wait_for(first, TIMEOUT_S)
             assert not second.done(), "answered by an fsync that did not cover it"
-            await _started(log)
-            log.release.release()
+            await _let_a_flush_finish(log)
             await asyncio.wait_for(second, TIMEOUT_S)
             assert (log.flushes_started, flusher.fsync_rounds) == (2, 2)
-        finally:
-            log.release.release()
-            await flusher.stop()
 
     _run(test)
 
 
 def test_appends_of_one_loop_step_share_one_fsync() -> None:
     async def test() -> None:
-        flusher = GroupCommitFlusher()
-        flusher.start()
-        partition = _Partition()
-        log = partition.log
-        try:
+        async with _flushing() as (flusher, partition, log):
             waits = []
             for end in (1, 2, 3):  # three requests handled in the same step
                 log.end = end
-                waits.append(flusher.wait_durable(partition, end))  # type: ignore[arg-type]
-            await _started(log)
-            log.release.release()
+                waits.append(flusher.wait_durable(partition, end))
+            await _let_a_flush_finish(log)
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
             assert flusher.fsync_rounds == 1
-        finally:
-            log.release.release()
-            await flusher.stop()
 
     _run(test)
 
 
 def test_a_failed_fsync_fails_its_waiters_and_the_next_fsync_answers_later_ones() -> None:
     async def test() -> None:
-        flusher = GroupCommitFlusher()
-        flusher.start()
-        partition = _Partition()
-        log = partition.log
-        try:
+        async with _flushing() as (flusher, partition, log):
             log.end = 1
             log.fail_next = OSError(5, "Input/output error")
-            failed = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
-            await _started(log)
-            log.release.release()
+            failed = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(log)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(failed, TIMEOUT_S)
             assert raised.value.code == ErrorCode.kafka_storage_error
             assert log.recovery_point == 0
-            later = flusher.wait_durable(partition, 1)  # type: ignore[arg-type]
-            await _started(log)
-            log.release.release()
+            later = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(log)
             await asyncio.wait_for(later, TIMEOUT_S)
             assert log.recovery_point == 1
-        finally:
-            log.release.release()
-            await flusher.stop()
 
     _run(test)
