@@ -23,6 +23,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.storage.checkpoint import read_checkpoint, write_checkpoint
 from oncelog.storage.log import RECOVERY_POINT_FILE
+from oncelog.storage.txn_index import AbortedTxn
 
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=200)
 
@@ -516,6 +517,39 @@ def test_a_flush_fsyncs_an_index_only_if_it_was_written_since_the_last_flush(
         [".index", ".log"],
     ]
     log.close()
+
+
+def test_a_cut_log_keeps_its_earlier_aborted_transactions_and_fsyncs_the_cut_index(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cutting the log drops the aborted-transaction entries whose marker it removed and
+    keeps the others, on disk too; the next flush fsyncs the cut index (an entry lost in a
+    crash would make an aborted transaction read as committed)."""
+    synced: list[list[str]] = []
+    real = oncelog.storage.log.fsync_together
+
+    def recording(fds: list[int]) -> None:
+        synced.append(sorted(Path(os.readlink(f"/proc/self/fd/{fd}")).suffix for fd in fds))
+        real(fds)
+
+    monkeypatch.setattr(oncelog.storage.log, "fsync_together", recording)
+    log = opened(path, clean=False)
+    for i in range(6):
+        append(log, make(i))  # offsets 0-11
+    entries = [AbortedTxn(7, first, first + 1, first + 2) for first in (0, 4, 8)]
+    for entry in entries:
+        log.append_aborted_txn(entry)
+    log.flush()
+    synced.clear()
+    log.truncate_to(6)
+    log.flush()
+    [cut] = synced
+    assert {".log", ".txnindex"} <= set(cut)
+    assert log.aborted_txns(0, 100) == entries[:2]
+    log.close()
+    reopened = opened(path)
+    assert reopened.aborted_txns(0, 100) == entries[:2]
+    reopened.close()
 
 
 def test_flush_from_a_thread_while_appending(path: Path) -> None:

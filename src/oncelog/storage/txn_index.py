@@ -5,16 +5,24 @@ first and last offset of the transaction, and the last stable offset right after
 A read_committed fetch lists the entries that overlap what it returns, so the consumer
 can drop those producers' records. The file is created at the first abort only: most
 segments never have one.
+
+Entries are appended in the order of their markers' offsets, so cutting the log keeps a
+prefix of them: the file is cut in place with one ``ftruncate``, never rewritten. A rewrite
+(truncate, then write the survivors back) would leave an empty file if the broker died in
+between, and an aborted transaction whose entry is lost reads as committed.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.storage.file_cache import CachedFile, open_files
+
+log = logging.getLogger(__name__)
 
 _VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")  # version, producer id, first, last, last stable offset
@@ -49,13 +57,14 @@ class TransactionIndex:
             if version != _VERSION:
                 break
             self.entries.append(AbortedTxn(producer_id, first, last, lso))
-        if whole != len(data):
-            self._rewrite()
+        kept = len(self.entries) * _ENTRY.size
+        if kept < whole:
+            log.warning("%s: unknown entry at byte %d; later entries dropped", self.path, kept)
+        if kept != len(data):
+            self._cut_file()
 
     def append(self, entry: AbortedTxn) -> None:
-        if self.file is None:
-            self.file = open_files.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        with open_files.using(self.file, write=True) as fd:
+        with open_files.using(self._opened(), write=True) as fd:
             os.write(fd, _encode(entry))
         self.unsynced = True
         self.entries.append(entry)
@@ -68,17 +77,24 @@ class TransactionIndex:
 
     def truncate_to(self, offset: int) -> None:
         """Forget transactions whose marker is at or after `offset` (the log was cut)."""
-        kept = [e for e in self.entries if e.last_offset < offset]
-        if len(kept) != len(self.entries):
-            self.entries = kept
-            self._rewrite()
+        kept = len(self.entries)
+        while kept and self.entries[kept - 1].last_offset >= offset:
+            kept -= 1
+        if kept != len(self.entries):
+            del self.entries[kept:]
+            self._cut_file()
 
-    def _rewrite(self) -> None:
-        self.close()
-        if self.entries:
-            self.path.write_bytes(b"".join(_encode(e) for e in self.entries))
-        else:
-            self.path.unlink(missing_ok=True)
+    def _cut_file(self) -> None:
+        """Cut the file to the entries kept, in place; the next flush fsyncs it."""
+        with open_files.using(self._opened(), write=True) as fd:
+            os.ftruncate(fd, len(self.entries) * _ENTRY.size)
+        self.unsynced = True
+
+    def _opened(self) -> CachedFile:
+        """The file's handle, made at the first write (a flush fsyncs only open files)."""
+        if self.file is None:
+            self.file = open_files.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        return self.file
 
     def close(self) -> None:
         if self.file is not None:
