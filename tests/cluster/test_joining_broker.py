@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,15 +47,14 @@ def test_a_topic_asked_of_a_broker_still_joining_is_not_auto_created(tmp_path: P
     assert answer["error_code"] == ErrorCode.leader_not_available
 
 
-def test_a_broker_still_joining_answers_metadata_with_the_whole_cluster(
-    tmp_path: Path,
-) -> None:
+def test_a_broker_still_joining_answers_with_the_whole_cluster(tmp_path: Path) -> None:
     """A broker restarted after SIGKILL serves its listener while it waits for ZooKeeper to
     expire its predecessor's registration, knowing no broker yet. It answered Metadata with
     an empty broker list, and librdkafka (2.10 and later) drops every broker a Metadata
     answer leaves out, in-flight requests included, and re-bootstraps: in the cluster CTP
     test the feeder's idempotent producer then delivered nothing for five minutes. Kafka's
     broker serves once it has caught up, so the answer now waits for the whole cluster.
+    DescribeCluster (admin clients' bootstrap) waits the same way.
 
     The session timeout is long (10 s), so the restarted broker's joining lasts long enough
     for this request to reach it inside that window, whatever the machine's load."""
@@ -64,14 +65,22 @@ def test_a_broker_still_joining_answers_metadata_with_the_whole_cluster(
         restarting = threading.Thread(target=cluster.restart, args=(victim,))
         restarting.start()
         try:
-            conn = _connect_when_listening(f"127.0.0.1:{port}", within_s=60)
-            with conn:
+            address = f"127.0.0.1:{port}"
+            with (
+                _connect_when_listening(address, within_s=60) as metadata,
+                _connect_when_listening(address, within_s=60) as describe,
+                ThreadPoolExecutor(2) as pool,
+            ):
                 joined = "joined cluster" in cluster.brokers[victim].read_log(current_run=True)
-                answer = conn.request(ApiKey.METADATA, ALL_TOPICS)
-            assert not joined, "the request came too late to meet the broker still joining"
+                answers = [
+                    pool.submit(metadata.request, ApiKey.METADATA, ALL_TOPICS),
+                    pool.submit(describe.request, ApiKey.DESCRIBE_CLUSTER, DESCRIBE),
+                ]
+                brokers = [sorted(_ids(a.result().brokers)) for a in answers]
+            assert not joined, "the requests came too late to meet the broker still joining"
         finally:
             restarting.join(120)
-        assert sorted(b.node_id for b in answer.brokers) == [1, 2]
+        assert brokers == [[1, 2], [1, 2]]
 
 
 SESSION_TIMEOUT = "zookeeper.session.timeout.ms"
@@ -81,6 +90,13 @@ ALL_TOPICS = {
     "include_topic_authorized_operations": False,
     "include_cluster_authorized_operations": False,
 }
+
+DESCRIBE = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
+
+
+def _ids(brokers: list[Any]) -> list[int]:
+    """Broker ids of a Metadata (node_id) or DescribeCluster (broker_id) answer."""
+    return [b.node_id if hasattr(b, "node_id") else b.broker_id for b in brokers]
 
 
 def _connect_when_listening(address: str, within_s: float) -> KafkaConnection:

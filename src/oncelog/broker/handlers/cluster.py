@@ -34,7 +34,10 @@ async def handle_describe_cluster(
     broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     """The live brokers and the controller (in a cluster: as this broker's metadata cache
-    knows them, like Kafka's ZooKeeper-mode brokers answer)."""
+    knows them, like Kafka's ZooKeeper-mode brokers answer, once it holds the whole cluster:
+    see Metadata's handler)."""
+    if broker.cluster is not None:
+        await broker.cluster.caught_up()
     view = cluster_view(broker, header.listener)
     answer: dict[str, Any] = {
         "throttle_time": 0,
