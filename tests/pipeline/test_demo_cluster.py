@@ -38,7 +38,9 @@ def test_exactly_once_through_leader_and_coordinator_sigkills_on_three_brokers()
     assert "transaction coordinator of sink task oncelog-sink-order-enrichment-" in kills[1]
     assert sum("leads it now" in e for e in result.events) == 2, output
     assert sum("back in the ISR of every partition" in e for e in result.events) == 2, output
-    assert any(e.startswith("driver 1 (pid") and "SIGKILL" in e for e in result.events)
+    assert any(
+        e.startswith("driver 1 (pid") and "SIGKILL after all 3 tasks" in e for e in result.events
+    ), output
     assert "PASS: 1,200 orders" in output
 
 

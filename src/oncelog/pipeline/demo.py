@@ -289,6 +289,7 @@ def _supervise(
         str(per_trigger),
     ] + (["--client-config", str(client_config)] if client_config is not None else [])
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
+    hold = work / "hold-commits"  # while it exists, driver 1's batch commits wait (the aim)
     sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
     deadline = time.monotonic() + timeout_s
     killed = False
@@ -297,7 +298,9 @@ def _supervise(
         while True:
             run = len(drivers) + 1
             first_faulty = faults and not killed
-            args = base + (["--fail-after", str(fail_after)] if first_faulty else [])
+            hold.unlink(missing_ok=True)  # each run's commits go on until its aim begins
+            faulty = ["--fail-after", str(fail_after), "--hold-commits-while", str(hold)]
+            args = base + (faulty if first_faulty else [])
             driver = Driver(args, work / "driver.log", run)
             drivers.append(driver)
             result.driver_runs = run
@@ -329,7 +332,9 @@ def _supervise(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the pipeline did not finish within {timeout_s} s")
                 if faults and not killed and batches_this_run >= 2:
-                    aim_since = aim_since or time.monotonic()
+                    if aim_since is None:
+                        aim_since = time.monotonic()
+                        hold.touch()  # the next batch commit waits: the moment lasts
                     state = _kill_moment(checkpoint, sink, aim_since)
                     if state is not None:
                         driver.kill()

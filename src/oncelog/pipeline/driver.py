@@ -107,22 +107,23 @@ class Driver:
                 return out
 
     def kill(self, timeout_s: float = 30.0) -> None:
-        """SIGKILL the driver by pid, then wait for its JVM and Python workers (they end
-        when their parent's pipes close); any still there after `timeout_s` are SIGKILLed
-        by pid too."""
+        """SIGKILL the driver by pid, then its JVM and Python workers by pid, as a crash of
+        the driver's machine would stop them all at once, and wait (at most `timeout_s`)
+        until they are gone. Left to end on their own, the JVM would first run its shutdown
+        hooks, and a Python worker waiting in the testing sink's held commit would wait on."""
         descendants = _children(self.pid)
         if self.proc.poll() is None:
             os.kill(self.pid, signal.SIGKILL)
         self.proc.wait(timeout_s)
-        deadline = time.monotonic() + timeout_s
-        while any(_alive(p) for p in descendants) and time.monotonic() < deadline:
-            time.sleep(0.1)
         for pid in descendants:
             if _alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + timeout_s
+        while any(_alive(p) for p in descendants) and time.monotonic() < deadline:
+            time.sleep(0.1)
         self._reader.join(5)
 
     def wait(self, timeout_s: float) -> int:

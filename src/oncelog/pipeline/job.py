@@ -47,6 +47,7 @@ class JobConfig:
     fail_after: int | None = None  # the writer's fault injection: every task's first attempt dies
     trigger: str = "availableNow"  # or a processingTime interval such as "1 second"
     client: dict[str, str] = field(default_factory=dict)  # extra kafka.* settings
+    hold_commits_while: str | None = None  # with fail_after: a batch's commit waits while it exists
 
 
 def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local[2,3]") -> Any:
@@ -123,7 +124,7 @@ def start_query(spark: Any, config: JobConfig) -> Any:
         reader = reader.option(f"kafka.{key}", value)
     sink_format = "oncelog"
     if config.fail_after is not None:  # the demonstration's fault: the testing data source
-        from oncelog.testing.spark import FAIL_AFTER, register_faults
+        from oncelog.testing.spark import FAIL_AFTER, HOLD_COMMITS_WHILE, register_faults
 
         register_faults(spark)
         sink_format = "oncelog_faults"
@@ -141,6 +142,8 @@ def start_query(spark: Any, config: JobConfig) -> Any:
         writer = writer.option(f"kafka.{key}", value)
     if config.fail_after is not None:
         writer = writer.option(FAIL_AFTER, str(config.fail_after))
+        if config.hold_commits_while is not None:
+            writer = writer.option(HOLD_COMMITS_WHILE, config.hold_commits_while)
     if config.trigger == "availableNow":
         writer = writer.trigger(availableNow=True)
     else:
@@ -215,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="fault injection: every task's first attempt fails after N records",
     )
+    parser.add_argument(
+        "--hold-commits-while",
+        default=None,
+        metavar="PATH",
+        help="fault injection, with --fail-after: a batch's driver-side commit waits while "
+        "PATH exists (the demo aims its driver kill at that moment)",
+    )
     parser.add_argument("--trigger", default="availableNow")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--log-level", default="WARN")
@@ -237,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         args.fail_after,
         args.trigger,
         _client_properties(args.client_config),
+        args.hold_commits_while,
     )
 
     def emit(line: dict[str, Any]) -> None:
