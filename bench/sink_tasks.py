@@ -28,9 +28,9 @@ from collections import Counter, deque
 from pathlib import Path
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from common import create_topics, load_average
+from oncelog.pipeline.verify import read_topic
 from oncelog.spark.options import parse_write_options
 from oncelog.spark.producers import ClientPool
 from oncelog.spark.writer import TaskAttempt, write_task
@@ -83,32 +83,6 @@ def run(bootstrap: str, name: str, slots: int, workers: int, batches: int) -> li
     ]
 
 
-def read_committed(bootstrap: str, topic: str) -> Counter[str]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench-check",
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    seen: Counter[str] = Counter()
-    try:
-        while True:
-            message = consumer.poll(10)
-            if message is None:
-                raise RuntimeError(f"{topic}: no end of partition within 10 s")
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return seen
-                raise RuntimeError(str(error))
-            seen[(message.value() or b"").decode()] += 1
-    finally:
-        consumer.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--slots", type=int, default=3)
@@ -122,7 +96,8 @@ def main() -> int:
             for name in ("pinned", "fifo"):
                 create_topics(bootstrap, [f"out-{name}"], 1)
                 expected = run(bootstrap, name, args.slots, args.workers, args.batches)
-                if read_committed(bootstrap, f"out-{name}") != Counter(expected):
+                written = Counter((v or b"").decode() for v in read_topic(bootstrap, f"out-{name}"))
+                if written != Counter(expected):
                     raise RuntimeError(f"{name}: the output is not every row exactly once")
     print(f"end: {load_average()}")
     print(

@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -72,11 +71,12 @@ def test_a_broker_still_joining_answers_with_the_whole_cluster(tmp_path: Path) -
                 ThreadPoolExecutor(2) as pool,
             ):
                 joined = "joined cluster" in cluster.brokers[victim].read_log(current_run=True)
-                answers = [
-                    pool.submit(metadata.request, ApiKey.METADATA, ALL_TOPICS),
-                    pool.submit(describe.request, ApiKey.DESCRIBE_CLUSTER, DESCRIBE),
+                described = pool.submit(describe.request, ApiKey.DESCRIBE_CLUSTER, DESCRIBE)
+                listed = pool.submit(metadata.request, ApiKey.METADATA, ALL_TOPICS)
+                brokers = [
+                    sorted(b.node_id for b in listed.result().brokers),
+                    sorted(b.broker_id for b in described.result().brokers),
                 ]
-                brokers = [sorted(_ids(a.result().brokers)) for a in answers]
             assert not joined, "the requests came too late to meet the broker still joining"
         finally:
             restarting.join(120)
@@ -92,11 +92,6 @@ ALL_TOPICS = {
 }
 
 DESCRIBE = {"include_cluster_authorized_operations": False, "endpoint_type": 1}
-
-
-def _ids(brokers: list[Any]) -> list[int]:
-    """Broker ids of a Metadata (node_id) or DescribeCluster (broker_id) answer."""
-    return [b.node_id if hasattr(b, "node_id") else b.broker_id for b in brokers]
 
 
 def _connect_when_listening(address: str, within_s: float) -> KafkaConnection:

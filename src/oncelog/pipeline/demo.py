@@ -293,6 +293,7 @@ def _supervise(
     ] + (["--client-config", str(client_config)] if client_config is not None else [])
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
     hold = work / "hold-commits"  # while it exists, driver 1's batch commits wait (the aim)
+    faulty = ["--fail-after", str(fail_after), "--hold-commits-while", str(hold)]
     sink = SinkProgress(bootstrap, sink_id, client) if guarantee == "exactly_once" else None
     deadline = time.monotonic() + timeout_s
     killed = False
@@ -302,7 +303,6 @@ def _supervise(
             run = len(drivers) + 1
             first_faulty = faults and not killed
             hold.unlink(missing_ok=True)  # each run's commits go on until its aim begins
-            faulty = ["--fail-after", str(fail_after), "--hold-commits-while", str(hold)]
             args = base + (faulty if first_faulty else [])
             driver = Driver(args, work / "driver.log", run)
             drivers.append(driver)
