@@ -1,6 +1,6 @@
 """`oncelog demo --brokers 3`: the order-enrichment pipeline on a local 3-broker cluster
 (replication factor 3), with the demo's faults plus two broker SIGKILLs mid-run: the leader
-of enriched-orders-0, then a sink task's transaction coordinator, each restarted. Exactly
+of enriched-orders-0, then a sink writer's transaction coordinator, each restarted. Exactly
 once must deliver every order once; the at_least_once control, under the same faults, must
 show duplicates. And an interrupted run (Ctrl-C) must stop every process it started."""
 
@@ -35,7 +35,7 @@ def test_exactly_once_through_leader_and_coordinator_sigkills_on_three_brokers()
     kills = _broker_faults(result.events)
     assert len(kills) == 2, output
     assert "leader of enriched-orders-0" in kills[0], output
-    assert "transaction coordinator of sink task oncelog-sink-order-enrichment-" in kills[1]
+    assert "transaction coordinator of sink writer oncelog-sink-" in kills[1], output
     assert sum("leads it now" in e for e in result.events) == 2, output
     assert sum("back in the ISR of every partition" in e for e in result.events) == 2, output
     assert any(

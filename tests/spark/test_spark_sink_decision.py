@@ -26,19 +26,19 @@ def test_write_skip_refuse() -> None:
 
 def test_progress_metadata_round_trip() -> None:
     write = Write(8)
-    metadata = write.metadata(_progress(7), 2, 40, "producer-1", 123)
+    metadata = write.metadata(_progress(7), 2, 40, "producer-1", 17, 123)
     assert json.loads(metadata) == {
-        "v": 2,
+        "v": 3,
         "sink": "s",
         "batch": 7,
         "task": 2,
         "rows": 40,
         "writer": "producer-1",
+        "claim": 17,
         "at": 123,
     }
     read = Progress.from_committed("s", "__progress", 4, 8, metadata)
-    assert (read.next_batch, read.rows, read.writer) == (8, 40, "producer-1")
-    assert read.last_commit == (8, "producer-1")
+    assert (read.next_batch, read.rows, read.writer, read.claim) == (8, 40, "producer-1", 17)
     assert Progress.from_committed("s", "p", 4, -1001, None).next_batch == 0  # none committed
     assert Progress.from_committed("s", "p", 4, 3, "not json").rows is None
 

@@ -34,7 +34,7 @@ import click
     type=click.IntRange(min=1, max=9),
     help="1: one broker subprocess, restarted mid-run. 3 or more: a local cluster on "
     "ZooKeeper (replication factor 3, min.insync.replicas 2) whose leader of "
-    "enriched-orders-0 and a sink task's transaction coordinator are SIGKILLed and "
+    "enriched-orders-0 and a sink writer's transaction coordinator are SIGKILLed and "
     "restarted mid-run.",
 )
 @click.option(

@@ -6,9 +6,9 @@
   ``min.insync.replicas`` 2. Mid-run it SIGKILLs the leader of a partition of the output
   topic, waits for the controller to elect another leader, restarts the broker and waits
   until it is back in every ISR; then it does the same to the transaction coordinator of a
-  sink task (the leader of that task's transactional id's ``__transaction_state``
-  partition, which is what FindCoordinator answers), choosing another broker when one of
-  the tasks has its coordinator elsewhere.
+  sink writer (the leader of the ``__transaction_state`` partition of the transactional id
+  of a Python worker's producer, as the sink's progress records it: what FindCoordinator
+  answers), choosing another broker when one of the writers has its coordinator elsewhere.
 
 The supervisor calls :meth:`fault_step` on every turn of its loop while a driver runs: a
 step never blocks longer than a broker restart, so the driver's progress keeps being
@@ -114,10 +114,11 @@ class ClusterUnderFaults:
             )
         self.cluster = LocalCluster(base_dir, brokers, CLUSTER_CONFIG)
         self.output_topic = output_topic
-        self.transactional_ids = [f"oncelog-sink-{sink_id}-{task}" for task in range(tasks)]
+        self.sink_id = sink_id
+        self.tasks = tasks
         self.fault_text = (
             f"broker SIGKILL + restart of the leader of {output_topic}-0 "
-            "and of a sink task's transaction coordinator"
+            "and of a sink writer's transaction coordinator"
         )
         self.kills: list[_Kill] = []
         self._current: _Kill | None = None
@@ -175,11 +176,10 @@ class ClusterUnderFaults:
             topic, partition = self.output_topic, 0
             role = f"leader of {topic}-0"
         else:
-            topic, partition, transactional_id = self._coordinator_partition()
-            role = (
-                f"transaction coordinator of sink task {transactional_id} "
-                f"(leader of {topic}-{partition})"
-            )
+            coordinator = self._coordinator_partition()
+            if coordinator is None:
+                return  # the progress could not be read right now: try again next turn
+            topic, partition, role = coordinator
         broker = self.cluster.leader(topic, partition)
         if broker is None:
             return  # no leader right now (an election in progress): try again next turn
@@ -193,17 +193,55 @@ class ClusterUnderFaults:
             f"while driver {driver_run} runs"
         )
 
-    def _coordinator_partition(self) -> tuple[str, int, str]:
-        """The ``__transaction_state`` partition of a sink task's transactional id, one led
-        by another broker than the first victim when there is such a task."""
+    def _coordinator_partition(self) -> tuple[str, int, str] | None:
+        """The ``__transaction_state`` partition of a sink writer's transactional id, one led
+        by another broker than the first victim when there is such a writer, and its role;
+        partition 0's when the sink records no writer (at_least_once has none)."""
+        writers = self._writers()
+        if writers is None:
+            return None
         partitions = len(self.cluster.assignment(TRANSACTION_STATE))
         first_victim = self.kills[0].broker
         candidates = [
-            (TRANSACTION_STATE, partition_for(tid, partitions), tid)
-            for tid in self.transactional_ids
-        ]
+            (
+                TRANSACTION_STATE,
+                partition_for(tid, partitions),
+                f"transaction coordinator of sink writer {tid}",
+            )
+            for tid in writers
+        ] or [(TRANSACTION_STATE, 0, "transaction coordinator (the sink records no writer)")]
         elsewhere = [c for c in candidates if self.cluster.leader(c[0], c[1]) != first_victim]
-        return (elsewhere or candidates)[0]
+        topic, partition, role = (elsewhere or candidates)[0]
+        return topic, partition, f"{role} (leader of {topic}-{partition})"
+
+    def _writers(self) -> list[str] | None:
+        """The transactional ids of the writers of the sink's last commits, as its progress
+        records them (each Python worker has a writer of its own); None if unreadable."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        from oncelog.spark.options import DEFAULT_PROGRESS_TOPIC, progress_group
+        from oncelog.spark.sink import Progress
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.cluster.bootstrap_servers,
+                "group.id": progress_group(self.sink_id),
+            }
+        )
+        slots = [TopicPartition(DEFAULT_PROGRESS_TOPIC, task) for task in range(self.tasks)]
+        try:
+            committed = consumer.committed(slots, timeout=10)
+        except KafkaException:
+            return None  # the cluster is busy electing: next turn
+        finally:
+            consumer.close()
+        progress = [
+            Progress.from_committed(
+                self.sink_id, DEFAULT_PROGRESS_TOPIC, self.tasks, slot.offset, slot.metadata
+            )
+            for slot in committed
+        ]
+        return sorted({p.writer for p in progress if p.writer is not None})
 
     def _restart(self, kill: _Kill, event: Event) -> None:
         started = time.monotonic()

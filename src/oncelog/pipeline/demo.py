@@ -14,7 +14,7 @@
        committed their output and before Spark recorded the batch as done, then started
        again on the same checkpoint (the batch is replayed);
    (c) the broker is restarted while the second driver runs; on a local cluster, the
-       leader of `enriched-orders`-0 and then a sink task's transaction coordinator are
+       leader of `enriched-orders`-0 and then a sink writer's transaction coordinator are
        SIGKILLed and restarted instead;
    a driver that exits with an error is restarted on its checkpoint (up to 3 times);
 4. verify with a plain consumer under read_committed: orders in, orders out, duplicates,

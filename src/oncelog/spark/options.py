@@ -675,10 +675,12 @@ class WriteOptions:
 
     @property
     def progress_group(self) -> str:
-        return f"oncelog-sink-{self.sink_id}"
+        return progress_group(str(self.sink_id))
 
-    def transactional_id(self, task: int) -> str:
-        return f"oncelog-sink-{self.sink_id}-{task}"
+
+def progress_group(sink_id: str) -> str:
+    """The consumer group whose offsets are the exactly-once sink's progress."""
+    return f"oncelog-sink-{sink_id}"
 
 
 def parse_write_options(options: Mapping[str, Any], extra: Iterable[str] = ()) -> WriteOptions:

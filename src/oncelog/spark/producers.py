@@ -1,26 +1,18 @@
 """Kafka clients kept for the life of a Python worker, shared by the tasks it runs.
 
 Spark reuses its Python workers across tasks and micro-batches, so a task finds the
-clients an earlier task of the same sink left: a transactional producer per (sink.id, task
-partition, configuration) that keeps its transactional.id and ran `init_transactions()`
-once, the consumer that reads the sink's progress, an idempotent producer for
-at_least_once, and the progress topic's partition count. Making them costs a
-connection, a coordinator lookup and an epoch bump each; keeping them makes a
-micro-batch's fixed cost a few round trips.
+clients an earlier task left: one transactional producer per client configuration (a
+*writer*, with a transactional.id of its own, `oncelog-sink-<uuid>`, that serves every task
+slot and every sink: `claims` fences zombies without a transactional.id per slot), the
+consumers that read each sink's progress and claims, an idempotent producer for
+at_least_once, and the progress topic's partition count. Making a writer costs a connection,
+a coordinator lookup and `init_transactions()`; keeping it makes a micro-batch's fixed cost
+a few round trips, wherever PySpark runs the task.
 
-A kept producer can be fenced: when a task moves to another worker, that worker's new
-producer bumps the epoch of the same transactional.id. Each producer instance has an id
-that it records in the progress it commits, and remembers the last commit of its slot it
-saw: when the progress shows a commit by another instance since, the kept producer is
-fenced, and the writer asks for a fresh one before writing anything. A worker runs one
-task at a time, so the pool needs no lock.
-
-The progress is read with `require_stable` (KIP-447, the consumer's read_committed): a
-commit whose markers are still being written is waited for, never read stale. A read that
-waits longer than `KEPT_PROGRESS_WAIT_S` with a kept producer means another producer of the
-id holds a transaction with the slot's progress open (a dead attempt): that producer has
-the newer epoch, so the kept one is fenced, and a fresh producer's `init_transactions()`
-settles that transaction before the progress is read again.
+A writer whose claim did not end in its own commit is retired (`retire`): a later attempt
+of that slot may fence its transactional.id, and a retired writer is never used again, so
+a fence never reaches a writer busy with another task. A worker runs one task at a time, so
+the pool needs no lock.
 """
 
 from __future__ import annotations
@@ -31,13 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, Producer
 
 from oncelog.spark.client import Cluster, with_logger
 from oncelog.spark.options import WriteOptions, consumer_config, producer_config
 
 TRANSACTION_TIMEOUT_S = 60.0
-KEPT_PROGRESS_WAIT_S = 10.0
+# a stable progress read that waits longer is held by another writer's open transaction
+# (a dead attempt's): the writer reads the last materialised progress instead, fences the
+# claims after it, and then waits for the stable one (`writer._read_progress`)
+PENDING_PROGRESS_WAIT_S = 10.0
 # librdkafka 2.16 looks its transaction coordinator up as soon as a producer connects; an
 # init_transactions() called while that lookup is in flight does not send its own ("Not
 # sending coordinator query (Acquire PID): waiting for previous query to finish") and then
@@ -54,15 +49,22 @@ def _config_key(config: Mapping[str, str]) -> ConfigKey:
 
 
 @dataclass
-class TransactionalClients:
-    """A task slot's producer and the consumer that reads (and commits) its progress."""
+class Writer:
+    """A worker's transactional producer and its transactional.id."""
 
     producer: Any
-    progress: Any
-    fresh: bool  # made for this task: init_transactions() has just fenced older producers
-    instance: str = field(default_factory=lambda: uuid.uuid4().hex)  # recorded in progress
-    last_seen: tuple[int, str | None] | None = None  # the slot's last commit, as last seen
+    transactional_id: str
+    fresh: bool  # made for this task
     last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ProgressReaders:
+    """A sink's progress, read stable (read_committed: KIP-447's require_stable) and as last
+    materialised (read_uncommitted), which also reads the slot's claims."""
+
+    stable: Any
+    uncommitted: Any
 
 
 @dataclass
@@ -84,70 +86,57 @@ class ClientPool:
     play several workers in one process."""
 
     def __init__(self) -> None:
-        self._transactional: dict[tuple[str, int, ConfigKey], TransactionalClients] = {}
-        self._progress: dict[tuple[str, ConfigKey], Any] = {}
+        self._writers: dict[ConfigKey, Writer] = {}
+        self._progress: dict[tuple[str, ConfigKey], ProgressReaders] = {}
         self._idempotent: dict[ConfigKey, IdempotentProducer] = {}
         self._slots: dict[tuple[str, ConfigKey], int] = {}
 
-    def _key(self, options: WriteOptions, partition: int) -> tuple[str, int, ConfigKey]:
-        return (str(options.sink_id), partition, _config_key(options.client))
-
     def _evict_idle(self) -> None:
-        """Close kept producers no task has used for IDLE_EVICTION_S (a worker that ran
-        tasks of many slots or sinks would otherwise keep all their producers)."""
+        """Close kept producers no task has used for IDLE_EVICTION_S."""
         horizon = time.monotonic() - IDLE_EVICTION_S
-        for key, kept in list(self._transactional.items()):
-            if kept.last_used < horizon:
-                del self._transactional[key]
-                kept.producer.close()
+        for config, writer in list(self._writers.items()):
+            if writer.last_used < horizon:
+                del self._writers[config]
+                writer.producer.close()
         for config, idle in list(self._idempotent.items()):
             if idle.last_used < horizon:
                 del self._idempotent[config]
                 idle.producer.close()
 
-    def transactional(self, options: WriteOptions, partition: int) -> TransactionalClients:
-        """The kept clients of this slot, or new ones (the producer initialised)."""
+    def writer(self, options: WriteOptions) -> Writer:
+        """The worker's writer for this configuration, or a new one (initialised)."""
         self._evict_idle()
-        key = self._key(options, partition)
-        clients = self._transactional.get(key)
-        if clients is not None:
-            clients.fresh = False
-            clients.last_used = time.monotonic()
-            return clients
-        producer = Producer(
-            with_logger(
-                {
-                    **producer_config(options.client),
-                    "transactional.id": options.transactional_id(partition),
-                }
-            )
-        )
-        time.sleep(COORDINATOR_SETTLE_S)
-        producer.init_transactions(TRANSACTION_TIMEOUT_S)
-        clients = TransactionalClients(producer, self._progress_reader(options), fresh=True)
-        self._transactional[key] = clients
-        return clients
+        key = _config_key(options.client)
+        writer = self._writers.get(key)
+        if writer is not None:
+            writer.fresh = False
+            writer.last_used = time.monotonic()
+            return writer
+        transactional_id = f"oncelog-sink-{uuid.uuid4().hex}"
+        writer = Writer(_initialised(options, transactional_id), transactional_id, fresh=True)
+        self._writers[key] = writer
+        return writer
 
-    def discard(self, options: WriteOptions, partition: int) -> None:
-        """Forget this slot's producer (fenced, failed, or left mid-transaction)."""
-        self._transactional.pop(self._key(options, partition), None)
+    def retire(self, options: WriteOptions) -> None:
+        """Never use this configuration's writer again (its claim did not end in its
+        commit: a later attempt may fence it). It is not closed: it may be in a call that
+        never returns (`writer._bounded`), and a fence settles what it left open."""
+        self._writers.pop(_config_key(options.client), None)
 
-    def _progress_reader(self, options: WriteOptions) -> Any:
+    def fence(self, options: WriteOptions, transactional_id: str) -> None:
+        """Fence another writer: a producer of its transactional.id bumps the epoch, which
+        aborts its open transaction, or completes it if its commit had begun."""
+        _initialised(options, transactional_id).close()
+
+    def progress(self, options: WriteOptions) -> ProgressReaders:
         key = (str(options.sink_id), _config_key(options.client))
-        reader = self._progress.get(key)
-        if reader is None:
-            reader = Consumer(
-                with_logger(
-                    {
-                        **consumer_config(options.client),
-                        "group.id": options.progress_group,
-                        "enable.auto.commit": False,
-                        "isolation.level": "read_committed",  # require_stable
-                    }
-                )
+        readers = self._progress.get(key)
+        if readers is None:
+            readers = ProgressReaders(
+                *(_progress_consumer(options, level) for level in _ISOLATION_LEVELS)
             )
-            self._progress[key] = reader
-        return reader
+            self._progress[key] = readers
+        return readers
 
     def idempotent(self, options: WriteOptions) -> IdempotentProducer:
         """The worker's plain idempotent producer for this configuration (at_least_once)."""
@@ -183,14 +172,29 @@ class ClientPool:
 
 POOL = ClientPool()
 
+_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
-def is_fenced(exc: BaseException) -> bool:
-    """A KafkaException saying another producer with this transactional.id took over."""
-    error = exc.args[0] if exc.args else None
-    if not isinstance(error, KafkaError):
-        return False
-    return error.code() in (
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-    ) or bool(error.fatal() and "fenced" in error.str().lower())
+
+def _initialised(options: WriteOptions, transactional_id: str) -> Any:
+    producer = Producer(
+        with_logger({**producer_config(options.client), "transactional.id": transactional_id})
+    )
+    time.sleep(COORDINATOR_SETTLE_S)
+    producer.init_transactions(TRANSACTION_TIMEOUT_S)
+    return producer
+
+
+def _progress_consumer(options: WriteOptions, isolation_level: str) -> Any:
+    return Consumer(
+        with_logger(
+            {
+                **consumer_config(options.client),
+                "group.id": options.progress_group,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": isolation_level,
+                "auto.offset.reset": "error",  # claims gone are an error, never skipped
+                "fetch.wait.max.ms": 10,
+            }
+        )
+    )

@@ -3,9 +3,9 @@
 Each task slot `k` of sink `S` has a progress entry: the committed offset `N` of consumer
 group `oncelog-sink-S` for partition `k` of the progress topic, written in the same Kafka
 transaction as the task's output. `N` means "this slot has written batches up to N - 1";
-its metadata records how many rows the slot wrote in batch N - 1 and which producer
-instance wrote them (so a worker can tell whether its kept producer is still the last one
-that committed for this slot).
+its metadata records how many rows the slot wrote in batch N - 1, which writer (producer
+transactional.id) wrote them and the offset of that writer's claim (`claims`: the zombie
+fence).
 
 For batch `B` the decision is:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-PROGRESS_FORMAT = 2  # 1 also recorded a per-record digest, no longer computed
+PROGRESS_FORMAT = 3  # 1 also recorded a per-record digest; 2 had no claim
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,8 @@ class Progress:
     slots: int  # its partitions: the most tasks a write may have
     next_batch: int = 0  # batches below this one are written by the slot
     rows: int | None = None  # rows the slot wrote in batch next_batch - 1, when recorded
-    writer: str | None = None  # the producer instance that wrote it, when recorded
-
-    @property
-    def last_commit(self) -> tuple[int, str | None]:
-        """Identifies the slot's last commit: a producer commits each batch at most once."""
-        return (self.next_batch, self.writer)
+    writer: str | None = None  # the transactional.id that wrote it, when recorded
+    claim: int | None = None  # the offset of that writer's claim, when recorded
 
     @classmethod
     def from_committed(
@@ -55,8 +51,7 @@ class Progress:
             recorded = {}
         if not isinstance(recorded, dict):
             recorded = {}
-        rows = recorded.get("rows")
-        writer = recorded.get("writer")
+        rows, writer, claim = (recorded.get(k) for k in ("rows", "writer", "claim"))
         return cls(
             sink_id,
             topic,
@@ -64,6 +59,7 @@ class Progress:
             max(offset, 0),
             rows if isinstance(rows, int) else None,
             writer if isinstance(writer, str) else None,
+            claim if isinstance(claim, int) else None,
         )
 
 
@@ -74,7 +70,7 @@ class Write:
     next_batch: int
 
     def metadata(
-        self, progress: Progress, partition: int, rows: int, writer: str, now_ms: int
+        self, progress: Progress, partition: int, rows: int, writer: str, claim: int, now_ms: int
     ) -> str:
         return json.dumps(
             {
@@ -84,6 +80,7 @@ class Write:
                 "task": partition,
                 "rows": rows,
                 "writer": writer,
+                "claim": claim,
                 "at": now_ms,
             },
             separators=(",", ":"),

@@ -1,15 +1,12 @@
 """Writers with the columns of Spark's Kafka sink, exactly-once by default.
 
-Exactly-once, per Spark task of batch B (docs/spark.md has the full argument): the task
-reads its slot's progress, `sink.decide` says write, skip or refuse, and a write is one
-Kafka transaction holding the task's output and its progress B + 1 (a transactional
-offset commit). The transactional producer (transactional.id
-`oncelog-sink-<sink.id>-<task partition>`) is kept by the worker across micro-batches
-(`producers.ClientPool`); its first request of each transaction also proves that it is
-still the current producer of its id: if another producer took the id over (the task ran
-on another worker meanwhile), nothing has been written yet, so the task makes a fresh
-producer, whose `init_transactions()` fences the other one and settles its open
-transaction, reads its progress again and decides again.
+Exactly-once, per Spark task of batch B (docs/spark.md has the protocol, `claims` the
+argument): the task reads its slot's progress, `sink.decide` says write, skip or refuse, and
+a write is one Kafka transaction holding the task's claim, its output and its progress
+B + 1 (a transactional offset commit). The transaction is the worker's writer's
+(`producers.ClientPool.writer`: one transactional producer per worker and configuration,
+kept across tasks of any slot and micro-batches); the claim is what fences another attempt
+of the same slot, dead or alive.
 
 Spark's driver-side commit does no I/O: the tasks' transactions are the commit points,
 so the driver commit is idempotent per batchId by construction. Nothing here runs per
@@ -27,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -35,14 +32,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from oncelog.spark import sink
+from oncelog.spark import claims, sink
 from oncelog.spark.options import OptionError, WriteOptions
 from oncelog.spark.producers import (
-    KEPT_PROGRESS_WAIT_S,
+    PENDING_PROGRESS_WAIT_S,
     POOL,
     TRANSACTION_TIMEOUT_S,
     ClientPool,
-    is_fenced,
 )
 
 log = logging.getLogger(__name__)
@@ -67,8 +63,8 @@ def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
     librdkafka's send_offsets_to_transaction can ignore its timeout and wait forever
     (librdkafka issues #5456 and #5511; seen here with a kept producer whose group
     coordinator went away in a broker restart). Given up on, the call keeps its thread and
-    its producer, which is never used again: the task fails, and Spark's retry makes a
-    fresh producer whose init_transactions fences the stuck one and aborts its transaction.
+    its producer, which is retired: the task fails, and the slot's next attempt fences the
+    stuck writer's claim, which aborts its transaction.
     """
     outcome: list[BaseException | None] = []
 
@@ -86,7 +82,7 @@ def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
     if not outcome:
         raise ClientCallStuck(
             f"{what} did not return within {timeout_s:g} s (a librdkafka call that ignored "
-            "its timeout); the task fails and its retry uses a new producer"
+            "its timeout); the task fails and its retry fences this writer"
         )
     if outcome[0] is not None:
         raise outcome[0]
@@ -256,16 +252,15 @@ def _write_at_least_once(
 
 
 def _read_progress(
-    options: WriteOptions, clients: Any, partition: int, slots: int
+    options: WriteOptions, reader: Any, partition: int, slots: int, wait_s: float
 ) -> sink.Progress | None:
-    """The slot's progress; None when a kept producer waited too long for it (see
-    `producers`: another producer's open transaction holds it)."""
+    """The slot's progress as `reader` sees it; None when a stable read waited `wait_s` in
+    vain (another writer's open transaction holds the progress)."""
     slot = TopicPartition(options.progress_topic, partition)
-    wait = TRANSACTION_TIMEOUT_S if clients.fresh else KEPT_PROGRESS_WAIT_S
     try:
-        (committed,) = clients.progress.committed([slot], timeout=wait)
+        (committed,) = reader.committed([slot], timeout=wait_s)
     except KafkaException as exc:
-        if clients.fresh or exc.args[0].code() != KafkaError._TIMED_OUT:
+        if wait_s >= TRANSACTION_TIMEOUT_S or exc.args[0].code() != KafkaError._TIMED_OUT:
             raise
         return None
     if committed.error is not None:
@@ -279,11 +274,25 @@ def _read_progress(
     )
 
 
+def _read_stable(options: WriteOptions, readers: Any, partition: int, slots: int) -> sink.Progress:
+    """The slot's progress, waiting as long as a transaction may hold it."""
+    progress = _read_progress(options, readers.stable, partition, slots, TRANSACTION_TIMEOUT_S)
+    assert progress is not None  # None only for a read that waits less
+    return progress
+
+
 def _abort_quietly(producer: Any) -> None:
     try:
         producer.abort_transaction(10.0)
-    except Exception:  # fenced or broken: the next producer's init_transactions settles it
+    except Exception:  # fenced or broken: a fence of its transactional.id settles it
         log.debug("abort_transaction failed", exc_info=True)
+
+
+def _decision(progress: sink.Progress, task: TaskAttempt) -> sink.Write | sink.Skip:
+    decision = sink.decide(progress, task.batch_id, task.partition)
+    if isinstance(decision, sink.Refuse):
+        raise SinkGuaranteeError(decision.reason)
+    return decision
 
 
 def _write_exactly_once(
@@ -293,67 +302,129 @@ def _write_exactly_once(
     faults: Faults | None,
     pool: ClientPool,
 ) -> SinkCommitMessage:
+    """The protocol of `oncelog.spark.claims` (which has the argument), step by step."""
     slots = pool.progress_slots(options)
-    no_slot = sink.decide(
-        sink.Progress(str(options.sink_id), options.progress_topic, slots), 0, task.partition
+    _decision(sink.Progress(str(options.sink_id), options.progress_topic, slots), task)
+    readers = pool.progress(options)
+    progress = _read_progress(
+        options, readers.stable, task.partition, slots, PENDING_PROGRESS_WAIT_S
     )
-    if isinstance(no_slot, sink.Refuse):  # refused before any client is made for the slot
-        raise SinkGuaranteeError(no_slot.reason)
-    new_producer = False
+    write: sink.Write | None = None
+    if progress is None:  # pending: fence from the last materialised commit's claim
+        base = _read_progress(
+            options, readers.uncommitted, task.partition, slots, TRANSACTION_TIMEOUT_S
+        )
+        assert base is not None  # a read that does not wait for pending commits
+        since = base.claim
+    else:
+        decision = _decision(progress, task)
+        if isinstance(decision, sink.Skip):
+            return _skip(options, task, batches, decision, progress, False)
+        write, since = decision, progress.claim
+    writer = pool.writer(options)
+    producer = writer.producer
     try:
-        while True:
-            clients = pool.transactional(options, task.partition)
-            new_producer = new_producer or clients.fresh
-            progress = _read_progress(options, clients, task.partition, slots)
-            if progress is None:  # a transaction of another producer holds the progress
-                _replace(options, task, pool, "another producer has a transaction open")
-                continue
-            if not clients.fresh and progress.last_commit != clients.last_seen:
-                # another producer of this id committed since this one last did: it took
-                # the id over, so the kept one is fenced
-                _replace(options, task, pool, "another producer committed since")
-                continue
-            clients.last_seen = progress.last_commit
-            decision = sink.decide(progress, task.batch_id, task.partition)
-            if isinstance(decision, sink.Refuse):
-                raise SinkGuaranteeError(decision.reason)
+        producer.begin_transaction()
+        claim = _claim(options, writer, task)
+        found = claims.foreign_claims(
+            _claims_after(options, readers.uncommitted, task.partition, since, claim),
+            str(options.sink_id),
+            task.partition,
+            writer.transactional_id,
+        )
+        if found or progress is None or write is None:
+            # a stable read settles the claims below its own; one that would wait on an
+            # open transaction settles nothing more than the read before the claim
+            latest = None
+            if progress is not None:
+                latest = _read_progress(
+                    options, readers.stable, task.partition, slots, PENDING_PROGRESS_WAIT_S
+                )
+            fence = claims.writers_to_fence(found, latest.claim if latest else since)
+            for other in fence:
+                log.info(
+                    "sink %s task %d: fencing writer %s, which claimed the slot and has not "
+                    "committed",
+                    options.sink_id,
+                    task.partition,
+                    other,
+                )
+                pool.fence(options, other)
+            progress = (
+                latest
+                if latest and not fence
+                else _read_stable(options, readers, task.partition, slots)
+            )
+            if progress.claim is not None and progress.claim > claim:
+                raise SinkGuaranteeError(
+                    f"task {task.partition}: a later attempt claimed and committed the slot"
+                )
+            decision = _decision(progress, task)
             if isinstance(decision, sink.Skip):
-                return _skip(options, task, batches, decision, progress, new_producer)
-            clients.producer.begin_transaction()
-            if clients.fresh or task.attempt == 0:
-                break
-            if _still_current(options, clients, progress, decision, task):
-                break
-            _replace(options, task, pool, "an earlier attempt elsewhere fenced it")
-        producer = clients.producer
+                _abort_quietly(producer)
+                pool.retire(options)  # its claim did not end in its commit
+                return _skip(options, task, batches, decision, progress, writer.fresh)
+            write = decision
         if faults is not None:
             batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
-        try:
-            rows = produce_batches(producer, batches, options.topic)
-            _send_progress(options, clients, progress, decision, task, rows)
-            producer.commit_transaction(TRANSACTION_TIMEOUT_S)
-        except ClientCallStuck:
-            raise  # no abort: the producer is busy for good; the next one fences it
-        except Exception:
-            _abort_quietly(producer)  # release the LSO now rather than at the timeout
-            raise
-        clients.last_seen = (decision.next_batch, clients.instance)
-    except BaseException:
+        rows = produce_batches(producer, batches, options.topic)
+        _send_progress(options, writer, readers.stable, progress, write, task, rows, claim)
+        producer.commit_transaction(TRANSACTION_TIMEOUT_S)
+    except BaseException as exc:
         # failed, fenced, or the worker is going away (then the transaction stays open, as
-        # after a crash, until the next producer of this id fences it): never kept
-        pool.discard(options, task.partition)
+        # after a crash, until the slot's next attempt fences it); stuck: it stays busy
+        if isinstance(exc, Exception) and not isinstance(exc, ClientCallStuck):
+            _abort_quietly(producer)  # release the LSO now rather than at the next fence
+        pool.retire(options)
         raise
-    return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, new_producer)
+    return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, writer.fresh)
 
 
-def _replace(options: WriteOptions, task: TaskAttempt, pool: ClientPool, why: str) -> None:
-    log.info(
-        "sink %s task %d: the kept producer is fenced (%s); making a new one",
-        options.sink_id,
-        task.partition,
-        why,
+def _claim(options: WriteOptions, writer: Any, task: TaskAttempt) -> int:
+    """Produce the claim in the open transaction; its offset once acknowledged."""
+    delivered: list[tuple[Any, Any]] = []
+    writer.producer.produce(
+        options.progress_topic,
+        claims.Claim(
+            str(options.sink_id), task.partition, task.batch_id, writer.transactional_id
+        ).encode(),
+        str(options.sink_id).encode(),
+        partition=task.partition,
+        on_delivery=lambda err, msg: delivered.append((err, msg)),
     )
-    pool.discard(options, task.partition)
+    writer.producer.flush(TRANSACTION_TIMEOUT_S)
+    if not delivered or delivered[0][0] is not None:
+        error = delivered[0][0] if delivered else "not acknowledged in time"
+        raise RuntimeError(f"task {task.partition}: the sink's claim failed: {error}")
+    return int(delivered[0][1].offset())
+
+
+def _claims_after(
+    options: WriteOptions, reader: Any, partition: int, since: int | None, claim: int
+) -> list[tuple[int, bytes | None]]:
+    """Offsets and values of the slot's progress partition after offset `since` (from its
+    start when None) and before `claim`, aborted and open transactions' records included."""
+    start = OFFSET_BEGINNING if since is None else since + 1
+    reader.assign([TopicPartition(options.progress_topic, partition, start)])
+    values: list[tuple[int, bytes | None]] = []
+    deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            message = reader.poll(0.1)  # returns as soon as a record is there
+            if message is None:
+                continue
+            if message.error() is not None:
+                raise SinkGuaranteeError(
+                    f"task {partition}: reading the claims of its slot from offset {start} "
+                    f"of {options.progress_topic} failed ({message.error()}): a claim the "
+                    "sink must fence may be gone (the topic's retention?)"
+                )
+            if message.offset() >= claim:
+                return values
+            values.append((message.offset(), message.value()))
+        raise RuntimeError(f"task {partition}: the claims of its slot were not read in time")
+    finally:
+        reader.unassign()
 
 
 def _skip(
@@ -380,50 +451,28 @@ def _skip(
 
 def _send_progress(
     options: WriteOptions,
-    clients: Any,
+    writer: Any,
+    progress_reader: Any,
     progress: sink.Progress,
     decision: sink.Write,
     task: TaskAttempt,
     rows: int,
+    claim: int,
 ) -> None:
     """Add the slot's progress to the open transaction (a TxnOffsetCommit)."""
     now_ms = int(time.time() * 1000)
-    slot = TopicPartition(
-        options.progress_topic,
-        task.partition,
-        decision.next_batch,
-        metadata=decision.metadata(progress, task.partition, rows, clients.instance, now_ms),
+    metadata = decision.metadata(
+        progress, task.partition, rows, writer.transactional_id, claim, now_ms
     )
-    metadata = clients.progress.consumer_group_metadata()
+    slot = TopicPartition(
+        options.progress_topic, task.partition, decision.next_batch, metadata=metadata
+    )
+    group = progress_reader.consumer_group_metadata()
     _bounded(
-        lambda: clients.producer.send_offsets_to_transaction(
-            [slot], metadata, TRANSACTION_TIMEOUT_S
-        ),
+        lambda: writer.producer.send_offsets_to_transaction([slot], group, TRANSACTION_TIMEOUT_S),
         TRANSACTION_TIMEOUT_S + STUCK_GRACE_S,
         "send_offsets_to_transaction",
     )
-
-
-def _still_current(
-    options: WriteOptions,
-    clients: Any,
-    progress: sink.Progress,
-    decision: sink.Write,
-    task: TaskAttempt,
-) -> bool:
-    """A retry with a kept producer: an earlier attempt of this task may have run elsewhere
-    and initialised its own producer without committing (so the progress does not show it).
-    The open transaction's first request tells, with nothing written: the progress is added
-    to it now (and again, with the row count, before the commit), and a fenced producer's
-    AddOffsetsToTxn is refused."""
-    try:
-        _send_progress(options, clients, progress, decision, task, 0)
-    except KafkaException as exc:
-        if not is_fenced(exc):
-            _abort_quietly(clients.producer)
-            raise
-        return False
-    return True
 
 
 def _summary(messages: list[WriterCommitMessage | None], batch_id: int) -> str:
