@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.pipeline import PARTITIONS
-from oncelog.spark.options import DEFAULT_PROGRESS_TOPIC
+from oncelog.spark.options import DEFAULT_PROGRESS_TOPIC, progress_group
 
 client_log = logging.getLogger("oncelog.pipeline.client")
 client_log.addHandler(logging.NullHandler())
@@ -160,7 +160,7 @@ class SinkProgress:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
-                "group.id": f"oncelog-sink-{sink_id}",
+                "group.id": progress_group(sink_id),
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "logger": client_log,
