@@ -65,6 +65,11 @@ class ProgressReaders:
 
     stable: Any
     uncommitted: Any
+    last_used: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        self.stable.close()
+        self.uncommitted.close()
 
 
 @dataclass
@@ -92,20 +97,24 @@ class ClientPool:
         self._slots: dict[tuple[str, ConfigKey], int] = {}
 
     def _evict_idle(self) -> None:
-        """Close kept producers no task has used for IDLE_EVICTION_S."""
+        """Close kept clients no task has used for IDLE_EVICTION_S."""
         horizon = time.monotonic() - IDLE_EVICTION_S
         for config, writer in list(self._writers.items()):
             if writer.last_used < horizon:
                 del self._writers[config]
                 writer.producer.close()
+        for sink_config, readers in list(self._progress.items()):
+            if readers.last_used < horizon:
+                del self._progress[sink_config]
+                readers.close()
         for config, idle in list(self._idempotent.items()):
             if idle.last_used < horizon:
                 del self._idempotent[config]
                 idle.producer.close()
 
     def writer(self, options: WriteOptions) -> Writer:
-        """The worker's writer for this configuration, or a new one (initialised)."""
-        self._evict_idle()
+        """The worker's writer for this configuration, or a new one (initialised). Asked for
+        after `progress`, which closed the idle ones."""
         key = _config_key(options.client)
         writer = self._writers.get(key)
         if writer is not None:
@@ -129,6 +138,8 @@ class ClientPool:
         _initialised(options, transactional_id).close()
 
     def progress(self, options: WriteOptions) -> ProgressReaders:
+        """The consumers that read this sink's progress and claims."""
+        self._evict_idle()
         key = (str(options.sink_id), _config_key(options.client))
         readers = self._progress.get(key)
         if readers is None:
@@ -136,6 +147,7 @@ class ClientPool:
                 *(_progress_consumer(options, level) for level in _ISOLATION_LEVELS)
             )
             self._progress[key] = readers
+        readers.last_used = time.monotonic()
         return readers
 
     def idempotent(self, options: WriteOptions) -> IdempotentProducer:
