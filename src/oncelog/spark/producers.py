@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,17 +59,12 @@ class Writer:
 
 
 @dataclass
-class ProgressReaders:
-    """A sink's progress, read stable (read_committed: KIP-447's require_stable) and as last
-    materialised (read_uncommitted), which also reads the slot's claims."""
+class KeptConsumer:
+    """A consumer kept by the worker: a sink's progress reader (read_committed, the sink's
+    group), or the claims reader of a configuration (read_uncommitted)."""
 
-    stable: Any
-    uncommitted: Any
+    consumer: Any
     last_used: float = field(default_factory=time.monotonic)
-
-    def close(self) -> None:
-        self.stable.close()
-        self.uncommitted.close()
 
 
 @dataclass
@@ -92,7 +87,8 @@ class ClientPool:
 
     def __init__(self) -> None:
         self._writers: dict[ConfigKey, Writer] = {}
-        self._progress: dict[tuple[str, ConfigKey], ProgressReaders] = {}
+        self._progress: dict[tuple[str, ConfigKey], KeptConsumer] = {}
+        self._claims: dict[ConfigKey, KeptConsumer] = {}
         self._idempotent: dict[ConfigKey, IdempotentProducer] = {}
         self._slots: dict[tuple[str, ConfigKey], int] = {}
 
@@ -103,10 +99,11 @@ class ClientPool:
             if writer.last_used < horizon:
                 del self._writers[config]
                 writer.producer.close()
-        for sink_config, readers in list(self._progress.items()):
-            if readers.last_used < horizon:
-                del self._progress[sink_config]
-                readers.close()
+        for kept in (self._progress, self._claims):
+            for key, reader in list(kept.items()):
+                if reader.last_used < horizon:
+                    del kept[key]  # type: ignore[arg-type]
+                    reader.consumer.close()
         for config, idle in list(self._idempotent.items()):
             if idle.last_used < horizon:
                 del self._idempotent[config]
@@ -137,18 +134,22 @@ class ClientPool:
         aborts its open transaction, or completes it if its commit had begun."""
         _initialised(options, transactional_id).close()
 
-    def progress(self, options: WriteOptions) -> ProgressReaders:
-        """The consumers that read this sink's progress and claims."""
+    def progress(self, options: WriteOptions) -> Any:
+        """The consumer that reads this sink's progress, stable (read_committed: KIP-447's
+        require_stable), and whose group metadata the progress is committed with."""
         self._evict_idle()
         key = (str(options.sink_id), _config_key(options.client))
-        readers = self._progress.get(key)
-        if readers is None:
-            readers = ProgressReaders(
-                *(_progress_consumer(options, level) for level in _ISOLATION_LEVELS)
-            )
-            self._progress[key] = readers
-        readers.last_used = time.monotonic()
-        return readers
+        return _lend(self._progress, key, lambda: progress_consumer(options, "read_committed"))
+
+    def claims(self, options: WriteOptions) -> Any:
+        """The consumer that reads the sinks' claims (read_uncommitted), one per
+        configuration: a new consumer's first fetches take up to a second (librdkafka 2.16,
+        measured), so each sink having its own would cost every new sink that."""
+        return _lend(
+            self._claims,
+            _config_key(options.client),
+            lambda: _consumer(options, CLAIMS_GROUP, "read_uncommitted"),
+        )
 
     def idempotent(self, options: WriteOptions) -> IdempotentProducer:
         """The worker's plain idempotent producer for this configuration (at_least_once)."""
@@ -184,7 +185,7 @@ class ClientPool:
 
 POOL = ClientPool()
 
-_ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+CLAIMS_GROUP = "oncelog-sink-claims"  # never joined nor committed: assign() only
 
 
 def _initialised(options: WriteOptions, transactional_id: str) -> Any:
@@ -196,12 +197,18 @@ def _initialised(options: WriteOptions, transactional_id: str) -> Any:
     return producer
 
 
-def _progress_consumer(options: WriteOptions, isolation_level: str) -> Any:
+def progress_consumer(options: WriteOptions, isolation_level: str) -> Any:
+    """A consumer of the sink's progress group; read_uncommitted reads the progress as last
+    materialised, without waiting for a commit whose markers are being written."""
+    return _consumer(options, options.progress_group, isolation_level)
+
+
+def _consumer(options: WriteOptions, group: str, isolation_level: str) -> Any:
     return Consumer(
         with_logger(
             {
                 **consumer_config(options.client),
-                "group.id": options.progress_group,
+                "group.id": group,
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
                 "isolation.level": isolation_level,
@@ -210,3 +217,11 @@ def _progress_consumer(options: WriteOptions, isolation_level: str) -> Any:
             }
         )
     )
+
+
+def _lend(kept: dict[Any, KeptConsumer], key: Any, make: Callable[[], Any]) -> Any:
+    reader = kept.get(key)
+    if reader is None:
+        reader = kept[key] = KeptConsumer(make())
+    reader.last_used = time.monotonic()
+    return reader.consumer

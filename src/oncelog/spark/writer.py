@@ -39,6 +39,7 @@ from oncelog.spark.producers import (
     POOL,
     TRANSACTION_TIMEOUT_S,
     ClientPool,
+    progress_consumer,
 )
 
 log = logging.getLogger(__name__)
@@ -274,9 +275,21 @@ def _read_progress(
     )
 
 
-def _read_stable(options: WriteOptions, readers: Any, partition: int, slots: int) -> sink.Progress:
+def _read_stable(options: WriteOptions, reader: Any, partition: int, slots: int) -> sink.Progress:
     """The slot's progress, waiting as long as a transaction may hold it."""
-    progress = _read_progress(options, readers.stable, partition, slots, TRANSACTION_TIMEOUT_S)
+    progress = _read_progress(options, reader, partition, slots, TRANSACTION_TIMEOUT_S)
+    assert progress is not None  # None only for a read that waits less
+    return progress
+
+
+def _materialised(options: WriteOptions, partition: int, slots: int) -> sink.Progress:
+    """The slot's progress as last materialised (read_uncommitted: no wait for a commit
+    whose markers are being written), by a consumer made for this rare case."""
+    reader = progress_consumer(options, "read_uncommitted")
+    try:
+        progress = _read_progress(options, reader, partition, slots, TRANSACTION_TIMEOUT_S)
+    finally:
+        reader.close()
     assert progress is not None  # None only for a read that waits less
     return progress
 
@@ -305,17 +318,11 @@ def _write_exactly_once(
     """The protocol of `oncelog.spark.claims` (which has the argument), step by step."""
     slots = pool.progress_slots(options)
     _decision(sink.Progress(str(options.sink_id), options.progress_topic, slots), task)
-    readers = pool.progress(options)
-    progress = _read_progress(
-        options, readers.stable, task.partition, slots, PENDING_PROGRESS_WAIT_S
-    )
+    reader = pool.progress(options)
+    progress = _read_progress(options, reader, task.partition, slots, PENDING_PROGRESS_WAIT_S)
     write: sink.Write | None = None
     if progress is None:  # pending: fence from the last materialised commit's claim
-        base = _read_progress(
-            options, readers.uncommitted, task.partition, slots, TRANSACTION_TIMEOUT_S
-        )
-        assert base is not None  # a read that does not wait for pending commits
-        since = base.claim
+        since = _materialised(options, task.partition, slots).claim
     else:
         decision = _decision(progress, task)
         if isinstance(decision, sink.Skip):
@@ -327,7 +334,7 @@ def _write_exactly_once(
         producer.begin_transaction()
         claim = _claim(options, writer, task)
         found = claims.foreign_claims(
-            _claims_after(options, readers.uncommitted, task.partition, since, claim),
+            _claims_after(options, pool.claims(options), task.partition, since, claim),
             str(options.sink_id),
             task.partition,
             writer.transactional_id,
@@ -338,7 +345,7 @@ def _write_exactly_once(
             latest = None
             if progress is not None:
                 latest = _read_progress(
-                    options, readers.stable, task.partition, slots, PENDING_PROGRESS_WAIT_S
+                    options, reader, task.partition, slots, PENDING_PROGRESS_WAIT_S
                 )
             fence = claims.writers_to_fence(found, latest.claim if latest else since)
             for other in fence:
@@ -353,7 +360,7 @@ def _write_exactly_once(
             progress = (
                 latest
                 if latest and not fence
-                else _read_stable(options, readers, task.partition, slots)
+                else _read_stable(options, reader, task.partition, slots)
             )
             if progress.claim is not None and progress.claim > claim:
                 raise SinkGuaranteeError(
@@ -368,7 +375,7 @@ def _write_exactly_once(
         if faults is not None:
             batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
         rows = produce_batches(producer, batches, options.topic)
-        _send_progress(options, writer, readers.stable, progress, write, task, rows, claim)
+        _send_progress(options, writer, reader, progress, write, task, rows, claim)
         producer.commit_transaction(TRANSACTION_TIMEOUT_S)
     except BaseException as exc:
         # failed, fenced, or the worker is going away (then the transaction stays open, as
@@ -404,7 +411,9 @@ def _claims_after(
 ) -> list[tuple[int, bytes | None]]:
     """Offsets and values of the slot's progress partition after offset `since` (from its
     start when None) and before `claim`, aborted and open transactions' records included."""
-    start = OFFSET_BEGINNING if since is None else since + 1
+    # from offset 0 rather than OFFSET_BEGINNING, whose offset lookup costs a new consumer's
+    # first fetch 500 ms (measured, librdkafka 2.16); from the log start if 0 is gone
+    start = 0 if since is None else since + 1
     reader.assign([TopicPartition(options.progress_topic, partition, start)])
     values: list[tuple[int, bytes | None]] = []
     deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
@@ -413,11 +422,16 @@ def _claims_after(
             message = reader.poll(0.1)  # returns as soon as a record is there
             if message is None:
                 continue
-            if message.error() is not None:
+            error = message.error()
+            if error is not None and since is None and start == 0 and _out_of_range(error):
+                start = OFFSET_BEGINNING  # no claim recorded: all there is
+                reader.assign([TopicPartition(options.progress_topic, partition, start)])
+                continue
+            if error is not None:
                 raise SinkGuaranteeError(
                     f"task {partition}: reading the claims of its slot from offset {start} "
-                    f"of {options.progress_topic} failed ({message.error()}): a claim the "
-                    "sink must fence may be gone (the topic's retention?)"
+                    f"of {options.progress_topic} failed ({error}): a claim the sink must "
+                    "fence may be gone (the topic's retention?)"
                 )
             if message.offset() >= claim:
                 return values
@@ -425,6 +439,10 @@ def _claims_after(
         raise RuntimeError(f"task {partition}: the claims of its slot were not read in time")
     finally:
         reader.unassign()
+
+
+def _out_of_range(error: Any) -> bool:
+    return error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 
 
 def _skip(
