@@ -11,11 +11,19 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from oncelog.spark import claims
-from oncelog.spark.options import parse_write_options
+from oncelog.spark.claims import ProgressTopicError
+from oncelog.spark.options import WriteOptions, parse_write_options
 from oncelog.spark.producers import ClientPool
-from oncelog.spark.writer import SinkCommitMessage, TaskAttempt, write_task
+from oncelog.spark.writer import (
+    SinkCommitMessage,
+    SinkGuaranteeError,
+    TaskAttempt,
+    _ClusterSteps,
+    write_task,
+)
 from oncelog.testing.spark import FailAfter, SimulatedCrash
 
 from .spark_helpers import create_topic, read_all, unique
@@ -106,15 +114,22 @@ def test_a_task_moving_between_workers_and_a_retry_elsewhere(
         assert duplicates == CRASH_AFTER  # the dead attempt's records, written again
 
 
+@pytest.mark.parametrize("fence", [True, False])
 def test_a_dead_attempt_holding_the_progress_open_is_fenced(
-    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch, fence: bool
 ) -> None:
     """An attempt that died between adding its progress to its transaction and committing
     leaves the progress pending: the next attempt does not wait for that transaction's
-    timeout, it fences the writer that claimed the slot, which aborts the dead transaction."""
+    timeout, it fences the writer that claimed the slot, which aborts the dead transaction.
+    The control, without the fence: the retry waits in vain (its wait is cut to a few
+    seconds here, for a transaction that lasts a minute) and the dead attempt can still
+    commit its batch."""
     import oncelog.spark.writer as writer_module
 
     monkeypatch.setattr(writer_module, "PENDING_PROGRESS_WAIT_S", 1.0)
+    if not fence:
+        monkeypatch.setattr(ClientPool, "fence", lambda *args: None)
+        monkeypatch.setattr(writer_module, "TRANSACTION_TIMEOUT_S", 4.0)
     topic = create_topic(bootstrap, unique("pending"), partitions=1)
     options = parse_write_options(
         {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
@@ -123,7 +138,13 @@ def test_a_dead_attempt_holding_the_progress_open_is_fenced(
     _write(options, worker, 0)
     # the dead attempt of batch 1, elsewhere: its own writer, claim, records and progress sent
     zombie_id = unique("oncelog-sink-zombie")
-    zombie = Producer({"bootstrap.servers": bootstrap, "transactional.id": zombie_id})
+    zombie = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": zombie_id,
+            "transaction.timeout.ms": 60000,
+        }
+    )
     zombie.init_transactions(30)
     zombie.begin_transaction()
     claim = claims.Claim(str(options.sink_id), 0, 1, zombie_id)
@@ -136,13 +157,144 @@ def test_a_dead_attempt_holding_the_progress_open_is_fenced(
         30,
     )
     zombie.flush(30)
-    retry = _write(options, worker, 1, attempt=1)
-    assert not retry.new_producer and not retry.skipped and retry.rows == ROWS
+    if fence:
+        retry = _write(options, worker, 1, attempt=1)
+        assert not retry.new_producer and not retry.skipped and retry.rows == ROWS
+        with pytest.raises(KafkaException):  # fenced
+            zombie.commit_transaction(10)
+    else:
+        with pytest.raises(KafkaException, match=r"[Tt]imed out"):
+            _write(options, worker, 1, attempt=1)
+        zombie.commit_transaction(10)  # the dead attempt was not fenced: it still commits
     values = read_all(bootstrap, topic)
-    assert b"zombie" not in values and len(values) == 2 * ROWS == len(set(values))
-    with pytest.raises(KafkaException):  # fenced
-        zombie.commit_transaction(10)
+    assert (b"zombie" in values) is not fence
+    assert len(values) == ROWS + (ROWS if fence else 1) == len(set(values))
     progress_reader.close()
+
+
+def _fence_from_another_worker(options: WriteOptions, worker: ClientPool) -> None:
+    """Fence the worker's kept writer while it is idle, as a later attempt of a slot would
+    whose read missed that writer's commit (`claims`: a fence can reach a live writer)."""
+    kept = worker.writer(options)
+    ClientPool().fence(options, kept.transactional_id)
+
+
+@pytest.mark.parametrize("retries", [1, 0])
+def test_a_kept_writer_fenced_while_idle_claims_again_with_a_new_writer(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch, retries: int
+) -> None:
+    """The control, without the retry: the task fails, and Spark would run it again."""
+    import oncelog.spark.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "FENCED_CLAIM_RETRIES", retries)
+    topic = create_topic(bootstrap, unique("fenced"), partitions=1)
+    options = parse_write_options(
+        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
+    )
+    worker = ClientPool()
+    _write(options, worker, 0)
+    _fence_from_another_worker(options, worker)
+    if retries:
+        done = _write(options, worker, 1)
+        assert done.new_producer and done.rows == ROWS and not done.skipped
+    else:
+        with pytest.raises(Exception, match="fenced"):
+            _write(options, worker, 1)
+    assert _write(options, worker, 2).rows == ROWS  # a new writer either way
+    assert len(read_all(bootstrap, topic)) == (3 if retries else 2) * ROWS
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_slot_idle_beyond_the_retention_of_its_claims_writes_again(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch, bounded: bool
+) -> None:
+    """The claims after a slot's last commit were deleted (the slot idle longer than the
+    topic's retention, here DeleteRecords): the claims read starts at the partition's last
+    stable offset. The control, without that: the read fails for good."""
+    topic = create_topic(bootstrap, unique("idle"), partitions=1)
+    progress_topic = create_topic(
+        bootstrap, unique("progress"), partitions=1, config=dict(claims.PROGRESS_TOPIC_CONFIG)
+    )
+    raw = {
+        "kafka.bootstrap.servers": bootstrap,
+        "topic": topic,
+        "sink.progress.topic": progress_topic,
+    }
+    options = parse_write_options({**raw, "sink.id": unique("sink")})
+    worker = ClientPool()
+    _write(options, worker, 0)
+    others = parse_write_options({**raw, "sink.id": unique("other-sink")})
+    for batch in range(3):  # another sink's claims and markers after ours, then all deleted
+        _write(others, worker, batch)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    end = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("end")})
+    _low, high = end.get_watermark_offsets(TopicPartition(progress_topic, 0), 10, cached=False)
+    end.close()
+    deleted = admin.delete_records([TopicPartition(progress_topic, 0, high)])
+    next(iter(deleted.values())).result(30)
+    if not bounded:
+        take = _ClusterSteps.take
+
+        def no_lookup(self: _ClusterSteps, step: claims.Step) -> claims.Answer:
+            return 0 if isinstance(step, claims.LookUpStableOffset) else take(self, step)
+
+        monkeypatch.setattr(_ClusterSteps, "take", no_lookup)
+        with pytest.raises(SinkGuaranteeError, match="deleted"):
+            _write(options, worker, 1)
+    else:
+        assert _write(options, worker, 1).rows == ROWS
+        assert len(read_all(bootstrap, topic)) == 5 * ROWS
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_compacted_progress_topic_is_refused(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch, checked: bool
+) -> None:
+    """Compaction could remove a claim before a later attempt reads it. The sink refuses
+    such a topic; without that check, the broker refuses the claim (it has no key)."""
+    if not checked:
+        monkeypatch.setattr(claims, "check_progress_topic", lambda *args: None)
+    progress_topic = create_topic(
+        bootstrap, unique("compacted"), partitions=1, config={"cleanup.policy": "compact"}
+    )
+    topic = create_topic(bootstrap, unique("out"), partitions=1)
+    options = parse_write_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sink.id": unique("sink"),
+            "sink.progress.topic": progress_topic,
+        }
+    )
+    expected = "cleanup.policy=compact" if checked else "claim failed"
+    with pytest.raises((ProgressTopicError, RuntimeError), match=expected):
+        _write(options, ClientPool(), 0)
+    assert read_all(bootstrap, topic) == []
+
+
+def test_the_sink_creates_its_progress_topic_deleting_by_age_only(bootstrap: str) -> None:
+    topic = create_topic(bootstrap, unique("out"), partitions=1)
+    progress_topic = unique("progress")
+    options = parse_write_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sink.id": unique("sink"),
+            "sink.progress.topic": progress_topic,
+        }
+    )
+    _write(options, ClientPool(), 0)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (described,) = admin.describe_configs(
+        [ConfigResource(ResourceType.TOPIC, progress_topic)]
+    ).values()
+    entries = described.result(30)
+    assert {  # set on the topic, whatever the cluster's defaults
+        key: (entries[key].value, entries[key].source) for key in claims.PROGRESS_TOPIC_CONFIG
+    } == {
+        key: (value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        for key, value in claims.PROGRESS_TOPIC_CONFIG.items()
+    }
 
 
 class _Interleaved(ClientPool):

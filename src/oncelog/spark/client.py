@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from oncelog.spark.offsets import Offsets, TopicPartitionKey
 from oncelog.spark.options import (
@@ -188,8 +188,11 @@ class Cluster:
 
         return self._call(f"listing {what}", call)
 
-    def ensure_topic(self, name: str, partitions: int) -> int:
-        """Create `name` if missing; return its partition count."""
+    def ensure_topic(
+        self, name: str, partitions: int, config: Mapping[str, str] | None = None
+    ) -> int:
+        """Create `name` if missing (with the topic `config` given); return its partition
+        count."""
 
         def count() -> int | None:
             # all topics: a Metadata request naming the topic could auto-create it with defaults
@@ -205,7 +208,14 @@ class Cluster:
 
         def create() -> None:
             futures = self.admin.create_topics(
-                [NewTopic(name, num_partitions=partitions, replication_factor=-1)],
+                [
+                    NewTopic(
+                        name,
+                        num_partitions=partitions,
+                        replication_factor=-1,
+                        config=dict(config or {}),
+                    )
+                ],
                 request_timeout=self._timeout_s,
             )
             try:
@@ -226,3 +236,15 @@ class Cluster:
                 )
             time.sleep(TOPIC_METADATA_POLL_S)
         return created
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        """The topic's configuration as the cluster applies it (DescribeConfigs)."""
+
+        def describe() -> dict[str, str]:
+            futures = self.admin.describe_configs(
+                [ConfigResource(ResourceType.TOPIC, name)], request_timeout=self._timeout_s
+            )
+            (entries,) = (f.result() for f in futures.values())
+            return {key: entry.value for key, entry in entries.items() if entry.value is not None}
+
+        return self._call(f"describing the configuration of topic {name}", describe)

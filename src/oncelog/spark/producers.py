@@ -9,10 +9,11 @@ at_least_once, and the progress topic's partition count. Making a writer costs a
 a coordinator lookup and `init_transactions()`; keeping it makes a micro-batch's fixed cost
 a few round trips, wherever PySpark runs the task.
 
-A writer whose claim did not end in its own commit is retired (`retire`): a later attempt
-of that slot may fence its transactional.id, and a retired writer is never used again, so
-a fence never reaches a writer busy with another task. A worker runs one task at a time, so
-the pool needs no lock.
+A writer whose claim did not end in its own commit is retired (`retire`) and closed: a
+later attempt of that slot may fence its transactional.id. A fence can also reach a kept
+writer whose claim committed (`claims` says when); the task that next uses it finds it
+fenced at its claim, before writing anything, and claims again with a new writer. A worker
+runs one task at a time, so the pool needs no lock.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer
 
+from oncelog.spark import claims
 from oncelog.spark.client import Cluster, with_logger
 from oncelog.spark.options import WriteOptions, consumer_config, producer_config
 
 TRANSACTION_TIMEOUT_S = 60.0
 # a stable progress read that waits longer is held by another writer's open transaction
 # (a dead attempt's): the writer reads the last materialised progress instead, fences the
-# claims after it, and then waits for the stable one (`writer._read_progress`)
+# claims after it, and then waits for the stable one (`claims.Wait.SHORT`)
 PENDING_PROGRESS_WAIT_S = 10.0
 # librdkafka 2.16 looks its transaction coordinator up as soon as a producer connects; an
 # init_transactions() called while that lookup is in flight does not send its own ("Not
@@ -52,7 +54,7 @@ def _config_key(config: Mapping[str, str]) -> ConfigKey:
 class Writer:
     """A worker's transactional producer and its transactional.id."""
 
-    producer: Any
+    producer: Producer
     transactional_id: str
     fresh: bool  # made for this task
     last_used: float = field(default_factory=time.monotonic)
@@ -63,7 +65,7 @@ class KeptConsumer:
     """A consumer kept by the worker: a sink's progress reader (read_committed, the sink's
     group), or the claims reader of a configuration (read_uncommitted)."""
 
-    consumer: Any
+    consumer: Consumer
     last_used: float = field(default_factory=time.monotonic)
 
 
@@ -123,25 +125,27 @@ class ClientPool:
         self._writers[key] = writer
         return writer
 
-    def retire(self, options: WriteOptions) -> None:
+    def retire(self, options: WriteOptions, close: bool) -> None:
         """Never use this configuration's writer again (its claim did not end in its
-        commit: a later attempt may fence it). It is not closed: it may be in a call that
-        never returns (`writer._bounded`), and a fence settles what it left open."""
-        self._writers.pop(_config_key(options.client), None)
+        commit: a later attempt may fence it). Closed unless it is in a call that never
+        returned (`writer._bounded`): a fence settles what it left open."""
+        writer = self._writers.pop(_config_key(options.client), None)
+        if writer is not None and close:
+            writer.producer.close()
 
     def fence(self, options: WriteOptions, transactional_id: str) -> None:
         """Fence another writer: a producer of its transactional.id bumps the epoch, which
         aborts its open transaction, or completes it if its commit had begun."""
         _initialised(options, transactional_id).close()
 
-    def progress(self, options: WriteOptions) -> Any:
+    def progress(self, options: WriteOptions) -> Consumer:
         """The consumer that reads this sink's progress, stable (read_committed: KIP-447's
         require_stable), and whose group metadata the progress is committed with."""
         self._evict_idle()
         key = (str(options.sink_id), _config_key(options.client))
         return _lend(self._progress, key, lambda: progress_consumer(options, "read_committed"))
 
-    def claims(self, options: WriteOptions) -> Any:
+    def claims(self, options: WriteOptions) -> Consumer:
         """The consumer that reads the sinks' claims (read_uncommitted), one per
         configuration: a new consumer's first fetches take up to a second (librdkafka 2.16,
         measured), so each sink having its own would cost every new sink that."""
@@ -171,13 +175,18 @@ class ClientPool:
         return kept
 
     def progress_slots(self, options: WriteOptions) -> int:
-        """Partitions of the progress topic, which is created if missing (once per worker:
-        a TxnOffsetCommit needs an existing partition on Kafka)."""
+        """Partitions of the progress topic, which is created if missing (a TxnOffsetCommit
+        needs an existing partition on Kafka) as the claims need it, or else checked to be
+        so (`claims.check_progress_topic`): once per worker."""
         key = (options.progress_topic, _config_key(options.client))
         slots = self._slots.get(key)
         if slots is None:
-            slots = Cluster(options.client).ensure_topic(
-                options.progress_topic, options.progress_partitions
+            cluster = Cluster(options.client)
+            slots = cluster.ensure_topic(
+                options.progress_topic, options.progress_partitions, claims.PROGRESS_TOPIC_CONFIG
+            )
+            claims.check_progress_topic(
+                options.progress_topic, cluster.topic_config(options.progress_topic)
             )
             self._slots[key] = slots
         return slots
@@ -188,7 +197,7 @@ POOL = ClientPool()
 CLAIMS_GROUP = "oncelog-sink-claims"  # never joined nor committed: assign() only
 
 
-def _initialised(options: WriteOptions, transactional_id: str) -> Any:
+def _initialised(options: WriteOptions, transactional_id: str) -> Producer:
     producer = Producer(
         with_logger({**producer_config(options.client), "transactional.id": transactional_id})
     )
@@ -197,13 +206,13 @@ def _initialised(options: WriteOptions, transactional_id: str) -> Any:
     return producer
 
 
-def progress_consumer(options: WriteOptions, isolation_level: str) -> Any:
+def progress_consumer(options: WriteOptions, isolation_level: str) -> Consumer:
     """A consumer of the sink's progress group; read_uncommitted reads the progress as last
     materialised, without waiting for a commit whose markers are being written."""
     return _consumer(options, options.progress_group, isolation_level)
 
 
-def _consumer(options: WriteOptions, group: str, isolation_level: str) -> Any:
+def _consumer(options: WriteOptions, group: str, isolation_level: str) -> Consumer:
     return Consumer(
         with_logger(
             {
@@ -219,7 +228,7 @@ def _consumer(options: WriteOptions, group: str, isolation_level: str) -> Any:
     )
 
 
-def _lend(kept: dict[Any, KeptConsumer], key: Any, make: Callable[[], Any]) -> Any:
+def _lend(kept: dict[Any, KeptConsumer], key: Any, make: Callable[[], Consumer]) -> Consumer:
     reader = kept.get(key)
     if reader is None:
         reader = kept[key] = KeptConsumer(make())

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -39,6 +39,7 @@ from oncelog.spark.producers import (
     POOL,
     TRANSACTION_TIMEOUT_S,
     ClientPool,
+    Writer,
     progress_consumer,
 )
 
@@ -116,7 +117,7 @@ class Faults(Protocol):
     data source passes none."""
 
     def input(
-        self, batches: Iterator[pa.RecordBatch], task: TaskAttempt, flush: Callable[[], None]
+        self, batches: Iterator[pa.RecordBatch], task: TaskAttempt, flush: Callable[[], object]
     ) -> Iterator[pa.RecordBatch]: ...
 
 
@@ -153,7 +154,7 @@ def _values(batch: pa.RecordBatch) -> list[Any]:
     return values
 
 
-def _wait_for_room(producer: Any, produce: Callable[[], Any]) -> None:
+def _wait_for_room(producer: Producer, produce: Callable[[], Any]) -> None:
     """The client's queue is full: serve deliveries until it takes the record."""
     while True:
         producer.poll(0.05)
@@ -164,7 +165,9 @@ def _wait_for_room(producer: Any, produce: Callable[[], Any]) -> None:
             continue
 
 
-def produce_batches(producer: Any, batches: Iterator[pa.RecordBatch], topic: str | None) -> int:
+def produce_batches(
+    producer: Producer, batches: Iterator[pa.RecordBatch], topic: str | None
+) -> int:
     """Produce every row; return the number of rows. One produce call per row, nothing else
     per row when the rows carry no topic, partition or headers of their own."""
     rows = 0
@@ -191,7 +194,7 @@ def produce_batches(producer: Any, batches: Iterator[pa.RecordBatch], topic: str
 
 
 def _produce_rows(
-    producer: Any,
+    producer: Producer,
     n: int,
     topic: str | None,
     topics: list[Any] | None,
@@ -253,17 +256,20 @@ def _write_at_least_once(
 
 
 def _read_progress(
-    options: WriteOptions, reader: Any, partition: int, slots: int, wait_s: float
+    options: WriteOptions, reader: Consumer, partition: int, slots: int, wait: claims.Wait
 ) -> sink.Progress | None:
-    """The slot's progress as `reader` sees it; None when a stable read waited `wait_s` in
-    vain (another writer's open transaction holds the progress)."""
+    """The slot's progress as `reader` sees it. A SHORT stable read that waits in vain
+    (another writer's open transaction holds the progress) answers None; a LONG one fails."""
     slot = TopicPartition(options.progress_topic, partition)
+    short = wait is claims.Wait.SHORT
     try:
-        (committed,) = reader.committed([slot], timeout=wait_s)
+        (committed,) = reader.committed(
+            [slot], timeout=PENDING_PROGRESS_WAIT_S if short else TRANSACTION_TIMEOUT_S
+        )
     except KafkaException as exc:
-        if wait_s >= TRANSACTION_TIMEOUT_S or exc.args[0].code() != KafkaError._TIMED_OUT:
-            raise
-        return None
+        if short and exc.args[0].code() == KafkaError._TIMED_OUT:
+            return None
+        raise
     if committed.error is not None:
         raise RuntimeError(f"task {partition}: reading sink progress failed: {committed.error}")
     return sink.Progress.from_committed(
@@ -275,30 +281,117 @@ def _read_progress(
     )
 
 
-def _read_stable(options: WriteOptions, reader: Any, partition: int, slots: int) -> sink.Progress:
-    """The slot's progress, waiting as long as a transaction may hold it."""
-    progress = _read_progress(options, reader, partition, slots, TRANSACTION_TIMEOUT_S)
-    assert progress is not None  # None only for a read that waits less
-    return progress
-
-
 def _materialised(options: WriteOptions, partition: int, slots: int) -> sink.Progress:
     """The slot's progress as last materialised (read_uncommitted: no wait for a commit
     whose markers are being written), by a consumer made for this rare case."""
     reader = progress_consumer(options, "read_uncommitted")
     try:
-        progress = _read_progress(options, reader, partition, slots, TRANSACTION_TIMEOUT_S)
+        progress = _read_progress(options, reader, partition, slots, claims.Wait.LONG)
     finally:
         reader.close()
-    assert progress is not None  # None only for a read that waits less
+    assert progress is not None  # None only for a SHORT read
     return progress
 
 
-def _abort_quietly(producer: Any) -> None:
+def _abort_quietly(producer: Producer) -> None:
     try:
         producer.abort_transaction(10.0)
     except Exception:  # fenced or broken: a fence of its transactional.id settles it
         log.debug("abort_transaction failed", exc_info=True)
+
+
+def _is_fenced(error: KafkaError) -> bool:
+    """The broker refused the producer: another producer took its transactional.id."""
+    return error.code() in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+
+
+class _ClaimFenced(RuntimeError):
+    """A kept writer's claim was refused: a fence reached it while it was idle."""
+
+
+class _ClusterSteps:
+    """The steps of `claims.attempt` for one task, taken against the cluster, and the writer
+    that holds the attempt's transaction once it claimed."""
+
+    def __init__(
+        self, options: WriteOptions, task: TaskAttempt, slots: int, pool: ClientPool
+    ) -> None:
+        self.options = options
+        self.task = task
+        self.slots = slots
+        self.pool = pool
+        self.reader = pool.progress(options)
+        self.writer: Writer | None = None  # set by the claim
+
+    @property
+    def slot(self) -> TopicPartition:
+        return TopicPartition(self.options.progress_topic, self.task.partition)
+
+    def take(self, step: claims.Step) -> claims.Answer:
+        options, partition = self.options, self.task.partition
+        match step:
+            case claims.ReadProgress(wait):
+                return _read_progress(options, self.reader, partition, self.slots, wait)
+            case claims.ReadMaterialised():
+                return _materialised(options, partition, self.slots)
+            case claims.ProduceClaim():
+                return self._claim_with_a_live_writer()
+            case claims.LookUpStableOffset():
+                # the progress reader is read_committed: its "high" watermark is the LSO
+                _low, stable = self.reader.get_watermark_offsets(
+                    self.slot, timeout=TRANSACTION_TIMEOUT_S, cached=False
+                )
+                return int(stable)
+            case claims.ReadClaims(start, end):
+                return _read_claims(options, self.pool.claims(options), partition, start, end)
+            case claims.Fence(other):
+                log.info(
+                    "sink %s task %d: fencing writer %s, which claimed the slot and has not "
+                    "committed",
+                    options.sink_id,
+                    partition,
+                    other,
+                )
+                self.pool.fence(options, other)
+                return None
+        raise TypeError(f"unknown step {step!r}")
+
+    def _claim_with_a_live_writer(self) -> claims.Claimed:
+        """Claim with the worker's writer; if a fence reached that kept writer while it was
+        idle (`claims`: a fence can reach a live writer), retire it and claim once more
+        with a new one. Nothing but the refused claim was sent."""
+        for retries_left in range(FENCED_CLAIM_RETRIES, -1, -1):
+            self.writer = self.pool.writer(self.options)
+            try:
+                return _claim(self.options, self.writer, self.task)
+            except _ClaimFenced:
+                if self.writer.fresh or retries_left == 0:
+                    raise
+                log.info(
+                    "sink %s task %d: kept writer %s was fenced while idle; claiming with a "
+                    "new writer",
+                    self.options.sink_id,
+                    self.task.partition,
+                    self.writer.transactional_id,
+                )
+                self.pool.retire(self.options, close=True)
+        raise AssertionError("unreachable: the last retry raises")
+
+    def give_up(self, stuck: bool = False) -> None:
+        """The attempt's claim will not end in its commit: abort (unless stuck in a call)
+        and retire its writer."""
+        if self.writer is None:
+            return
+        if not stuck:
+            _abort_quietly(self.writer.producer)  # release the LSO now, not at a fence
+        self.pool.retire(self.options, close=not stuck)
+
+
+FENCED_CLAIM_RETRIES = 1  # a kept writer found fenced at its claim: claim again this often
 
 
 def _decision(progress: sink.Progress, task: TaskAttempt) -> sink.Write | sink.Skip:
@@ -315,133 +408,111 @@ def _write_exactly_once(
     faults: Faults | None,
     pool: ClientPool,
 ) -> SinkCommitMessage:
-    """The protocol of `oncelog.spark.claims` (which has the argument), step by step."""
+    """`claims.attempt` (the protocol and its argument) against the cluster; then the
+    batch, its progress and the commit in the transaction that holds the claim."""
     slots = pool.progress_slots(options)
     _decision(sink.Progress(str(options.sink_id), options.progress_topic, slots), task)
-    reader = pool.progress(options)
-    progress = _read_progress(options, reader, task.partition, slots, PENDING_PROGRESS_WAIT_S)
-    write: sink.Write | None = None
-    if progress is None:  # pending: fence from the last materialised commit's claim
-        since = _materialised(options, task.partition, slots).claim
-    else:
-        decision = _decision(progress, task)
-        if isinstance(decision, sink.Skip):
-            return _skip(options, task, batches, decision, progress, False)
-        write, since = decision, progress.claim
-    writer = pool.writer(options)
+    cluster = _ClusterSteps(options, task, slots, pool)
+    steps = claims.attempt(str(options.sink_id), task.partition, task.batch_id)
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(cluster.take(step))
+    except StopIteration as done:
+        outcome: claims.Outcome = done.value
+    except BaseException as exc:
+        # failed, or the worker is going away (then the transaction stays open, as after a
+        # crash, until the slot's next attempt fences it)
+        cluster.give_up(stuck=not isinstance(exc, Exception))
+        raise
+    if isinstance(outcome, claims.Stop):
+        if outcome.claimed:
+            cluster.give_up()  # its claim does not end in its commit
+        if isinstance(outcome.decision, sink.Refuse):
+            raise SinkGuaranteeError(outcome.decision.reason)
+        fresh = cluster.writer is not None and cluster.writer.fresh
+        return _skip(options, task, batches, outcome.decision, outcome.progress, fresh)
+    writer = cluster.writer
+    assert writer is not None  # a claim was made
     producer = writer.producer
     try:
-        producer.begin_transaction()
-        claim = _claim(options, writer, task)
-        found = claims.foreign_claims(
-            _claims_after(options, pool.claims(options), task.partition, since, claim),
-            str(options.sink_id),
-            task.partition,
-            writer.transactional_id,
-        )
-        if found or progress is None or write is None:
-            # a stable read settles the claims below its own; one that would wait on an
-            # open transaction settles nothing more than the read before the claim
-            latest = None
-            if progress is not None:
-                latest = _read_progress(
-                    options, reader, task.partition, slots, PENDING_PROGRESS_WAIT_S
-                )
-            fence = claims.writers_to_fence(found, latest.claim if latest else since)
-            for other in fence:
-                log.info(
-                    "sink %s task %d: fencing writer %s, which claimed the slot and has not "
-                    "committed",
-                    options.sink_id,
-                    task.partition,
-                    other,
-                )
-                pool.fence(options, other)
-            progress = (
-                latest
-                if latest and not fence
-                else _read_stable(options, reader, task.partition, slots)
-            )
-            if progress.claim is not None and progress.claim > claim:
-                raise SinkGuaranteeError(
-                    f"task {task.partition}: a later attempt claimed and committed the slot"
-                )
-            decision = _decision(progress, task)
-            if isinstance(decision, sink.Skip):
-                _abort_quietly(producer)
-                pool.retire(options)  # its claim did not end in its commit
-                return _skip(options, task, batches, decision, progress, writer.fresh)
-            write = decision
         if faults is not None:
             batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
         rows = produce_batches(producer, batches, options.topic)
-        _send_progress(options, writer, reader, progress, write, task, rows, claim)
+        _send_progress(options, writer, cluster.reader, outcome, task, rows)
         producer.commit_transaction(TRANSACTION_TIMEOUT_S)
     except BaseException as exc:
-        # failed, fenced, or the worker is going away (then the transaction stays open, as
-        # after a crash, until the slot's next attempt fences it); stuck: it stays busy
-        if isinstance(exc, Exception) and not isinstance(exc, ClientCallStuck):
-            _abort_quietly(producer)  # release the LSO now rather than at the next fence
-        pool.retire(options)
+        # failed, fenced, or the worker is going away; stuck: it stays busy in its thread
+        cluster.give_up(stuck=not isinstance(exc, Exception) or isinstance(exc, ClientCallStuck))
         raise
     return SinkCommitMessage(task.partition, task.attempt, task.batch_id, rows, False, writer.fresh)
 
 
-def _claim(options: WriteOptions, writer: Any, task: TaskAttempt) -> int:
-    """Produce the claim in the open transaction; its offset once acknowledged."""
-    delivered: list[tuple[Any, Any]] = []
-    writer.producer.produce(
-        options.progress_topic,
-        claims.Claim(
-            str(options.sink_id), task.partition, task.batch_id, writer.transactional_id
-        ).encode(),
-        str(options.sink_id).encode(),
-        partition=task.partition,
-        on_delivery=lambda err, msg: delivered.append((err, msg)),
-    )
-    writer.producer.flush(TRANSACTION_TIMEOUT_S)
-    if not delivered or delivered[0][0] is not None:
-        error = delivered[0][0] if delivered else "not acknowledged in time"
+def _claim(options: WriteOptions, writer: Writer, task: TaskAttempt) -> claims.Claimed:
+    """Begin the transaction and produce the claim in it, without a key (a compacted topic
+    refuses it: `claims`); its offset once acknowledged."""
+    delivered: list[tuple[KafkaError | None, Message]] = []
+    try:
+        writer.producer.begin_transaction()
+        writer.producer.produce(
+            options.progress_topic,
+            claims.Claim(
+                str(options.sink_id), task.partition, task.batch_id, writer.transactional_id
+            ).encode(),
+            partition=task.partition,
+            on_delivery=lambda err, msg: delivered.append((err, msg)),
+        )
+        writer.producer.flush(TRANSACTION_TIMEOUT_S)
+    except KafkaException as exc:
+        if _is_fenced(exc.args[0]):
+            raise _ClaimFenced(f"task {task.partition}: the writer was fenced: {exc}") from exc
+        raise
+    if not delivered:
+        raise RuntimeError(f"task {task.partition}: the sink's claim was not acknowledged in time")
+    error, message = delivered[0]
+    if error is not None and _is_fenced(error):
+        raise _ClaimFenced(f"task {task.partition}: the writer was fenced: {error}")
+    if error is not None:
         raise RuntimeError(f"task {task.partition}: the sink's claim failed: {error}")
-    return int(delivered[0][1].offset())
+    offset = message.offset()
+    assert offset is not None  # a delivered record has one
+    return claims.Claimed(offset, writer.transactional_id)
 
 
-def _claims_after(
-    options: WriteOptions, reader: Any, partition: int, since: int | None, claim: int
-) -> list[tuple[int, bytes | None]]:
-    """Offsets and values of the slot's progress partition after offset `since` (from its
-    start when None) and before `claim`, aborted and open transactions' records included."""
-    # from offset 0 rather than OFFSET_BEGINNING, whose offset lookup costs a new consumer's
-    # first fetch 500 ms (measured, librdkafka 2.16); from the log start if 0 is gone
-    start = 0 if since is None else since + 1
+CLAIMS_POLL_BATCH = 500
+
+
+def _read_claims(
+    options: WriteOptions, reader: Consumer, partition: int, start: int, end: int
+) -> list[tuple[int, bytes | None]] | None:
+    """Offsets and values of the slot's progress partition in [start, end), aborted and
+    open transactions' records included; `claims.GONE` when `start` was deleted. Other
+    fetch errors (a broker restarting) are waited out, up to the transaction timeout."""
+    if start >= end:
+        return []
     reader.assign([TopicPartition(options.progress_topic, partition, start)])
     values: list[tuple[int, bytes | None]] = []
     deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
-            message = reader.poll(0.1)  # returns as soon as a record is there
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None and since is None and start == 0 and _out_of_range(error):
-                start = OFFSET_BEGINNING  # no claim recorded: all there is
-                reader.assign([TopicPartition(options.progress_topic, partition, start)])
-                continue
-            if error is not None:
-                raise SinkGuaranteeError(
-                    f"task {partition}: reading the claims of its slot from offset {start} "
-                    f"of {options.progress_topic} failed ({error}): a claim the sink must "
-                    "fence may be gone (the topic's retention?)"
-                )
-            if message.offset() >= claim:
-                return values
-            values.append((message.offset(), message.value()))
+            for message in reader.consume(CLAIMS_POLL_BATCH, 0.1):
+                error = message.error()
+                if error is not None and _out_of_range(error):
+                    return claims.GONE
+                if error is not None:
+                    log.info("task %d: reading the slot's claims: %s (retried)", partition, error)
+                    continue
+                offset = message.offset()
+                assert offset is not None  # a record has one
+                if offset >= end:
+                    return values
+                values.append((offset, message.value()))
         raise RuntimeError(f"task {partition}: the claims of its slot were not read in time")
     finally:
         reader.unassign()
 
 
-def _out_of_range(error: Any) -> bool:
+def _out_of_range(error: KafkaError) -> bool:
     return error.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 
 
@@ -469,21 +540,20 @@ def _skip(
 
 def _send_progress(
     options: WriteOptions,
-    writer: Any,
-    progress_reader: Any,
-    progress: sink.Progress,
-    decision: sink.Write,
+    writer: Writer,
+    progress_reader: Consumer,
+    proceed: claims.Proceed,
     task: TaskAttempt,
     rows: int,
-    claim: int,
 ) -> None:
-    """Add the slot's progress to the open transaction (a TxnOffsetCommit)."""
+    """Add the slot's progress, with the attempt's claim, to the open transaction (a
+    TxnOffsetCommit)."""
     now_ms = int(time.time() * 1000)
-    metadata = decision.metadata(
-        progress, task.partition, rows, writer.transactional_id, claim, now_ms
+    metadata = proceed.decision.metadata(
+        proceed.progress, task.partition, rows, writer.transactional_id, proceed.claim, now_ms
     )
     slot = TopicPartition(
-        options.progress_topic, task.partition, decision.next_batch, metadata=metadata
+        options.progress_topic, task.partition, proceed.decision.next_batch, metadata=metadata
     )
     group = progress_reader.consumer_group_metadata()
     _bounded(

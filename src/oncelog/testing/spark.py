@@ -50,7 +50,7 @@ class FailAfter:
     records: int
 
     def input(
-        self, batches: Iterator[pa.RecordBatch], task: TaskAttempt, flush: Callable[[], None]
+        self, batches: Iterator[pa.RecordBatch], task: TaskAttempt, flush: Callable[[], object]
     ) -> Iterator[pa.RecordBatch]:
         if task.attempt > 0:
             yield from batches
