@@ -11,7 +11,8 @@ Kafka service is.
   first SCRAM users (``kafka-storage format --add-scram``, ``kafka-configs --zookeeper``):
   with SCRAM the only mechanism nobody could log in to create them.
 - **ACLs** (Kafka's AclAuthorizer; nothing is allowed without an ACL): ``oncelog-demo``
-  may create, write and read the demo's topics and the sink's progress topic, write
+  may create, write and read the demo's topics and the sink's progress topic (and describe
+  the latter's configuration: the sink checks that it keeps its claims), write
   transactional ids starting with ``oncelog-`` (the generator's and the sink's), and
   read groups starting with ``oncelog-`` (the sink's progress group, the verifier's) and
   ``spark-kafka-`` (the source's executors). The admin creates them through CreateAcls.
@@ -94,7 +95,7 @@ class DemoSecurity:
         from oncelog.client.admin import Admin
         from oncelog.client.connection import KafkaConnection
 
-        bindings = demo_acls([*topics, DEFAULT_PROGRESS_TOPIC])
+        bindings = demo_acls([*topics, DEFAULT_PROGRESS_TOPIC], DEFAULT_PROGRESS_TOPIC)
         admin = self.kit.client(PROTOCOL, ADMIN, MECHANISM)
         with KafkaConnection(bootstrap, security=admin) as connection:
             Admin(connection).create_acls(bindings)
@@ -126,7 +127,7 @@ class DemoSecurity:
         )
 
 
-def demo_acls(topics: Iterable[str]) -> list[AclBinding]:
+def demo_acls(topics: Iterable[str], progress_topic: str) -> list[AclBinding]:
     """What the demo's principal needs, and nothing more (module docstring)."""
 
     def allow(kind: ResourceType, name: str, pattern: PatternType, op: AclOperation) -> AclBinding:
@@ -139,6 +140,8 @@ def demo_acls(topics: Iterable[str]) -> list[AclBinding]:
     topic_ops = (AclOperation.CREATE, AclOperation.WRITE, AclOperation.READ)
     return [
         *(allow(ResourceType.TOPIC, t, literal, op) for t in topics for op in topic_ops),
+        # the sink checks that its progress topic keeps its claims (spark/claims.py)
+        allow(ResourceType.TOPIC, progress_topic, literal, AclOperation.DESCRIBE_CONFIGS),
         allow(ResourceType.TRANSACTIONAL_ID, "oncelog-", prefixed, AclOperation.WRITE),
         allow(ResourceType.GROUP, "oncelog-", prefixed, AclOperation.READ),
         allow(ResourceType.GROUP, "spark-kafka-", prefixed, AclOperation.READ),
