@@ -83,8 +83,15 @@ the sink creates the topic so that it does):
   key and could remove a claim before a later attempt reads it; claims have no key, which a
   compacted topic refuses) and no `retention.bytes` (a busy topic would delete recent claims).
 - `retention.ms` longer than any transaction (`transaction.max.timeout.ms`, 15 minutes by
-  default; the sink asks for `MIN_RETENTION_MS`): step 3 never reads below the log start,
-  and a claim deleted while its transaction was still open could not be fenced.
+  default; the sink asks for `MIN_RETENTION_MS`), measured on the broker's clock:
+  `message.timestamp.type=LogAppendTime`. Retention deletes whole segments up to the high
+  watermark, not the last stable offset, and then raises the last stable offset to the new
+  log start (Kafka's `UnifiedLog`), so a claim deleted while its transaction is still open
+  is skipped as finished by step 3 and its transaction can still commit: the batch would be
+  written twice. Under CreateTime a claim's age is the Spark worker's clock, and a claim
+  stamped a day in the past (a skewed or resumed machine) is deletable at once. For the
+  same reason nothing else may delete the topic's records: DeleteRecords on it, or a
+  retention lowered below a day after the sink checked it, breaks the fence.
 - An acknowledged claim survives a leader change: transactional producers use acks=all;
   on a cluster give the topic a replication factor of 3 and `min.insync.replicas=2`, as for
   any exactly-once data.
@@ -117,6 +124,7 @@ PROGRESS_TOPIC_CONFIG = {
     "cleanup.policy": "delete",
     "retention.ms": str(MIN_RETENTION_MS),
     "retention.bytes": "-1",
+    "message.timestamp.type": "LogAppendTime",
 }
 
 
@@ -125,8 +133,8 @@ class ProgressTopicError(RuntimeError):
 
 
 def check_progress_topic(topic: str, config: Mapping[str, str]) -> None:
-    """Refuse a progress topic whose records may be deleted other than by age, or sooner
-    than a transaction may last (the module's assumptions)."""
+    """Refuse a progress topic whose records may be deleted other than by age on the
+    broker's clock, or sooner than a transaction may last (the module's assumptions)."""
     policy = {p.strip() for p in config.get("cleanup.policy", "delete").split(",")}
     retention_ms = int(config.get("retention.ms", str(MIN_RETENTION_MS)))
     retention_bytes = int(config.get("retention.bytes", "-1"))
@@ -137,12 +145,18 @@ def check_progress_topic(topic: str, config: Mapping[str, str]) -> None:
         problems.append(f"retention.bytes={retention_bytes} (size-based deletion)")
     if 0 <= retention_ms < MIN_ACCEPTED_RETENTION_MS:
         problems.append(f"retention.ms={retention_ms} (below {MIN_ACCEPTED_RETENTION_MS})")
+    timestamps = config.get("message.timestamp.type", "CreateTime")
+    if timestamps != "LogAppendTime":
+        problems.append(
+            f"message.timestamp.type={timestamps} (a claim's age would be a client's clock)"
+        )
     if problems:
         raise ProgressTopicError(
             f"the sink's progress topic {topic} has {', '.join(problems)}: the exactly-once "
-            "sink needs claims kept by age only, longer than any transaction. Set "
-            "cleanup.policy=delete, retention.bytes=-1 and retention.ms of a day or more on "
-            "it, or name a new topic in sink.progress.topic (the sink creates it so)."
+            "sink needs claims kept by age on the broker's clock only, longer than any "
+            "transaction. Set cleanup.policy=delete, retention.bytes=-1, retention.ms of a "
+            "day or more and message.timestamp.type=LogAppendTime on it, or name a new topic "
+            "in sink.progress.topic (the sink creates it so)."
         )
 
 
