@@ -480,6 +480,9 @@ def _claim(options: WriteOptions, writer: Writer, task: TaskAttempt) -> claims.C
 
 
 CLAIMS_POLL_BATCH = 500
+# consume(n, timeout) waits the whole timeout unless n messages come: the claims read takes
+# what is fetched already, and otherwise waits for the first next message only
+CLAIMS_POLL_S = 0.1
 
 
 def _read_claims(
@@ -495,7 +498,8 @@ def _read_claims(
     deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
-            for message in reader.consume(CLAIMS_POLL_BATCH, 0.1):
+            fetched = reader.consume(CLAIMS_POLL_BATCH, 0) or reader.consume(1, CLAIMS_POLL_S)
+            for message in fetched:
                 error = message.error()
                 if error is not None and _out_of_range(error):
                     return claims.GONE
