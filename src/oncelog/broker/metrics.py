@@ -86,13 +86,23 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(broker))
+        # The labelled instruments each request updates, looked up once per API or topic:
+        # ``labels()`` and the API's name cost more than the update itself, on the event
+        # loop, for every request (no label is ever removed, so a child stays valid).
+        self._per_api: dict[int, tuple[Counter, Histogram]] = {}
+        self._per_topic_in: dict[str, tuple[Counter, Counter]] = {}
 
     # -- what the request path reports -------------------------------------------------------
 
     def observe_request(self, api_key: int, request: Any, response: Any, seconds: float) -> None:
-        name = _api_name(api_key)
-        self.requests.labels(name).inc()
-        self.request_time.labels(name).observe(seconds)
+        instruments = self._per_api.get(api_key)
+        if instruments is None:
+            name = _api_name(api_key)
+            instruments = (self.requests.labels(name), self.request_time.labels(name))
+            self._per_api[api_key] = instruments
+        count, duration = instruments
+        count.inc()
+        duration.observe(seconds)
         if api_key == ApiKey.PRODUCE and isinstance(response, dict):
             self._count_produce(request, response)
         elif api_key == ApiKey.FETCH and isinstance(response, dict):
@@ -109,10 +119,19 @@ class BrokerMetrics:
                 if answered.get((topic.name, data.index)) != ErrorCode.none:
                     continue
                 records = bytes(data.records or b"")
-                self.bytes_in.labels(topic.name).inc(len(records))
-                self.messages_in.labels(topic.name).inc(
+                bytes_in, messages_in = self._topic_in(topic.name)
+                bytes_in.inc(len(records))
+                messages_in.inc(
                     sum(header.record_count for _, header in iter_stored_batches(records))
                 )
+
+    def _topic_in(self, topic: str) -> tuple[Counter, Counter]:
+        """The BytesIn and MessagesIn counters of ``topic``."""
+        instruments = self._per_topic_in.get(topic)
+        if instruments is None:
+            instruments = (self.bytes_in.labels(topic), self.messages_in.labels(topic))
+            self._per_topic_in[topic] = instruments
+        return instruments
 
     def _count_fetch(self, response: dict[str, Any]) -> None:
         for topic in response.get("responses", ()):
