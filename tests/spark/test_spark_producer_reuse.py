@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -16,14 +17,16 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, Res
 from oncelog.spark import claims
 from oncelog.spark.claims import ProgressTopicError
 from oncelog.spark.options import WriteOptions, parse_write_options
-from oncelog.spark.producers import ClientPool
+from oncelog.spark.producers import ClientPool, ConnectionWatch
 from oncelog.spark.writer import (
+    ClientCallStuck,
     SinkCommitMessage,
     SinkGuaranteeError,
     TaskAttempt,
     _ClusterSteps,
     write_task,
 )
+from oncelog.testing.process import BrokerProcess
 from oncelog.testing.spark import FailAfter, SimulatedCrash
 
 from .spark_helpers import create_topic, read_all, unique
@@ -244,6 +247,47 @@ def test_a_slot_idle_beyond_the_retention_of_its_claims_writes_again(
     else:
         assert _write(options, worker, 1).rows == ROWS
         assert len(read_all(bootstrap, topic)) == 5 * ROWS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("watched", [True, False])
+def test_a_writer_that_lost_its_broker_connection_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watched: bool
+) -> None:
+    """After a broker restart each worker makes a new writer and writes at once. The
+    control, the kept writers reused anyway: librdkafka's send_offsets_to_transaction hangs
+    on the group coordinator it had cached (librdkafka #5456, #5511) until the sink gives
+    up on it (after 70 s; 8 s here)."""
+    import oncelog.spark.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "SEND_OFFSETS_BOUND_S", 8.0)
+    if not watched:
+        monkeypatch.setattr(ConnectionWatch, "on_error", lambda self, error: None)
+    with BrokerProcess(tmp_path / "broker", {"num.partitions": "1"}) as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = create_topic(bootstrap, unique("restart"), partitions=2)
+        options = parse_write_options(
+            {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
+        )
+        workers = [ClientPool(), ClientPool()]
+        for slot, worker in enumerate(workers):
+            _write(options, worker, 0, slot=slot)
+        broker.restart()  # same port: every kept connection breaks
+        outcomes: list[object] = []
+        for slot, worker in enumerate(workers):
+            try:
+                outcomes.append(_write(options, worker, 1, slot=slot))
+            except ClientCallStuck as stuck:
+                outcomes.append(stuck)
+                outcomes.append(_write(options, worker, 1, attempt=1, slot=slot))  # Spark's retry
+        if watched:
+            assert [m.new_producer for m in outcomes if isinstance(m, SinkCommitMessage)] == [
+                True,
+                True,
+            ]
+        assert any(isinstance(o, ClientCallStuck) for o in outcomes) is not watched, outcomes
+        expected = {b"b%d-r%02d" % (batch, i) for batch in range(2) for i in range(ROWS)}
+        assert Counter(read_all(bootstrap, topic)) == dict.fromkeys(expected, 2)  # one a slot
 
 
 @pytest.mark.parametrize("checked", [True, False])

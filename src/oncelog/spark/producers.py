@@ -18,17 +18,20 @@ runs one task at a time, so the pool needs no lock.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, Producer
 
 from oncelog.spark import claims
 from oncelog.spark.client import Cluster, with_logger
 from oncelog.spark.options import WriteOptions, consumer_config, producer_config
+
+log = logging.getLogger(__name__)
 
 TRANSACTION_TIMEOUT_S = 60.0
 # a stable progress read that waits longer is held by another writer's open transaction
@@ -57,7 +60,24 @@ class Writer:
     producer: Producer
     transactional_id: str
     fresh: bool  # made for this task
+    connections: ConnectionWatch
     last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ConnectionWatch:
+    """Whether a producer lost a broker connection (its `error_cb`): a writer that did is
+    not reused. librdkafka 2.16's send_offsets_to_transaction waits forever, whatever its
+    timeout, when the group coordinator it has cached went away (librdkafka #5456,
+    #5511): a writer kept across a broker restart hung there in every task, measured (9 of
+    9 tasks, /tmp probe), until `writer._bounded` gave up after 70 s. A new producer looks
+    its coordinators up afresh."""
+
+    lost: bool = False
+
+    def on_error(self, error: KafkaError) -> None:
+        if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+            self.lost = True
 
 
 @dataclass
@@ -117,11 +137,23 @@ class ClientPool:
         key = _config_key(options.client)
         writer = self._writers.get(key)
         if writer is not None:
-            writer.fresh = False
-            writer.last_used = time.monotonic()
-            return writer
+            writer.producer.poll(0)  # serves the errors it met while idle
+            if writer.connections.lost:
+                log.info(
+                    "sink writer %s lost a broker connection: a new writer replaces it",
+                    writer.transactional_id,
+                )
+                self.retire(options, close=True)
+            else:
+                writer.fresh = False
+                writer.last_used = time.monotonic()
+                return writer
         transactional_id = f"oncelog-sink-{uuid.uuid4().hex}"
-        writer = Writer(_initialised(options, transactional_id), transactional_id, fresh=True)
+        connections = ConnectionWatch()
+        producer = _initialised(options, transactional_id, connections.on_error)
+        producer.poll(0)
+        connections.lost = False  # what it met before it was ready is no reason to drop it
+        writer = Writer(producer, transactional_id, True, connections)
         self._writers[key] = writer
         return writer
 
@@ -197,10 +229,18 @@ POOL = ClientPool()
 CLAIMS_GROUP = "oncelog-sink-claims"  # never joined nor committed: assign() only
 
 
-def _initialised(options: WriteOptions, transactional_id: str) -> Producer:
-    producer = Producer(
-        with_logger({**producer_config(options.client), "transactional.id": transactional_id})
-    )
+def _initialised(
+    options: WriteOptions,
+    transactional_id: str,
+    on_error: Callable[[KafkaError], None] | None = None,
+) -> Producer:
+    config: dict[str, Any] = {
+        **producer_config(options.client),
+        "transactional.id": transactional_id,
+    }
+    if on_error is not None:
+        config["error_cb"] = on_error
+    producer = Producer(with_logger(config))
     time.sleep(COORDINATOR_SETTLE_S)
     producer.init_transactions(TRANSACTION_TIMEOUT_S)
     return producer

@@ -57,6 +57,7 @@ class ClientCallStuck(RuntimeError):
 
 
 STUCK_GRACE_S = 10.0  # beyond the call's own timeout
+SEND_OFFSETS_BOUND_S = TRANSACTION_TIMEOUT_S + STUCK_GRACE_S
 
 
 def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
@@ -64,7 +65,9 @@ def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
 
     librdkafka's send_offsets_to_transaction can ignore its timeout and wait forever
     (librdkafka issues #5456 and #5511; seen here with a kept producer whose group
-    coordinator went away in a broker restart). Given up on, the call keeps its thread and
+    coordinator went away in a broker restart: `producers.ConnectionWatch` now replaces
+    such a writer before its next task, so this bound is left for a connection lost in the
+    middle of a task). Given up on, the call keeps its thread and
     its producer, which is retired: the task fails, and the slot's next attempt fences the
     stuck writer's claim, which aborts its transaction.
     """
@@ -562,7 +565,7 @@ def _send_progress(
     group = progress_reader.consumer_group_metadata()
     _bounded(
         lambda: writer.producer.send_offsets_to_transaction([slot], group, TRANSACTION_TIMEOUT_S),
-        TRANSACTION_TIMEOUT_S + STUCK_GRACE_S,
+        SEND_OFFSETS_BOUND_S,
         "send_offsets_to_transaction",
     )
 
