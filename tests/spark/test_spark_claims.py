@@ -105,6 +105,14 @@ def test_a_later_commit_after_the_fence_refuses_the_attempt() -> None:
     assert isinstance(outcome.decision, Refuse) and "later attempt" in outcome.decision.reason
 
 
+def test_a_recorded_claim_beyond_the_partition_end_is_refused() -> None:
+    """The progress records claim 50 but this attempt's claim landed at 7: the progress
+    topic was made again (its partitions start at 0) while the group kept its offsets."""
+    _, outcome = _drive([_progress(1, 50), claims.Claimed(7, "w-me")])
+    assert isinstance(outcome, claims.Stop) and outcome.claimed
+    assert isinstance(outcome.decision, Refuse) and "made again" in outcome.decision.reason
+
+
 def test_claims_deleted_from_the_start_are_read_from_the_stable_offset() -> None:
     """A slot idle longer than the retention: its last claim's successors are gone, and the
     read starts at the last stable offset (finished claims below it), then settles."""

@@ -335,6 +335,16 @@ def attempt(sink_id: str, slot: int, batch: int) -> Generator[Step, Answer, Outc
     if not isinstance(claimed, Claimed):
         raise TypeError(f"a claim answered {claimed!r}")
     claim = claimed.offset
+    if since is not None and since >= claim:
+        return Stop(
+            sink.Refuse(
+                f"task {slot}: its progress records claim {since}, at or beyond the end of "
+                "its progress partition: was the progress topic deleted and made again? "
+                "Use a new sink.id"
+            ),
+            progress,
+            claimed=True,
+        )
     start = 0 if since is None else since + 1
     read_from = start
     if since is None or claim - start > CLAIMS_READ_LIMIT:
@@ -367,7 +377,10 @@ def attempt(sink_id: str, slot: int, batch: int) -> Generator[Step, Answer, Outc
         progress = _progress((yield ReadProgress(Wait.LONG)))
     if progress.claim is not None and progress.claim > claim:
         return Stop(
-            sink.Refuse(f"task {slot}: a later attempt claimed and committed the slot"),
+            sink.Refuse(
+                f"task {slot}: a later attempt of this task (a speculative copy or a retry) "
+                "committed the slot after this one claimed it; this attempt writes nothing"
+            ),
             progress,
             claimed=True,
         )

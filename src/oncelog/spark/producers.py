@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer
 
 from oncelog.spark import claims
-from oncelog.spark.client import Cluster, with_logger
+from oncelog.spark.client import Cluster, ClusterError, with_logger
 from oncelog.spark.options import WriteOptions, consumer_config, producer_config
 
 log = logging.getLogger(__name__)
@@ -163,7 +164,9 @@ class ClientPool:
         returned (`writer._bounded`): a fence settles what it left open."""
         writer = self._writers.pop(_config_key(options.client), None)
         if writer is not None and close:
-            writer.producer.close()
+            with warnings.catch_warnings():  # its abort may fail (fenced): nothing to abort
+                warnings.simplefilter("ignore", RuntimeWarning)
+                writer.producer.close()
 
     def fence(self, options: WriteOptions, transactional_id: str) -> None:
         """Fence another writer: a producer of its transactional.id bumps the epoch, which
@@ -217,9 +220,15 @@ class ClientPool:
             slots = cluster.ensure_topic(
                 options.progress_topic, options.progress_partitions, claims.PROGRESS_TOPIC_CONFIG
             )
-            claims.check_progress_topic(
-                options.progress_topic, cluster.topic_config(options.progress_topic)
-            )
+            try:
+                config = cluster.topic_config(options.progress_topic)
+            except ClusterError as exc:
+                raise claims.ProgressTopicError(
+                    f"{exc}. The exactly-once sink checks its progress topic's configuration "
+                    "(spark/claims.py): with ACLs, grant its principal DescribeConfigs on "
+                    f"topic {options.progress_topic}"
+                ) from exc
+            claims.check_progress_topic(options.progress_topic, config)
             self._slots[key] = slots
         return slots
 

@@ -316,6 +316,9 @@ class _ClaimFenced(RuntimeError):
     """A kept writer's claim was refused: a fence reached it while it was idle."""
 
 
+RETRY_A_FENCED_CLAIM = True  # a kept writer found fenced at its claim: once, with a new one
+
+
 class _ClusterSteps:
     """The steps of `claims.attempt` for one task, taken against the cluster, and the writer
     that holds the attempt's transaction once it claimed."""
@@ -367,22 +370,22 @@ class _ClusterSteps:
         """Claim with the worker's writer; if a fence reached that kept writer while it was
         idle (`claims`: a fence can reach a live writer), retire it and claim once more
         with a new one. Nothing but the refused claim was sent."""
-        for retries_left in range(FENCED_CLAIM_RETRIES, -1, -1):
-            self.writer = self.pool.writer(self.options)
-            try:
-                return _claim(self.options, self.writer, self.task)
-            except _ClaimFenced:
-                if self.writer.fresh or retries_left == 0:
-                    raise
-                log.info(
-                    "sink %s task %d: kept writer %s was fenced while idle; claiming with a "
-                    "new writer",
-                    self.options.sink_id,
-                    self.task.partition,
-                    self.writer.transactional_id,
-                )
-                self.pool.retire(self.options, close=True)
-        raise AssertionError("unreachable: the last retry raises")
+        self.writer = self.pool.writer(self.options)
+        try:
+            return _claim(self.options, self.writer, self.task)
+        except _ClaimFenced:
+            if self.writer.fresh or not RETRY_A_FENCED_CLAIM:
+                raise
+            log.info(
+                "sink %s task %d: kept writer %s was fenced while idle; claiming with a new writer",
+                self.options.sink_id,
+                self.task.partition,
+                self.writer.transactional_id,
+            )
+            self.pool.retire(self.options, close=True)
+            self.writer = None  # retired and closed: nothing to give up if the next fails
+        self.writer = self.pool.writer(self.options)
+        return _claim(self.options, self.writer, self.task)
 
     def give_up(self, stuck: bool = False) -> None:
         """The attempt's claim will not end in its commit: abort (unless stuck in a call)
@@ -392,9 +395,6 @@ class _ClusterSteps:
         if not stuck:
             _abort_quietly(self.writer.producer)  # release the LSO now, not at a fence
         self.pool.retire(self.options, close=not stuck)
-
-
-FENCED_CLAIM_RETRIES = 1  # a kept writer found fenced at its claim: claim again this often
 
 
 def _decision(progress: sink.Progress, task: TaskAttempt) -> sink.Write | sink.Skip:
@@ -486,18 +486,29 @@ CLAIMS_POLL_BATCH = 500
 # consume(n, timeout) waits the whole timeout unless n messages come: the claims read takes
 # what is fetched already, and otherwise waits for the first next message only
 CLAIMS_POLL_S = 0.1
+# fetch errors of the claims read that a broker restart or a leader change may cause:
+# waited out; any other one (an authorization failure, ...) fails the task at once
+TRANSIENT_READ_ERRORS = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError._PARTITION_EOF,
+    }
+)
 
 
 def _read_claims(
     options: WriteOptions, reader: Consumer, partition: int, start: int, end: int
 ) -> list[tuple[int, bytes | None]] | None:
     """Offsets and values of the slot's progress partition in [start, end), aborted and
-    open transactions' records included; `claims.GONE` when `start` was deleted. Other
+    open transactions' records included; `claims.GONE` when `start` was deleted. Transient
     fetch errors (a broker restarting) are waited out, up to the transaction timeout."""
     if start >= end:
         return []
     reader.assign([TopicPartition(options.progress_topic, partition, start)])
     values: list[tuple[int, bytes | None]] = []
+    last_error: KafkaError | None = None
     deadline = time.monotonic() + TRANSACTION_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
@@ -506,15 +517,28 @@ def _read_claims(
                 error = message.error()
                 if error is not None and _out_of_range(error):
                     return claims.GONE
+                if error is not None and (
+                    error.fatal()
+                    or (not error.retriable() and error.code() not in TRANSIENT_READ_ERRORS)
+                ):
+                    raise RuntimeError(
+                        f"task {partition}: reading the claims of its slot from "
+                        f"{options.progress_topic} failed: {error}"
+                    )
                 if error is not None:
                     log.info("task %d: reading the slot's claims: %s (retried)", partition, error)
+                    last_error = error
                     continue
                 offset = message.offset()
                 assert offset is not None  # a record has one
                 if offset >= end:
                     return values
                 values.append((offset, message.value()))
-        raise RuntimeError(f"task {partition}: the claims of its slot were not read in time")
+        raise RuntimeError(
+            f"task {partition}: the claims of its slot (offsets {start} to {end} of "
+            f"{options.progress_topic}) were not read within {TRANSACTION_TIMEOUT_S:g} s"
+            + (f"; last error: {last_error}" if last_error is not None else "")
+        )
     finally:
         reader.unassign()
 
