@@ -2,10 +2,17 @@
 # Run the whole test suite. On a fresh machine this first creates .venv (Python 3.11+),
 # installs oncelog with its test dependencies, ZooKeeper (for the cluster tests) and
 # Kafka's Java client (for the Java AdminClient test).
-# Extra arguments go to pytest.
+# ONCELOG_TEST_WORKERS=2 runs it on 2 pytest-xdist workers, one test file at a time each (a
+# file's module fixtures, such as its cluster, stay in one process), in collection order:
+# tests/conftest.py puts the files with slow scenarios first. Unset, one process (what CI
+# runs). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS='[test]' source scripts/venv.sh
 source scripts/zookeeper.sh
 source scripts/kafka_clients.sh
-exec .venv/bin/python -m pytest -q "$@"
+workers=()
+if [ "${ONCELOG_TEST_WORKERS:-1}" != 1 ]; then
+    workers=(-n "$ONCELOG_TEST_WORKERS" --dist loadfile --no-loadscope-reorder)
+fi
+exec .venv/bin/python -m pytest -q "${workers[@]}" "$@"

@@ -8,6 +8,21 @@ from collections.abc import Iterator
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist workers, the files that hold slow scenarios come first.
+
+    scripts/test.sh runs the suite on 2 workers, file by file, in collection order
+    (`--dist loadfile --no-loadscope-reorder`). A slow file started late (the cluster's
+    consume-transform-produce kill loop takes ~4 min) runs alone at the end while the other
+    worker has nothing left; started first, the quick files fill the other worker around it.
+    Order within a file is kept (the sort is stable), and a run in one process is untouched.
+    """
+    if not hasattr(config, "workerinput"):  # set by pytest-xdist on its workers only
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(autouse=True)
 def _destroy_unreferenced_clients() -> Iterator[None]:
     """Collect the Kafka clients a test dropped while its broker is still known.
