@@ -23,8 +23,10 @@ from confluent_kafka.admin import (
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KPConfigResource
 from kafka.admin import ConfigResourceType
+from kazoo.client import KazooClient
 
 from oncelog.client.connection import KafkaConnection
+from oncelog.cluster.zookeeper import encode_topic_config
 from oncelog.protocol.compression import GZIP, NONE
 from oncelog.testing.cluster import LocalCluster
 
@@ -133,6 +135,26 @@ def test_topic_config_reaches_every_broker_and_its_record_rules(
     )
     admin.incremental_alter_configs([back])[back].result(TIMEOUT_S)
     on_every_broker(cluster, TOPIC, topic, "compression.type", ("producer", DEFAULT))
+
+
+def test_describe_answers_what_zookeeper_holds_not_the_brokers_cache(
+    cluster: LocalCluster, admin: AdminClient
+) -> None:
+    """As Kafka's ZkConfigRepository: a client that changed a topic through one broker and
+    asks another (Kafka's Java AdminClient sends both to the least loaded broker) sees the
+    change, even before that broker applied the change's notification. The overrides are
+    written here with no notification at all, so no broker's cache has them."""
+    topic = new_topic(admin)
+    zk = KazooClient(cluster.zookeeper.connect_string, timeout=TIMEOUT_S)
+    zk.start(timeout=TIMEOUT_S)
+    try:
+        zk.set(f"/config/topics/{topic}", encode_topic_config({"retention.ms": "3600000"}))
+    finally:
+        zk.stop()
+        zk.close()
+    for broker_id in cluster.broker_ids:
+        described = describe(cluster, broker_id, TOPIC, topic)
+        assert described["retention.ms"] == ("3600000", TOPIC_CONFIG), broker_id
 
 
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")

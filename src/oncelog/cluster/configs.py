@@ -93,6 +93,17 @@ class ClusterConfigs:
     async def stop(self) -> None:
         await self._notifications.stop()
 
+    # -- reading --------------------------------------------------------------------------
+
+    async def topic_overrides(self, topic: str) -> dict[str, str] | None:
+        """A topic's overrides as ZooKeeper holds them now; None for a topic this broker does
+        not know. DescribeConfigs answers from here, as Kafka's ZkConfigRepository does: the
+        cache takes a change made through another broker only once its notification is
+        applied, and a client that changed a topic and then asks any broker must see it."""
+        if topic not in self._cache.topics:
+            return None
+        return dict((await self._zk.topic_config(topic)).configs)
+
     # -- changing -------------------------------------------------------------------------
 
     async def alter_topic(self, topic: str, plan: Plan, *, validate_only: bool) -> None:

@@ -270,7 +270,7 @@ async def handle_describe_configs(
     return {
         "throttle_time": 0,
         "results": [
-            _describe(broker, header, r, synonyms, documentation) for r in request.resources
+            await _describe(broker, header, r, synonyms, documentation) for r in request.resources
         ],
     }
 
@@ -289,15 +289,16 @@ def _describe_configs_refusal(
     return None
 
 
-def _topic_overrides(broker: Broker, name: str) -> dict[str, str] | None:
-    """A topic's configuration overrides (from ZooKeeper in cluster mode), None if unknown."""
+async def _topic_overrides(broker: Broker, name: str) -> dict[str, str] | None:
+    """A topic's configuration overrides (read from ZooKeeper in cluster mode), None if
+    unknown."""
     if broker.cluster is not None:
-        return broker.cluster.cache.topic_configs.get(name)
+        return await broker.cluster.configs.topic_overrides(name)
     topic = broker.topics.get(name)
     return None if topic is None else topic.configs
 
 
-def _describe(
+async def _describe(
     broker: Broker, header: RequestContext, resource: Any, synonyms: bool, documentation: bool
 ) -> dict[str, Any]:
     answer: dict[str, Any] = {
@@ -309,7 +310,7 @@ def _describe(
     if refusal is not None:
         return {**answer, "error_code": refusal, "error_message": None}
     if resource.resource_type == ConfigResourceType.TOPIC:
-        overrides = _topic_overrides(broker, resource.resource_name)
+        overrides = await _topic_overrides(broker, resource.resource_name)
         if overrides is None:
             return {
                 **answer,
