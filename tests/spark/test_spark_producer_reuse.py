@@ -6,6 +6,7 @@ controls show the duplicates without the protocol: at_least_once, and the claims
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,18 @@ def _rows(batch: int) -> list[pa.RecordBatch]:
     ]
 
 
+def _sink(bootstrap: str, topic: str, more: Mapping[str, str] | None = None) -> WriteOptions:
+    """The options of a new sink (a sink.id of its own) writing `topic`, and `more`."""
+    return parse_write_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sink.id": unique("sink"),
+            **(more or {}),
+        }
+    )
+
+
 def _write(options, pool: ClientPool, batch: int, attempt: int = 0, faults=None, slot: int = 0):  # type: ignore[no-untyped-def]
     return write_task(options, TaskAttempt(slot, attempt, batch), iter(_rows(batch)), faults, pool)
 
@@ -53,12 +66,8 @@ def test_a_kept_producer_writes_every_batch_without_a_new_init(
     bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     topic = create_topic(bootstrap, unique("kept"), partitions=1)
-    options = parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-    )
-    other_sink = parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-    )
+    options = _sink(bootstrap, topic)
+    other_sink = _sink(bootstrap, topic)
     worker = ClientPool()
     messages = [_write(options, worker, batch) for batch in range(4)]
     assert [m.new_producer for m in messages] == [True, False, False, False]
@@ -81,14 +90,7 @@ def test_a_task_moving_between_workers_and_a_retry_elsewhere(
     bootstrap: str, guarantee: str
 ) -> None:
     topic = create_topic(bootstrap, unique("moves"), partitions=1)
-    options = parse_write_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "topic": topic,
-            "sink.id": unique("sink"),
-            "delivery.guarantee": guarantee,
-        }
-    )
+    options = _sink(bootstrap, topic, {"delivery.guarantee": guarantee})
     a, b = ClientPool(), ClientPool()
     done: list[SinkCommitMessage] = [
         _write(options, a, 0),  # worker A makes its writer
@@ -135,9 +137,7 @@ def test_a_dead_attempt_holding_the_progress_open_is_fenced(
         monkeypatch.setattr(ClientPool, "fence", lambda *args: None)
         monkeypatch.setattr(writer_module, "TRANSACTION_TIMEOUT_S", 4.0)
     topic = create_topic(bootstrap, unique("pending"), partitions=1)
-    options = parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-    )
+    options = _sink(bootstrap, topic)
     worker = ClientPool()
     _write(options, worker, 0)
     # the dead attempt of batch 1, elsewhere: its own writer, claim, records and progress sent
@@ -192,9 +192,7 @@ def test_a_kept_writer_fenced_while_idle_claims_again_with_a_new_writer(
 
     monkeypatch.setattr(writer_module, "RETRY_A_FENCED_CLAIM", retries)
     topic = create_topic(bootstrap, unique("fenced"), partitions=1)
-    options = parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-    )
+    options = _sink(bootstrap, topic)
     worker = ClientPool()
     _write(options, worker, 0)
     _fence_from_another_worker(options, worker)
@@ -219,15 +217,10 @@ def test_a_slot_idle_beyond_the_retention_of_its_claims_writes_again(
     progress_topic = create_topic(
         bootstrap, unique("progress"), partitions=1, config=dict(claims.PROGRESS_TOPIC_CONFIG)
     )
-    raw = {
-        "kafka.bootstrap.servers": bootstrap,
-        "topic": topic,
-        "sink.progress.topic": progress_topic,
-    }
-    options = parse_write_options({**raw, "sink.id": unique("sink")})
+    options = _sink(bootstrap, topic, {"sink.progress.topic": progress_topic})
     worker = ClientPool()
     _write(options, worker, 0)
-    others = parse_write_options({**raw, "sink.id": unique("other-sink")})
+    others = _sink(bootstrap, topic, {"sink.progress.topic": progress_topic})
     for batch in range(3):  # another sink's claims and markers after ours, then all deleted
         _write(others, worker, batch)
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -267,9 +260,7 @@ def test_a_writer_that_lost_its_broker_connection_is_not_reused(
     with BrokerProcess(tmp_path / "broker", {"num.partitions": "1"}) as broker:
         bootstrap = broker.bootstrap_servers
         topic = create_topic(bootstrap, unique("restart"), partitions=2)
-        options = parse_write_options(
-            {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-        )
+        options = _sink(bootstrap, topic)
         workers = [ClientPool(), ClientPool()]
         for slot, worker in enumerate(workers):
             _write(options, worker, 0, slot=slot)
@@ -303,14 +294,7 @@ def test_a_compacted_progress_topic_is_refused(
         bootstrap, unique("compacted"), partitions=1, config={"cleanup.policy": "compact"}
     )
     topic = create_topic(bootstrap, unique("out"), partitions=1)
-    options = parse_write_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "topic": topic,
-            "sink.id": unique("sink"),
-            "sink.progress.topic": progress_topic,
-        }
-    )
+    options = _sink(bootstrap, topic, {"sink.progress.topic": progress_topic})
     expected = "cleanup.policy=compact" if checked else "claim failed"
     with pytest.raises(RuntimeError, match=expected) as refused:
         _write(options, ClientPool(), 0)
@@ -321,14 +305,7 @@ def test_a_compacted_progress_topic_is_refused(
 def test_the_sink_creates_its_progress_topic_deleting_by_age_only(bootstrap: str) -> None:
     topic = create_topic(bootstrap, unique("out"), partitions=1)
     progress_topic = unique("progress")
-    options = parse_write_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "topic": topic,
-            "sink.id": unique("sink"),
-            "sink.progress.topic": progress_topic,
-        }
-    )
+    options = _sink(bootstrap, topic, {"sink.progress.topic": progress_topic})
     _write(options, ClientPool(), 0)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     (described,) = admin.describe_configs(
@@ -391,9 +368,7 @@ def test_two_live_attempts_of_one_slot_write_it_once(
     if protocol == "no-fence":
         monkeypatch.setattr(ClientPool, "fence", lambda *args: None)
     topic = create_topic(bootstrap, unique("live"), partitions=1)
-    options = parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": topic, "sink.id": unique("sink")}
-    )
+    options = _sink(bootstrap, topic)
     _write(options, ClientPool(), 0)
     a, z = ClientPool(), ClientPool()
     outcomes: dict[str, object] = {}

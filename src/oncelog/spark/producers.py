@@ -70,9 +70,9 @@ class ConnectionWatch:
     """Whether a producer lost a broker connection (its `error_cb`): a writer that did is
     not reused. librdkafka 2.16's send_offsets_to_transaction waits forever, whatever its
     timeout, when the group coordinator it has cached went away (librdkafka #5456,
-    #5511): a writer kept across a broker restart hung there in every task, measured (9 of
-    9 tasks, /tmp probe), until `writer._bounded` gave up after 70 s. A new producer looks
-    its coordinators up afresh."""
+    #5511): a writer kept across a broker restart hung there in every task (9 of 9 in a
+    probe; tests/spark/test_spark_producer_reuse.py has the case with its control) until
+    `writer._bounded` gave up after 70 s. A new producer looks its coordinators up afresh."""
 
     lost: bool = False
 
