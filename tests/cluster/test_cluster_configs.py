@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioType
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
+    NewTopic,
     ResourceType,
 )
 from kafka import KafkaAdminClient
@@ -27,7 +30,9 @@ from kazoo.client import KazooClient
 
 from oncelog.client.connection import KafkaConnection
 from oncelog.cluster.zookeeper import encode_topic_config
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.compression import GZIP, NONE
+from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
 
 from .cluster_admin import (
@@ -282,3 +287,60 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_survive_a_restart(
             "log.retention.ms",
         )
     on_every_broker(cluster, TOPIC, topic, "retention.ms", ("604800000", DEFAULT))
+
+
+def test_admin_requests_during_a_zookeeper_outage_fail_their_resources_alone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """With ZooKeeper gone for longer than the session timeout, nothing that lives there can
+    be read or written: Kafka answers each such resource UNKNOWN_SERVER_ERROR, serves the
+    rest of the request and keeps the connection. Before: DescribeConfigs waited for as long
+    as the outage lasted (kazoo queues a request until it reconnects), and once bounded, the
+    error escaped the handler and the broker closed the connection."""
+    with LocalCluster(tmp_path_factory.mktemp("zk-outage"), brokers=1) as single:
+        admin = AdminClient({"bootstrap.servers": single.bootstrap_servers})
+        topic = new_topic(admin, replication_factor=1)
+        single.zookeeper.stop()
+
+        with KafkaConnection(single.address(1), timeout_s=TIMEOUT_S) as conn:
+            of_topic, of_broker = describe_resources(conn, [(TOPIC, topic), (BROKER, "1")])
+            assert of_topic.error_code == ErrorCode.unknown_server_error
+            assert "ZooKeeper" in of_topic.error_message
+            assert not of_topic.configs
+            assert of_broker.error_code == ErrorCode.none and of_broker.configs
+            # The same connection still serves requests.
+            (again,) = describe_resources(conn, [(BROKER, "1")])
+            assert again.error_code == ErrorCode.none
+
+        retention = ConfigResource(
+            ResourceType.TOPIC, topic, incremental_configs=set_entries(**{"retention.ms": "1000"})
+        )
+        attempts = {
+            "CreateTopics": admin.create_topics([NewTopic(f"{topic}-new", 1, 1)]),
+            "CreatePartitions": admin.create_partitions([NewPartitions(topic, 2)]),
+            "IncrementalAlterConfigs": admin.incremental_alter_configs([retention]),
+            "DeleteTopics": admin.delete_topics([topic]),
+        }
+        for api, futures in attempts.items():
+            (future,) = futures.values()
+            with pytest.raises(KafkaException) as failed:
+                future.result(TIMEOUT_S)
+            error = failed.value.args[0]
+            assert error.code() == KafkaError.UNKNOWN, (api, error)
+            # librdkafka sends DeleteTopics in a version without an error message.
+            assert api == "DeleteTopics" or "ZooKeeper" in error.str(), (api, error)
+
+
+def describe_resources(conn: KafkaConnection, resources: list[tuple[int, str]]) -> Any:
+    """One DescribeConfigs request for every (type, name) in ``resources``; its results."""
+    return conn.request(
+        ApiKey.DESCRIBE_CONFIGS,
+        {
+            "resources": [
+                {"resource_type": kind, "resource_name": name, "configuration_keys": None}
+                for kind, name in resources
+            ],
+            "include_synonyms": False,
+            "include_documentation": False,
+        },
+    ).results

@@ -899,18 +899,41 @@ class ZooKeeperSession:
 
     async def _retry(self, start: Callable[[], Any]) -> Any:
         """Run a kazoo async operation, again after a lost connection (as Kafka's
-        retryRequestUntilConnected) until the session timeout has passed; a session that
-        expired is reported, never retried."""
+        retryRequestUntilConnected) until the session timeout has passed, then raise
+        ZooKeeperError; a session that expired is reported, never retried.
+
+        kazoo queues a request made while it reconnects and sends it only once connected,
+        with no time limit, so an outage would hold the caller (a client's request) for as
+        long as it lasts. As Kafka's ZooKeeperClient waits for the connection before it
+        sends, each attempt first waits for kazoo to be connected, and no attempt outlives
+        the deadline: a request cut short is as undecided as one that met ConnectionLoss."""
         deadline = time.monotonic() + self.session_timeout_ms / 1000
         while True:
             try:
-                return await self._bridge(start())
+                await self._connected_before(deadline)
+                return await asyncio.wait_for(
+                    self._bridge(start()), timeout=max(deadline - time.monotonic(), 0)
+                )
             except ConnectionLoss as exc:
                 if time.monotonic() > deadline:
-                    raise ZooKeeperError(f"ZooKeeper at {self.connect} unreachable") from exc
+                    raise self._unreachable() from exc
                 await asyncio.sleep(RETRY_BACKOFF_S)
+            except TimeoutError as exc:
+                raise self._unreachable() from exc
             except SessionExpiredError as exc:
                 raise SessionExpired("the ZooKeeper session expired") from exc
+
+    async def _connected_before(self, deadline: float) -> None:
+        """Return once kazoo is connected; TimeoutError if it is not by ``deadline``."""
+        while not self._client.connected:
+            if time.monotonic() >= deadline:
+                raise TimeoutError
+            await asyncio.sleep(RETRY_BACKOFF_S)
+
+    def _unreachable(self) -> ZooKeeperError:
+        return ZooKeeperError(
+            f"ZooKeeper at {self.connect} unreachable for {self.session_timeout_ms} ms"
+        )
 
     def _bridge(self, async_result: Any) -> asyncio.Future[Any]:
         """An asyncio future settled, on the loop, with a kazoo IAsyncResult's outcome."""

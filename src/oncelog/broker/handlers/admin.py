@@ -1,7 +1,8 @@
 """Topic administration: CreateTopics, DeleteTopics, DescribeConfigs.
 
 In cluster mode CreateTopics and DeleteTopics go through the cluster's TopicAdmin (the
-controller's job, as in Kafka's ZooKeeper mode) and topic configurations come from ZooKeeper.
+controller's job, as in Kafka's ZooKeeper mode) and topic configurations come from ZooKeeper;
+a ZooKeeper outage fails the topics it touches alone (zookeeper_outage.py).
 
 Authorization, as in Kafka: creating needs Create on the cluster or on the topic (the
 topic's configurations are returned only with DescribeConfigs on it); deleting needs
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
 from oncelog.broker.authorization import authorize, authorize_cluster
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
 from oncelog.broker.topics import check_partitions_per_request
 from oncelog.protocol.configs import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -85,14 +87,15 @@ async def _create_in_cluster(
     admin = cluster.topic_admin
     try:
         admin.require_controller()
-        assignment, overrides = await admin.create(
-            wanted.name,
-            wanted.num_partitions,
-            wanted.replication_factor,
-            {c.name: c.value for c in wanted.configs},
-            assignments={a.partition_index: list(a.broker_ids) for a in wanted.assignments},
-            validate_only=validate_only,
-        )
+        with answered_per_resource(f"CreateTopics of {wanted.name!r}"):
+            assignment, overrides = await admin.create(
+                wanted.name,
+                wanted.num_partitions,
+                wanted.replication_factor,
+                {c.name: c.value for c in wanted.configs},
+                assignments={a.partition_index: list(a.broker_ids) for a in wanted.assignments},
+                validate_only=validate_only,
+            )
     except KafkaError as exc:
         return _create_failed(wanted.name, exc)
     if not validate_only and not await admin.wait_for_leaders(wanted.name, timeout_s):
@@ -259,7 +262,8 @@ async def _delete_topic(broker: Broker, name: str) -> uuid.UUID:
     if broker.cluster is None:
         return (await broker.topics.delete(name)).topic_id
     broker.cluster.topic_admin.require_controller()
-    return await broker.cluster.topic_admin.delete(name)
+    with answered_per_resource(f"DeleteTopics of {name!r}"):
+        return await broker.cluster.topic_admin.delete(name)
 
 
 async def handle_describe_configs(
@@ -310,7 +314,11 @@ async def _describe(
     if refusal is not None:
         return {**answer, "error_code": refusal, "error_message": None}
     if resource.resource_type == ConfigResourceType.TOPIC:
-        overrides = await _topic_overrides(broker, resource.resource_name)
+        try:
+            with answered_per_resource(f"DescribeConfigs of topic {resource.resource_name!r}"):
+                overrides = await _topic_overrides(broker, resource.resource_name)
+        except KafkaError as exc:
+            return {**answer, "error_code": exc.code, "error_message": exc.message}
         if overrides is None:
             return {
                 **answer,

@@ -34,6 +34,7 @@ from oncelog.broker.config_changes import (
     preflight,
 )
 from oncelog.broker.dynamic_config import Plan
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
 from oncelog.protocol.configs import ConfigResourceType
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -87,12 +88,13 @@ async def _alter(
                 )
             _check_permission(broker, header, kind, name)
             preflight(changes)
-            if kind == ConfigResourceType.TOPIC:
-                await _alter_topic(broker, name, changes, validate_only, incremental)
-            elif kind == ConfigResourceType.BROKER:
-                await _alter_broker(broker, name, changes, validate_only, incremental)
-            else:
-                raise KafkaError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
+            with answered_per_resource(f"AlterConfigs of resource {kind} {name!r}"):
+                if kind == ConfigResourceType.TOPIC:
+                    await _alter_topic(broker, name, changes, validate_only, incremental)
+                elif kind == ConfigResourceType.BROKER:
+                    await _alter_broker(broker, name, changes, validate_only, incremental)
+                else:
+                    raise KafkaError(ErrorCode.invalid_request, f"Unknown resource type {kind}")
         except KafkaError as exc:
             log.info("alter configs of resource %d %r refused: %s", kind, name, exc.message)
             answers.append(_answer(kind, name, exc.code, exc.message))

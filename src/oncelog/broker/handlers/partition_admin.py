@@ -21,6 +21,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
 from oncelog.broker.topic_names import is_internal
 from oncelog.broker.topics import check_partitions_per_request
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -81,7 +82,10 @@ async def _add_in_cluster(
     assignments = (
         None if wanted.assignments is None else [list(a.broker_ids) for a in wanted.assignments]
     )
-    await admin.add_partitions(wanted.name, wanted.count, assignments, validate_only=validate_only)
+    with answered_per_resource(f"CreatePartitions of {wanted.name!r}"):
+        await admin.add_partitions(
+            wanted.name, wanted.count, assignments, validate_only=validate_only
+        )
     if not validate_only and not await admin.wait_for_leaders(
         wanted.name, timeout_s, partitions=wanted.count
     ):
