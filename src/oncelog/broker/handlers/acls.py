@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize_cluster
-from oncelog.protocol.errors import ErrorCode
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import (
     AccessControlEntry,
     AccessControlEntryFilter,
@@ -143,7 +144,12 @@ async def handle_create_acls(
         return table.with_added(valid), None
 
     if valid:
-        await broker.acls.update(add)
+        try:
+            with answered_per_resource("CreateAcls"):
+                await broker.acls.update(add)
+        except KafkaError as exc:  # every valid creation failed with it
+            failure = result(exc.code, exc.message)
+            results = [failure if r["error_code"] == ErrorCode.none else r for r in results]
     return {"throttle_time": 0, "results": results}
 
 
@@ -173,7 +179,12 @@ async def handle_delete_acls(
                         matched[index].append(binding)
         return (table.without(taken) if taken else table), matched
 
-    matched = await broker.acls.update(delete)
+    try:
+        with answered_per_resource("DeleteAcls"):
+            matched = await broker.acls.update(delete)
+    except KafkaError as exc:
+        refused = failed(exc.code, exc.message)
+        return {"throttle_time": 0, "filter_results": [refused for _ in filters]}
     results = []
     for acl_filter, bindings in zip(filters, matched, strict=True):
         problem = acl_filter.unknown_element()

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize_cluster
-from oncelog.protocol.errors import ErrorCode
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation
 from oncelog.security.scram_users import (
     Deletion,
@@ -65,25 +66,32 @@ async def handle_alter_user_scram_credentials(
     ]
     deletions = [Deletion(d.name, d.mechanism) for d in request.deletions]
     if not authorize_cluster(broker, header, AclOperation.ALTER):
-        changes: list[Upsertion | Deletion] = [*upsertions, *deletions]
-        users = dict.fromkeys(change.user for change in changes)
-        return {
-            "throttle_time": 0,
-            "results": [
-                {
-                    "user": user,
-                    "error_code": ErrorCode.cluster_authorization_failed,
-                    "error_message": None,
-                }
-                for user in users
-            ],
-        }
-    results = await broker.scram.update(
-        lambda current: plan_alteration(current, upsertions, deletions)
-    )
+        return _every_user_failed(upsertions, deletions, ErrorCode.cluster_authorization_failed)
+    try:
+        with answered_per_resource("AlterUserScramCredentials"):
+            results = await broker.scram.update(
+                lambda current: plan_alteration(current, upsertions, deletions)
+            )
+    except KafkaError as exc:
+        return _every_user_failed(upsertions, deletions, exc.code, exc.message)
     return {
         "throttle_time": 0,
         "results": [
             {"user": r.user, "error_code": r.error, "error_message": r.message} for r in results
         ],
+    }
+
+
+def _every_user_failed(
+    upsertions: list[Upsertion],
+    deletions: list[Deletion],
+    code: ErrorCode,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The answer when no change of the request could be made: each user named once."""
+    changes: list[Upsertion | Deletion] = [*upsertions, *deletions]
+    users = dict.fromkeys(change.user for change in changes)
+    return {
+        "throttle_time": 0,
+        "results": [{"user": u, "error_code": code, "error_message": message} for u in users],
     }
