@@ -41,6 +41,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.security import ACL_AUTHORIZER
 
+from ..broker.raw_requests import metadata
 from .cluster_admin import (
     BROKER,
     DEFAULT,
@@ -330,6 +331,9 @@ def test_admin_requests_during_a_zookeeper_outage_fail_their_resources_alone(
             ).results
             assert (of_user.user, of_user.error_code) == ("reader", ErrorCode.unknown_server_error)
             assert "ZooKeeper" in of_user.error_message
+            # A Metadata request that would auto-create a topic fails for that topic alone.
+            missing = metadata(conn, f"{topic}-auto")
+            assert missing.error_code == ErrorCode.unknown_server_error
 
         retention = ConfigResource(
             ResourceType.TOPIC, topic, incremental_configs=set_entries(**{"retention.ms": "1000"})

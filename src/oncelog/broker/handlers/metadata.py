@@ -27,6 +27,7 @@ from oncelog.broker.authorization import (
     authorize,
     authorized_operations,
 )
+from oncelog.broker.handlers.zookeeper_outage import answered_per_resource
 from oncelog.broker.topic_names import is_internal
 from oncelog.broker.topics import Topic
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -299,7 +300,8 @@ class _ClusterCatalog:
             # the client is told to ask again.
             return _missing(ErrorCode.leader_not_available, name, None)
         try:
-            await self._cluster.topic_admin.create(name, -1, -1, {})
+            with answered_per_resource(f"Metadata's auto-creation of {name!r}"):
+                await self._cluster.topic_admin.create(name, -1, -1, {})
         except KafkaError as exc:
             if exc.code != ErrorCode.topic_already_exists:
                 log.info("metadata could not auto-create %r: %s", name, exc)

@@ -2,9 +2,10 @@
 
 Kafka's ZooKeeper-mode admin paths (ZkAdminManager for topics, partitions and SCRAM
 credentials, ConfigHelper and the config handlers for configurations, AclAuthorizer for
-ACLs) catch any failure of one resource and answer that resource alone with
-``ApiError.fromThrowable``: UNKNOWN_SERVER_ERROR with the exception's message, while the
-request's other resources are served and the connection stays open. Our handlers already answer a KafkaError per resource; this turns the cluster
+ACLs, KafkaApis for a topic Metadata creates) catch any failure of one resource and answer
+that resource alone with ``ApiError.fromThrowable``: UNKNOWN_SERVER_ERROR with the
+exception's message, while the request's other resources are served and the connection
+stays open. Our handlers already answer a KafkaError per resource; this turns the cluster
 layer's ZooKeeperError (ZooKeeper unreachable for a whole session timeout, or the session
 expired) into one. Without it the error escaped the handler, and a response with no
 top-level error field could only be answered by closing the connection.
