@@ -3,6 +3,7 @@
     .venv/bin/python bench/compare.py --peer-binary /path/to/tansu
     .venv/bin/python bench/compare.py --peer-bootstrap 127.0.0.1:9092 --seconds 3
     .venv/bin/python bench/compare.py --peer-binary /path/to/tansu --nofsync --latency
+    .venv/bin/python bench/compare.py --baseline-src /tmp/main/src --latency  # A/B of a change
 
 Seed 001's four workloads (plain acks=1, idempotent acks=all, a transaction every 10 and
 every 1,000 records) plus acks=all without idempotence, with 1 and 8 concurrent producers
@@ -13,6 +14,9 @@ default configuration, acks=all answered after fsync), optionally oncelog withou
 ``--peer-binary``, a Tansu binary, on a free port of 127.0.0.1, memory storage; or reached
 at ``--peer-bootstrap``). ``--latency`` adds the transaction-latency scenarios: one and 16
 transactional producers committing 10-record transactions with linger.ms=0.
+``--baseline-src DIR`` adds ``oncelog-base``: the same broker run from another checkout's
+``src`` (PYTHONPATH), cell by cell next to this one, so a change is measured as a ratio
+within one run rather than against a figure from another hour's load.
 
 Every producer is its own process (the GIL would otherwise be what is measured) and
 writes record i of its run to partition i mod P, so every transaction spans every
@@ -366,12 +370,14 @@ class Target:
         work: Path,
         *,
         oncelog_sets: list[str] | None = None,
+        source: Path | None = None,
         peer_binary: Path | None = None,
         peer_bootstrap: str | None = None,
     ) -> None:
         self.name = name
         self.work = work
         self.oncelog_sets = oncelog_sets
+        self.source = source
         self.peer_binary = peer_binary
         self.peer_bootstrap = peer_bootstrap
         self._running: BrokerProcess | PeerProcess | None = None
@@ -385,7 +391,8 @@ class Target:
             peer.start()
             return peer.bootstrap
         cell_dir = Path(tempfile.mkdtemp(prefix="cell-", dir=self.work))
-        broker = BrokerProcess(cell_dir, self.oncelog_sets or [])
+        env = None if self.source is None else {**os.environ, "PYTHONPATH": str(self.source)}
+        broker = BrokerProcess(cell_dir, self.oncelog_sets or [], env)
         self._running = broker
         broker.start()
         return broker.bootstrap
@@ -524,6 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         "--nofsync", action="store_true", help="also run oncelog without fsync (flush Long.MAX)"
     )
     parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run oncelog from this src directory (another checkout), as oncelog-base",
+    )
+    parser.add_argument(
         "--latency",
         action="store_true",
         help="also run 1 and 16 transactional producers, 10-record transactions, linger.ms=0",
@@ -539,6 +551,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     work = Path(tempfile.mkdtemp(prefix="oncelog-compare-"))
     targets = [Target("oncelog", work, oncelog_sets=args.set)]
+    if args.baseline_src:
+        source = args.baseline_src.resolve()
+        targets.append(Target("oncelog-base", work, oncelog_sets=args.set, source=source))
     if args.nofsync:
         targets.append(
             Target(
@@ -617,6 +632,8 @@ def main(argv: list[str] | None = None) -> int:
         + (f" with --set {' '.join(args.set)}" if args.set else "")
         + ("; oncelog-nofsync: log.flush.interval.messages=Long.MAX" if args.nofsync else ""),
     ]
+    if args.baseline_src:
+        out.append(f"oncelog-base: the same, run from {args.baseline_src}")
     if args.peer_binary:
         out.append(f"{args.peer_name}: {args.peer_binary} broker, memory://tansu/ storage")
     elif args.peer_bootstrap:
