@@ -11,6 +11,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -81,3 +82,18 @@ def consume_count(consumer: Consumer, records: int, timeout_s: float, what: str)
             if message.error() is None:
                 read += 1
     return read
+
+
+def check_source(source: Path) -> Path:
+    """``source`` (another checkout's ``src``, run with PYTHONPATH) resolved; SystemExit if
+    it lacks the compiled record scanner: the broker would run the slower pure-Python
+    fallback, and an A/B against it would measure the build, not the change."""
+    source = source.resolve()
+    if not (source / "oncelog").is_dir():
+        raise SystemExit(f"{source} holds no oncelog package")
+    if not list((source / "oncelog" / "protocol").glob("_record_scan*.so")):
+        raise SystemExit(
+            f"{source}: oncelog/protocol/_record_scan is not built there (pip install -e "
+            "in that checkout, or copy the .so of the same _record_scan.c)"
+        )
+    return source

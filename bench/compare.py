@@ -52,7 +52,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from common import create_topics, uptime
+from common import check_source, create_topics, uptime
 from throughput import BrokerProcess, machine, process_cpu_seconds
 
 RECORD_SIZE = 1024
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="oncelog-compare-"))
     targets = [Target("oncelog", work, oncelog_sets=args.set)]
     if args.baseline_src:
-        source = args.baseline_src.resolve()
+        source = check_source(args.baseline_src)
         targets.append(Target("oncelog-base", work, oncelog_sets=args.set, source=source))
     if args.nofsync:
         targets.append(

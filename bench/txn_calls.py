@@ -30,7 +30,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from common import create_topics
+from common import check_source, create_topics
 
 TOPIC = "txn-calls"
 READY_TIMEOUT_S = 60.0
@@ -105,7 +105,7 @@ def main() -> int:
         parser.error("--many must exceed --few")
     targets: list[tuple[str, Path | None]] = [("oncelog", None)]
     if args.baseline_src:
-        targets.append(("oncelog-base", args.baseline_src.resolve()))
+        targets.append(("oncelog-base", check_source(args.baseline_src)))
     work = Path(tempfile.mkdtemp(prefix="oncelog-txn-calls-"))
     try:
         counts = {
