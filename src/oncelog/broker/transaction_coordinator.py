@@ -274,8 +274,9 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
 
     def _in_flight(self, partition: int, transactional_id: str) -> bool:
         """A write, or markers and the completion, are in flight for the id."""
-        shard = self._runtime.shards.get(partition)
-        if shard is None:
+        try:
+            shard = self._runtime.shard(partition)  # not ``shards``: a new dict per call
+        except CoordinatorError:
             return False
         metadata = shard.get(transactional_id)
         return shard.pending(transactional_id) is not None or (
