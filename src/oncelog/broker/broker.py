@@ -438,7 +438,7 @@ class Broker:
         coroutine made outside would then be dropped unawaited (a RuntimeWarning)."""
         started = time.monotonic()
         response = await self._handlers[api_key](self, context, request)
-        self.metrics.observe_request(api_key, request, response, time.monotonic() - started)
+        self.metrics.observe_request(api_key, response, time.monotonic() - started)
         return response
 
     @property
