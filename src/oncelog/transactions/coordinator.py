@@ -46,7 +46,13 @@ from types import MappingProxyType
 
 from oncelog.protocol.errors import ErrorCode
 from oncelog.state_machines import IllegalTransition
-from oncelog.transactions.log_records import VALUE_VERSION, decode_record, encode_key, encode_value
+from oncelog.transactions.log_records import (
+    VALUE_VERSION,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
 from oncelog.transactions.state import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -166,6 +172,15 @@ def _error(code: ErrorCode) -> CoordinatorResult:
     return CoordinatorResult(response=TxnResponse(code))
 
 
+@dataclass(frozen=True, slots=True)
+class _Writing:
+    """A transition whose record is being written, and the value bytes encoded for it
+    (None for a tombstone): replaying that very object needs no decoding."""
+
+    transition: TxnTransition
+    value: bytes | None
+
+
 class TransactionCoordinatorShard:
     """Transaction metadata of one ``__transaction_state`` partition."""
 
@@ -183,7 +198,7 @@ class TransactionCoordinatorShard:
         self._loading = loading
         self._txns: dict[str, TransactionMetadata] = {}
         # Transitions whose records are being written, per id, in log order.
-        self._pending: dict[str, list[TxnTransition]] = {}
+        self._pending: dict[str, list[_Writing]] = {}
 
     # --- state ---
 
@@ -201,26 +216,36 @@ class TransactionCoordinatorShard:
     def pending(self, transactional_id: str) -> TxnTransition | None:
         """The last transition whose record is being written for this id, if any."""
         chain = self._pending.get(transactional_id)
-        return chain[-1] if chain else None
+        return chain[-1].transition if chain else None
 
     # --- applying records: the one path for load and live ---
 
     def replay(self, offset: int, producer_id: int, key: bytes, value: bytes | None) -> None:
         """Apply one stored record (its offset and producer do not matter here). Unknown key
-        versions are skipped (as Kafka does)."""
-        record = decode_record(key, value)
-        if record is None:
+        versions are skipped (as Kafka does).
+
+        A live write replays the very value object this shard encoded for its transition
+        (records are replayed in the order their transitions were decided): its metadata is
+        the transition's target, which the current value version encodes losslessly
+        (tests/transactions/test_txn_log_records.py), so it is not decoded again. Anything
+        else (a load, an older value version) is decoded."""
+        tid = decode_key(key)
+        if tid is None:
             return
-        tid = record.transactional_id
         chain = self._pending.get(tid)
-        if chain:  # records are replayed in the order their transitions were decided
-            del chain[0]
+        head = None
+        if chain:
+            head = chain.pop(0)
             if not chain:
                 del self._pending[tid]
-        if record.metadata is None or record.metadata.state is TxnState.DEAD:
+        if head is not None and value is head.value and self.value_version == VALUE_VERSION:
+            metadata: TransactionMetadata | None = head.transition.target
+        else:
+            metadata = decode_value(tid, value)
+        if metadata is None or metadata.state is TxnState.DEAD:
             self._txns.pop(tid, None)
         else:
-            self._txns[tid] = record.metadata
+            self._txns[tid] = metadata
 
     def replay_end_transaction_marker(self, producer_id: int, committed: bool) -> None:
         """``__transaction_state`` holds no transaction markers: nothing to do."""
@@ -236,8 +261,8 @@ class TransactionCoordinatorShard:
         gets the runtime's error instead of ``result.response``)."""
         for transition in result.transitions:
             chain = self._pending.get(transition.transactional_id, [])
-            if any(t is transition for t in chain):
-                chain[:] = [t for t in chain if t is not transition]
+            if any(w.transition is transition for w in chain):
+                chain[:] = [w for w in chain if w.transition is not transition]
                 if not chain:
                     del self._pending[transition.transactional_id]
 
@@ -499,10 +524,9 @@ class TransactionCoordinatorShard:
             and tid not in self._pending
             and md.txn_last_update_timestamp <= now_ms - expiration_ms
         ]
-        for transition in transitions:
-            self._pending.setdefault(transition.transactional_id, []).append(transition)
         return CoordinatorResult(
-            records=tuple(self._record(t) for t in transitions), transitions=tuple(transitions)
+            records=tuple(self._start_writing(t) for t in transitions),
+            transitions=tuple(transitions),
         )
 
     # --- admin (KIP-664) ---
@@ -579,7 +603,7 @@ class TransactionCoordinatorShard:
         chain = self._pending.get(transactional_id)
         if not chain:
             return self._txns.get(transactional_id), False
-        writing = chain[-1].target
+        writing = chain[-1].transition.target
         if writing.state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             return writing, False
         return self._txns.get(transactional_id), True
@@ -590,19 +614,23 @@ class TransactionCoordinatorShard:
         response: TxnResponse | None,
         markers: tuple[MarkerRequest, ...] = (),
     ) -> CoordinatorResult:
-        self._pending.setdefault(transition.transactional_id, []).append(transition)
         return CoordinatorResult(
-            records=(self._record(transition),),
+            records=(self._start_writing(transition),),
             response=response,
             markers=markers,
             transitions=(transition,),
         )
 
-    def _record(self, transition: TxnTransition) -> tuple[bytes, bytes | None]:
+    def _start_writing(self, transition: TxnTransition) -> tuple[bytes, bytes | None]:
+        """The record of ``transition``, noted as being written for its id."""
         key = encode_key(transition.transactional_id)
-        if transition.is_tombstone:
-            return key, None
-        return key, encode_value(transition.target, self.value_version)
+        value = (
+            None if transition.is_tombstone else encode_value(transition.target, self.value_version)
+        )
+        self._pending.setdefault(transition.transactional_id, []).append(
+            _Writing(transition, value)
+        )
+        return key, value
 
     def _marker(self, md: TransactionMetadata) -> MarkerRequest:
         return MarkerRequest(
