@@ -18,9 +18,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from oncelog.broker.fsync_threads import FsyncThreads
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -46,13 +46,13 @@ class GroupCommitFlusher:
 
     def __init__(self) -> None:
         self._partitions: dict[Partition, _Partition] = {}
-        self._executor: ThreadPoolExecutor | None = None
+        self._threads: FsyncThreads | None = None
         self._stopping = False
         self.fsync_rounds = 0  # partition fsyncs done (a round covers all its waiters)
         self.on_fsync: Callable[[float], None] | None = None  # seconds of each fsync
 
     def start(self) -> None:
-        self._executor = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="fsync")
+        self._threads = FsyncThreads(FSYNC_THREADS)
         self._stopping = False
 
     async def stop(self) -> None:
@@ -65,9 +65,9 @@ class GroupCommitFlusher:
                 if not future.done():
                     future.set_exception(error)
         self._partitions.clear()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        if self._threads is not None:
+            self._threads.stop()
+            self._threads = None
 
     def wait_durable(self, partition: Partition, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once every offset below `end_offset` is fsynced."""
@@ -87,19 +87,19 @@ class GroupCommitFlusher:
         self._kick(partition, state)
 
     def _kick(self, partition: Partition, state: _Partition) -> None:
-        if state.flushing is None and not self._stopping and self._executor is not None:
+        if state.flushing is None and not self._stopping and self._threads is not None:
             state.flushing = asyncio.ensure_future(self._flush(partition, state))
 
     async def _flush(self, partition: Partition, state: _Partition) -> None:
         """fsync the partition until no waiter is left beyond its recovery point."""
-        assert self._executor is not None
-        loop = asyncio.get_running_loop()
+        threads = self._threads
+        assert threads is not None
         try:
             while state.waiters or state.requested:
                 state.requested = False
                 try:
                     started = time.monotonic()
-                    durable = await loop.run_in_executor(self._executor, partition.log.flush)
+                    durable = await threads.run(partition.log.flush)
                     if self.on_fsync is not None:
                         self.on_fsync(time.monotonic() - started)
                 except OSError as exc:

@@ -1,0 +1,95 @@
+"""FsyncThreads: the flusher's worker threads and their handoff to the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from oncelog.broker.fsync_threads import FsyncThreads
+
+TIMEOUT_S = 30.0
+
+
+def _run(test: Callable[[FsyncThreads], Awaitable[None]], count: int) -> None:
+    """Run ``test`` on a fresh loop with ``count`` threads, stopped after."""
+    threads = FsyncThreads(count)
+    try:
+        asyncio.run(asyncio.wait_for(test(threads), TIMEOUT_S * 2))
+    finally:
+        threads.stop()
+
+
+def test_a_job_runs_off_the_loop_and_answers_on_it() -> None:
+    async def test(threads: FsyncThreads) -> None:
+        ran_on = await threads.run(threading.get_ident)
+        assert ran_on != threading.get_ident()
+
+    _run(test, 2)
+
+
+def test_a_failing_job_raises_its_error_to_the_waiter() -> None:
+    def fail() -> int:
+        raise OSError(5, "Input/output error")
+
+    async def test(threads: FsyncThreads) -> None:
+        with pytest.raises(OSError, match="Input/output error"):
+            await threads.run(fail)
+        assert await threads.run(lambda: 7) == 7  # the thread survived its job's error
+
+    _run(test, 1)
+
+
+def test_jobs_run_concurrently_on_their_threads() -> None:
+    """Two partitions' fsyncs overlap: the second runs while the first still blocks."""
+    release = threading.Event()
+
+    async def test(threads: FsyncThreads) -> None:
+        blocked = threads.run(lambda: release.wait(TIMEOUT_S))
+        assert await threads.run(lambda: "free") == "free"
+        assert not blocked.done()
+        release.set()
+        assert await blocked is True
+
+    try:
+        _run(test, 2)
+    finally:
+        release.set()
+
+
+def test_a_cancelled_waiter_is_left_alone() -> None:
+    release = threading.Event()
+
+    async def test(threads: FsyncThreads) -> None:
+        waiting = threads.run(lambda: release.wait(TIMEOUT_S))
+        waiting.cancel()
+        release.set()
+        # the answer to the cancelled future arrives and is dropped; the next job still runs
+        assert await threads.run(lambda: 1) == 1
+        assert waiting.cancelled()
+
+    try:
+        _run(test, 1)
+    finally:
+        release.set()
+
+
+def test_stop_ends_every_thread_after_the_queued_jobs() -> None:
+    done: list[int] = []
+
+    async def queue_jobs(threads: FsyncThreads) -> list[asyncio.Future[None]]:
+        return [threads.run(lambda i=i: done.append(i)) for i in range(5)]
+
+    before = {t.name for t in threading.enumerate()}
+    threads = FsyncThreads(3, name="fsync-stop-test")
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(queue_jobs(threads))
+        threads.stop()
+    finally:
+        loop.close()
+    assert sorted(done) == [0, 1, 2, 3, 4]
+    left = {t.name for t in threading.enumerate()} - before
+    assert not [name for name in left if name.startswith("fsync-stop-test")]
