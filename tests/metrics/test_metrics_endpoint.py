@@ -7,6 +7,7 @@ import urllib.request
 import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 from oncelog.testing import EmbeddedBroker
@@ -87,3 +88,21 @@ def test_counters_move_with_the_traffic() -> None:
     loaded = [k for k in second if k[0] == "kafka_coordinator_partition_load_time_seconds"]
     assert loaded, "the group coordinator's load time is reported"
     assert ("kafka_log_logcleanermanager_max_dirty_percent", ()) in second
+
+
+def test_bytes_in_counts_what_was_received_not_what_was_stored() -> None:
+    """Kafka marks BytesIn with the request's records (appendToLocalLog), before a topic's
+    compression.type recompresses them: 1,000 plain 100-byte values are over 100 KB
+    received, and a few KB once the broker has gzipped them."""
+    topic = f"metrics-gzip-{uuid.uuid4().hex[:6]}"
+    with EmbeddedBroker({"offsets.topic.num.partitions": "1"}, metrics_port=0) as broker:
+        port = broker.broker.metrics_port  # type: ignore[union-attr]
+        assert port
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+        wanted = NewTopic(topic, 1, 1, config={"compression.type": "gzip"})
+        admin.create_topics([wanted])[topic].result(TIMEOUT_S)
+        produce(broker.bootstrap_servers, topic, 1000)
+        samples = scrape(port)
+        stored = value(samples, "kafka_log_log_size", topic=topic, partition="0")
+    assert value(samples, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic) > 100_000
+    assert 0 < stored < 20_000
