@@ -93,3 +93,14 @@ def test_stop_ends_every_thread_after_the_queued_jobs() -> None:
     assert sorted(done) == [0, 1, 2, 3, 4]
     left = {t.name for t in threading.enumerate()} - before
     assert not [name for name in left if name.startswith("fsync-stop-test")]
+
+
+def test_a_job_after_stop_is_refused_not_left_waiting() -> None:
+    threads = FsyncThreads(1, name="fsync-stopped-test")
+    threads.stop()
+
+    async def late_job() -> None:
+        await threads.run(lambda: None)
+
+    with pytest.raises(RuntimeError, match="stopped"):
+        asyncio.run(asyncio.wait_for(late_job(), 5))

@@ -23,9 +23,11 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]
 
 class FsyncThreads:
     """``count`` daemon threads taking jobs from one queue; ``stop`` ends them once the
-    jobs queued before it are done."""
+    jobs queued before it are done, and refuses any later job (no thread would take it,
+    and its waiter would wait for ever)."""
 
     def __init__(self, count: int, name: str = "fsync") -> None:
+        self._stopped = False
         self._jobs: SimpleQueue[_Job | None] = SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True)
@@ -36,13 +38,16 @@ class FsyncThreads:
 
     def run(self, work: Callable[[], T]) -> asyncio.Future[T]:
         """``work()`` on a worker thread: a future of the running loop with its result or
-        its exception."""
+        its exception. RuntimeError once stopped."""
+        if self._stopped:
+            raise RuntimeError("the fsync threads have stopped")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put((loop, future, work))
         return future
 
     def stop(self) -> None:
+        self._stopped = True
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:

@@ -252,9 +252,7 @@ def _append_now(
     if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
         broker.cluster.replicas.check_min_insync(partition)
     outcome = partition.append_client_batch(batch, header, now_ms)
-    broker.metrics.count_produced(
-        partition.topic, len(partition_data.records), header.record_count
-    )
+    broker.metrics.count_produced(partition.topic, len(partition_data.records), header.record_count)
     answer = {
         "index": partition.index,
         "error_code": ErrorCode.none,
