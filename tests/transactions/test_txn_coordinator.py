@@ -483,6 +483,21 @@ def test_a_request_decided_on_a_failed_completion_fails_with_it(h: Harness) -> N
     assert [m.transactional_id for m in h.shard.pending_markers()] == ["tx"]  # resent
 
 
+def test_a_record_replayed_behind_a_write_that_never_came_is_decoded(h: Harness) -> None:
+    """A live replay reuses the value a transition encoded only when the record replayed is
+    that very value: a completion whose append failed without the runtime saying so (an
+    OSError) stays at the head of the id's chain, and the AddPartitions decided on it and
+    written after must install its own state (ONGOING), not the stale head's."""
+    pid, epoch = start_txn(h, ("a", 0))
+    marker = h.end(pid, epoch, True).markers[0]
+    h.shard.complete("tx", h.now, marker)  # decided, never written nor failed
+    nxt = h.shard.add_partitions("tx", pid, epoch, [("b", 1)], h.now)
+    h.write(nxt)
+    md = h.shard.get("tx")
+    assert md is not None and md.state is S.ONGOING and md.partitions == {("b", 1)}
+    assert h.reloaded().get("tx") == md
+
+
 # --- timeouts ---
 
 
