@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 import oncelog.spark.writer as writer_module
+from oncelog.spark import claims
 from oncelog.spark.options import parse_write_options
 from oncelog.spark.writer import _read_claims
 
@@ -93,4 +94,4 @@ def test_a_read_that_cannot_finish_names_its_range_and_last_error(
 
 def test_a_deleted_start_is_gone() -> None:
     error = KafkaError(KafkaError._AUTO_OFFSET_RESET)
-    assert _read([[_Message(None, error_=error)]]) is None  # claims.GONE
+    assert _read([[_Message(None, error_=error)]]) is claims.GONE

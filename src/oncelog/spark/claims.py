@@ -280,7 +280,14 @@ class ReadClaims:
     end: int
 
 
-GONE = None  # ReadClaims' answer when its start was deleted
+class Gone(enum.Enum):
+    """ReadClaims' answer when its start was deleted: a value of its own, which no other
+    answer (a list of records, a progress, an offset, a fence's None) can be mistaken for."""
+
+    GONE = "gone"
+
+
+GONE = Gone.GONE
 
 
 @dataclass(frozen=True)
@@ -314,7 +321,7 @@ class Stop:
 
 Outcome = Proceed | Stop
 
-Answer = sink.Progress | Claimed | int | list[tuple[int, bytes | None]] | None
+Answer = sink.Progress | Claimed | int | list[tuple[int, bytes | None]] | Gone | None
 
 
 def attempt(sink_id: str, slot: int, batch: int) -> Generator[Step, Answer, Outcome]:

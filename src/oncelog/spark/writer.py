@@ -500,7 +500,7 @@ TRANSIENT_READ_ERRORS = frozenset(
 
 def _read_claims(
     options: WriteOptions, reader: Consumer, partition: int, start: int, end: int
-) -> list[tuple[int, bytes | None]] | None:
+) -> list[tuple[int, bytes | None]] | claims.Gone:
     """Offsets and values of the slot's progress partition in [start, end), aborted and
     open transactions' records included; `claims.GONE` when `start` was deleted. Transient
     fetch errors (a broker restarting) are waited out, up to the transaction timeout."""
