@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -149,7 +149,7 @@ def test_a_long_range_or_no_claim_reads_from_the_stable_offset() -> None:
 class _Transaction:
     writer: str
     epoch: int
-    state: str = "open"  # open, prepared (its commit began), committed, aborted
+    state: str = "open"  # open, prepared (its commit began), committed, aborted; none: idle
     offsets: Progress | None = None  # the progress it added (a TxnOffsetCommit)
     batch: int = -1
 
@@ -157,7 +157,8 @@ class _Transaction:
 @dataclass
 class _Slot:
     """One task slot as the cluster holds it: the committed progress, the slot's partition
-    of the progress topic (each record with its transaction), each writer's transactions,
+    of the progress topic (each record with its transaction), each writer's current
+    transaction (its epoch: the latest a producer of that transactional.id initialised),
     and the batches written."""
 
     progress: Progress = field(default_factory=lambda: Progress("s", "p", 1))
@@ -179,6 +180,12 @@ class _Slot:
         self.progress = txn.offsets
         self.written.append(txn.batch)
 
+    def init(self, writer: str) -> int:
+        """init_transactions of a new transactional.id: its producer's epoch."""
+        assert writer not in self.current  # writers' ids are new (a uuid each)
+        self.current[writer] = _Transaction(writer, 0, state="none")
+        return 0
+
     def fence(self, writer: str) -> None:
         """init_transactions with the writer's id: aborts its open transaction, completes
         one whose commit began, and refuses what it sends after (a new epoch)."""
@@ -193,10 +200,37 @@ class _Slot:
         return self.current[txn.writer] is txn
 
 
+@dataclass
+class _Worker:
+    """A Python worker: runs its attempts one after another and keeps its writer (a
+    transactional.id and the epoch its producer holds) while that writer's claims end in
+    commits, as `producers.ClientPool` does; a kept writer found fenced at a claim is
+    replaced by a new one, which claims instead (`writer._claim_with_a_live_writer`)."""
+
+    name: str
+    writer: str | None = None
+    epoch: int = 0
+    made: int = 0
+    reused: int = 0  # claims made with a writer kept from an earlier attempt
+    replaced: int = 0  # kept writers found fenced at a claim and replaced
+
+    def claiming_writer(self, slot: _Slot) -> str:
+        if self.writer is not None and slot.current[self.writer].epoch != self.epoch:
+            self.replaced += 1  # the broker refused the claim: nothing was written
+            self.writer = None
+        if self.writer is None:
+            self.made += 1
+            self.writer = f"{self.name}.{self.made}"
+            self.epoch = slot.init(self.writer)
+        else:
+            self.reused += 1
+        return self.writer
+
+
 BLOCKED = object()
 
 
-def _take(slot: _Slot, step: claims.Step, writer: str, batch: int) -> object:
+def _take(slot: _Slot, step: claims.Step, worker: _Worker, batch: int) -> object:
     """One step of `claims.attempt` against the model slot (BLOCKED: not yet possible)."""
     match step:
         case claims.ReadProgress(wait):
@@ -206,7 +240,8 @@ def _take(slot: _Slot, step: claims.Step, writer: str, batch: int) -> object:
         case claims.ReadMaterialised():
             return slot.progress
         case claims.ProduceClaim():
-            txn = slot.current[writer] = _Transaction(writer, 0, batch=batch)
+            writer = worker.claiming_writer(slot)
+            txn = slot.current[writer] = _Transaction(writer, worker.epoch, batch=batch)
             slot.records.append((txn, Claim("s", 0, batch, writer).encode()))
             return claims.Claimed(len(slot.records) - 1, writer)
         case claims.LookUpStableOffset():
@@ -219,13 +254,14 @@ def _take(slot: _Slot, step: claims.Step, writer: str, batch: int) -> object:
     raise AssertionError(step)
 
 
-def _attempt(slot: _Slot, writer: str, batch: int) -> Generator[None, None, None]:
-    """One attempt: claims.attempt's steps and then the write, a `yield` between any two
-    requests to the cluster (where another attempt may run)."""
+def _attempt(slot: _Slot, worker: _Worker, batch: int) -> Generator[None, None, None]:
+    """One attempt on `worker`: claims.attempt's steps and then the write, a `yield`
+    between any two requests to the cluster (where another attempt may run). A writer
+    whose claim does not end in its commit is retired."""
     steps = claims.attempt("s", 0, batch)
     step = next(steps)
     while True:
-        while (answer := _take(slot, step, writer, batch)) is BLOCKED:
+        while (answer := _take(slot, step, worker, batch)) is BLOCKED:
             yield
         yield
         try:
@@ -234,49 +270,78 @@ def _attempt(slot: _Slot, writer: str, batch: int) -> Generator[None, None, None
             outcome = done.value
             break
     if not isinstance(outcome, claims.Proceed):
-        if writer in slot.current and slot.live(slot.current[writer]):
-            slot.current[writer].state = "aborted"
+        if outcome.claimed:
+            assert worker.writer is not None
+            if slot.live(txn := slot.current[worker.writer]) and txn.state == "open":
+                txn.state = "aborted"
+            worker.writer = None
         return
-    txn = slot.current[writer]
+    assert worker.writer is not None
+    txn = slot.current[worker.writer]
     if not slot.live(txn) or txn.state != "open":
-        return  # fenced: the broker refuses the TxnOffsetCommit
+        worker.writer = None  # fenced: the broker refuses the TxnOffsetCommit
+        return
     txn.offsets = Progress("s", "p", 1, outcome.decision.next_batch, claim=outcome.claim)
     yield
     if not slot.live(txn) or txn.state != "open":
-        return  # fenced: EndTxn refused
+        worker.writer = None  # fenced: EndTxn refused
+        return
     txn.state = "prepared"
     yield
     if txn.state == "prepared":  # unless a fence completed it meanwhile
         slot.complete(txn)
 
 
-ATTEMPTS = 3
+def _worker(slot: _Slot, worker: _Worker, batches: tuple[int, ...]) -> Iterator[None]:
+    for batch in batches:
+        yield from _attempt(slot, worker, batch)
 
 
-def _run(schedule: list[int], dead: set[int], earlier_batch: bool = False) -> list[int]:
-    """Attempts of batch 1 (after batch 0 was written when `earlier_batch`) run in the
-    order `schedule` says; then the dead ones stop (the coordinator aborts what they left
+Plan = tuple[tuple[int, ...], ...]  # which batches of the slot each worker attempts, in order
+ONE_BATCH: Plan = ((1,), (1,), (1,))  # three attempts of batch 1, each with a new writer
+# kept writers: attempts of later batches reuse the writer of an earlier one (and meet its
+# zombies, or are fenced while idle by another worker's attempt of the same batch)
+KEPT: Plan = ((0, 1, 2), (0, 1), (1, 2))
+
+
+@dataclass
+class _Run:
+    written: list[int]
+    workers: list[_Worker]
+
+    def twice(self) -> bool:
+        return any(self.written.count(b) > 1 for b in set(self.written))
+
+
+def _run(
+    schedule: list[int], dead: set[int], earlier_batch: bool = False, plan: Plan = ONE_BATCH
+) -> _Run:
+    """Workers run their attempts in the order `schedule` says (after batch 0 was written
+    when `earlier_batch`); then the dead ones stop (the coordinator aborts what they left
     open, completes what began committing) and the others run to their end."""
     slot = _Slot()
     if earlier_batch:
-        first = _attempt(slot, "w-first", 0)
+        first = _worker(slot, _Worker("first"), (0,))
         while next(first, "done") is None:
             pass
-    running = [_attempt(slot, f"w{i}", 1) for i in range(ATTEMPTS)]
+    workers = [_Worker(f"w{i}") for i in range(len(plan))]
+    running = [_worker(slot, w, batches) for w, batches in zip(workers, plan, strict=True)]
     for turn in schedule:
-        next(running[turn % ATTEMPTS], None)
+        next(running[turn % len(running)], None)
     for i in dead:
-        txn = slot.current.get(f"w{i}")
+        writer = workers[i].writer
+        txn = slot.current.get(writer) if writer is not None else None
         if txn is not None and txn.state in ("open", "prepared"):
             slot.fence(txn.writer)  # the transaction timeout's abort (or completion)
-    for _ in range(200):
-        for i in set(range(ATTEMPTS)) - dead:
+    for _ in range(400):
+        for i in set(range(len(plan))) - dead:
             next(running[i], None)
-    return [b for b in slot.written if b == 1]
+    return _Run(slot.written, workers)
 
 
-SCHEDULES = st.lists(st.integers(0, ATTEMPTS - 1), max_size=40)
-DEAD = st.sets(st.integers(0, ATTEMPTS - 1), max_size=1)
+SCHEDULES = st.lists(st.integers(0, len(ONE_BATCH) - 1), max_size=40)
+LONG_SCHEDULES = st.lists(st.integers(0, len(KEPT) - 1), max_size=120)
+DEAD = st.sets(st.integers(0, len(ONE_BATCH) - 1), max_size=1)
 
 
 @settings(max_examples=400, deadline=None)
@@ -284,26 +349,52 @@ DEAD = st.sets(st.integers(0, ATTEMPTS - 1), max_size=1)
 def test_interleaved_attempts_of_one_batch_write_it_at_most_once(
     schedule: list[int], dead: set[int], earlier_batch: bool
 ) -> None:
-    assert len(_run(schedule, dead, earlier_batch)) <= 1
+    assert not _run(schedule, dead, earlier_batch).twice()
 
 
-def _twice(earlier_batch: bool) -> tuple[list[int], set[int]]:
+@settings(max_examples=400, deadline=None)
+@given(LONG_SCHEDULES, DEAD)
+def test_kept_writers_write_each_batch_at_most_once(schedule: list[int], dead: set[int]) -> None:
+    assert not _run(schedule, dead, plan=KEPT).twice()
+
+
+def test_the_model_reuses_kept_writers_and_replaces_one_fenced_while_idle() -> None:
+    """The search above reaches the cases it is for: a writer kept from an earlier batch
+    claims again, and a kept writer fenced while idle (its commit landed between two reads
+    of another worker's attempt) is replaced at its next claim, each batch still written
+    once."""
+    for reached in (
+        lambda run: sum(w.reused for w in run.workers) > 0,
+        lambda run: sum(w.replaced for w in run.workers) > 0,
+    ):
+        schedule, dead = find(
+            st.tuples(LONG_SCHEDULES, DEAD),
+            lambda case, reached=reached: reached(_run(case[0], case[1], plan=KEPT)),
+            settings=settings(max_examples=5000, database=None, derandomize=True),
+        )
+        run = _run(schedule, dead, plan=KEPT)
+        assert not run.twice() and sorted(set(run.written)) == sorted(run.written)
+
+
+def _twice(earlier_batch: bool, plan: Plan = ONE_BATCH) -> tuple[list[int], set[int]]:
     schedule, dead = find(
-        st.tuples(SCHEDULES, DEAD),
-        lambda case: len(_run(case[0], case[1], earlier_batch)) > 1,
+        st.tuples(LONG_SCHEDULES if plan is KEPT else SCHEDULES, DEAD),
+        lambda case: _run(case[0], case[1], earlier_batch, plan).twice(),
         settings=settings(max_examples=5000, database=None, derandomize=True),
     )
     return schedule, dead
 
 
-@pytest.mark.parametrize("earlier_batch", [False, True])
+@pytest.mark.parametrize(
+    ("earlier_batch", "plan"), [(False, ONE_BATCH), (True, ONE_BATCH), (False, KEPT)]
+)
 def test_without_the_fence_some_interleaving_writes_a_batch_twice(
-    monkeypatch: pytest.MonkeyPatch, earlier_batch: bool
+    monkeypatch: pytest.MonkeyPatch, earlier_batch: bool, plan: Plan
 ) -> None:
     monkeypatch.setattr(_Slot, "fence", lambda self, writer: None)
-    schedule, dead = _twice(earlier_batch)
+    schedule, dead = _twice(earlier_batch, plan)
     monkeypatch.undo()
-    assert len(_run(schedule, dead, earlier_batch)) == 1  # the same interleaving, fenced
+    assert not _run(schedule, dead, earlier_batch, plan).twice()  # the same interleaving, fenced
 
 
 def test_without_settling_skipped_claims_some_interleaving_writes_a_batch_twice(
@@ -315,20 +406,20 @@ def test_without_settling_skipped_claims_some_interleaving_writes_a_batch_twice(
     monkeypatch.setattr(claims, "must_settle", lambda found, skipped: bool(found))
     schedule, dead = _twice(earlier_batch=False)
     monkeypatch.undo()
-    assert len(_run(schedule, dead)) == 1
+    assert not _run(schedule, dead).twice()
 
 
 def test_a_fence_completes_a_commit_that_had_begun_and_the_attempt_skips() -> None:
     """A's commit began (PrepareCommit) and its markers are not written; Z's reads are held,
     it fences A, which completes A's commit, and decides on the read after: skip."""
     slot = _Slot()
-    a, z = _attempt(slot, "w-a", 1), _attempt(slot, "w-z", 1)
-    while slot.current.get("w-a", _Transaction("w-a", 0)).state != "prepared":
+    a, z = _attempt(slot, _Worker("a"), 1), _attempt(slot, _Worker("z"), 1)
+    while slot.current.get("a.1", _Transaction("a.1", 0)).state != "prepared":
         next(a)
     for _ in range(30):
         next(z, None)
     assert slot.written == [1]  # completed by Z's fence; A is still before its completion
-    assert slot.current["w-a"].epoch == 1 and slot.current["w-z"].state == "aborted"
+    assert slot.current["a.1"].epoch == 1 and slot.current["z.1"].state == "aborted"
     for _ in range(30):
         next(a, None)
     assert slot.written == [1]
@@ -342,4 +433,4 @@ def test_deciding_on_the_read_before_a_fence_writes_a_batch_twice(
     monkeypatch.setattr(claims, "must_reread", lambda latest, fenced: latest is None)
     schedule, dead = _twice(earlier_batch=False)
     monkeypatch.undo()
-    assert len(_run(schedule, dead)) == 1
+    assert not _run(schedule, dead).twice()
