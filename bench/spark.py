@@ -22,7 +22,7 @@ partitions per topic) and measures, in this order:
    `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
    rate source into the noop sink, and against PySpark's own floor, a Python source and a
    Python sink that do nothing (mean `triggerExecution` of the progress reports after a
-   warm-up);
+   warm-up, and the mean of the parts Spark reports: latestOffset, addBatch, ...);
 6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement).
 
 It prints the load average (`uptime`) before and after: the machine is shared, so compare
@@ -147,12 +147,16 @@ def spark_write(spark: Any, bootstrap: str, topic: str, records: int, guarantee:
     return records
 
 
+PARTS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
+
+
 def micro_batch_cost(
     stream: Any, checkpoint: Path, batches: int, warmup: int, timeout_s: float = 300
 ) -> tuple[float, int]:
     """Start `stream` (a DataStreamWriter) triggering as fast as it can; return the mean
     triggerExecution (ms) and the mean rows of `batches` micro-batches with rows, after
-    `warmup` of them. The query is always stopped."""
+    `warmup` of them, and print the mean of the parts Spark reports (where it goes). The
+    query is always stopped."""
     query = (
         stream.option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="0 seconds")
@@ -164,6 +168,11 @@ def micro_batch_cost(
             done = [p for p in query.recentProgress if p["numInputRows"] > 0]
             if len(done) >= warmup + batches:
                 timed = done[warmup : warmup + batches]
+                parts = (
+                    f"{part} {statistics.mean(p['durationMs'].get(part, 0) for p in timed):.0f}"
+                    for part in PARTS
+                )
+                print(f"    {checkpoint.name}, mean ms: {', '.join(parts)}", flush=True)
                 return (
                     statistics.mean(p["durationMs"]["triggerExecution"] for p in timed),
                     round(statistics.mean(p["numInputRows"] for p in timed)),
