@@ -30,7 +30,12 @@ from confluent_kafka import Consumer, KafkaError, Producer
 
 from oncelog.spark import claims
 from oncelog.spark.client import Cluster, ClusterError, with_logger
-from oncelog.spark.options import WriteOptions, consumer_config, producer_config
+from oncelog.spark.options import (
+    WriteOptions,
+    client_timeout_s,
+    consumer_config,
+    producer_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +193,9 @@ class ClientPool:
             self._claims,
             _config_key(options.client),
             lambda: _knowing(
-                _consumer(options, CLAIMS_GROUP, "read_uncommitted"), options.progress_topic
+                _consumer(options, CLAIMS_GROUP, "read_uncommitted"),
+                options.progress_topic,
+                client_timeout_s(options.client),
             ),
         )
 
@@ -257,13 +264,22 @@ def _initialised(
     return producer
 
 
-def _knowing(consumer: Consumer, topic: str) -> Consumer:
+def _knowing(consumer: Consumer, topic: str, timeout_s: float) -> Consumer:
     """`consumer`, once it has `topic`'s metadata. A new librdkafka 2.16 consumer assigned a
     partition of a topic it has no metadata for often fetches nothing until its
     once-a-second scan of unknown topics ("Topic ... metadata information unknown"): the
     first claims read of a new Python worker took about 800 ms in 4 of 8 tries, and
-    1.5-5 ms in 8 of 8 with this look-up first (one Metadata request)."""
-    consumer.list_topics(topic, timeout=TRANSACTION_TIMEOUT_S)
+    1.5-5 ms in 8 of 8 with this look-up first (one Metadata request). The look-up waits at
+    most the client timeout (`kafka.socket.timeout.ms`); if it fails, the consumer is
+    closed (a long-lived Python worker would otherwise keep one more per task retry)."""
+    try:
+        consumer.list_topics(topic, timeout=timeout_s)
+    except BaseException as exc:
+        consumer.close()
+        raise ClusterError(
+            f"looking up the progress topic {topic} failed within {timeout_s:g} s "
+            f"(kafka.socket.timeout.ms): {exc}"
+        ) from exc
     return consumer
 
 
