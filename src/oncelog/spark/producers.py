@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from oncelog.spark import claims
 from oncelog.spark.client import Cluster, ClusterError, with_logger
@@ -274,7 +274,7 @@ def _knowing(consumer: Consumer, topic: str, timeout_s: float) -> Consumer:
     closed (a long-lived Python worker would otherwise keep one more per task retry)."""
     try:
         consumer.list_topics(topic, timeout=timeout_s)
-    except BaseException as exc:
+    except KafkaException as exc:
         consumer.close()
         raise ClusterError(
             f"looking up the progress topic {topic} failed within {timeout_s:g} s "

@@ -213,7 +213,9 @@ def _append(
             admission = broker.check_transactional_write(transactional_id, header, partition)
             if admission is not None:
                 return _pending(index), partition, admission
-        return _append_now(broker, partition, header, batch, partition_data, acks, now_ms)
+        return _append_now(
+            broker, partition, header, batch, len(partition_data.records), acks, now_ms
+        )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
 
@@ -230,7 +232,9 @@ async def _append_admitted(
         partition = broker.partition_for_clients(topic, index)
         header, batch = partition.split(partition_data.records, now_ms)
         admission.check_still_open(partition, header.producer_id)
-        return _append_now(broker, partition, header, batch, partition_data, acks, now_ms)
+        return _append_now(
+            broker, partition, header, batch, len(partition_data.records), acks, now_ms
+        )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
     finally:
@@ -242,17 +246,17 @@ def _append_now(
     partition: Partition,
     header: BatchHeader,
     batch: memoryview | bytes,
-    partition_data: Any,
+    received: int,
     acks: int,
     now_ms: int,
 ) -> tuple[dict[str, Any], Partition, int]:
-    """Append ``batch`` (the request's ``partition_data`` after validation, recompressed if
-    the topic's compression.type asks); BytesIn counts the bytes received, as Kafka's
+    """Append ``batch`` (the request's records after validation, recompressed if the
+    topic's compression.type asks); BytesIn counts the ``received`` bytes, as Kafka's
     appendToLocalLog marks the request's records.sizeInBytes."""
     if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
         broker.cluster.replicas.check_min_insync(partition)
     outcome = partition.append_client_batch(batch, header, now_ms)
-    broker.metrics.count_produced(partition.topic, len(partition_data.records), header.record_count)
+    broker.metrics.count_produced(partition.topic, received, header.record_count)
     answer = {
         "index": partition.index,
         "error_code": ErrorCode.none,
