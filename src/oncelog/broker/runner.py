@@ -10,8 +10,12 @@ from pathlib import Path
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
+from oncelog.broker.stall_report import watched
 
 log = logging.getLogger(__name__)
+
+# A clean stop takes milliseconds; past this, the log says where it waits (stall_report).
+SHUTDOWN_STALL_S = 10.0
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -57,7 +61,7 @@ async def serve(
         await stopping.wait()
     finally:
         log.info("shutting down")
-        await broker.stop()
+        await watched(broker.stop(), "the broker's shutdown", SHUTDOWN_STALL_S)
 
 
 def run_forever(

@@ -23,6 +23,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from oncelog.broker.stall_report import STALL_REPORT_MARK
 from oncelog.testing.children import ManagedChild, kill_process, terminate_process
 
 __all__ = ["BrokerProcess", "BrokerProcessError"]
@@ -165,7 +166,7 @@ class BrokerProcess(ManagedChild):
         if not clean:
             raise BrokerProcessError(
                 f"broker {proc.pid} did not stop within {self.stop_timeout_s} s of SIGTERM; "
-                f"killed it\n{self._log_tail()}"
+                f"killed it\n{self._stall_report()}{self._log_tail()}"
             )
         if check and self.returncode != 0:
             raise BrokerProcessError(
@@ -257,6 +258,16 @@ class BrokerProcess(ManagedChild):
                     f"{self._log_tail()}"
                 )
             time.sleep(_POLL_S)
+
+    def _stall_report(self, lines: int = 150) -> str:
+        """The broker's own account of a shutdown that hangs (where each task waited,
+        oncelog.broker.stall_report), which the tail alone may have scrolled past."""
+        log_lines = self.read_log(current_run=True).splitlines()
+        starts = [i for i, line in enumerate(log_lines) if STALL_REPORT_MARK in line]
+        if not starts:
+            return ""
+        report = log_lines[starts[-1] : starts[-1] + lines]
+        return "stall report:\n" + "\n".join("  " + line for line in report) + "\n"
 
     def _log_tail(self, lines: int = 40) -> str:
         tail = self.read_log(current_run=True).splitlines()[-lines:]
