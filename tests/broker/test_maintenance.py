@@ -105,3 +105,45 @@ def test_a_cancelled_tick_waits_for_its_checkpoint_thread(tmp_path: Path) -> Non
     asyncio.run(scenario())
     assert finished == ["checkpoint", "tick"]
     registry.close()
+
+
+def test_a_cancelled_tick_leaves_the_other_partitions_checkpoints_to_their_close(
+    tmp_path: Path,
+) -> None:
+    """On a loaded disk each checkpoint's fsyncs can take a second: a broker stopping
+    must wait for the one under way, not for one per partition (a cluster broker's 50
+    __consumer_offsets partitions, written in the first pass after they appear, once held
+    a stop past the test harness's 30 s). Each log writes its own when it closes."""
+    config = BrokerConfig.load(None, {})
+    registry = TopicRegistry(tmp_path, config)
+    asyncio.run(registry.create("t", 5, {}, 0))
+    writing, release = threading.Event(), threading.Event()
+    written: list[int] = []
+
+    def slow_checkpoint(index: int) -> None:
+        writing.set()
+        release.wait(10)
+        written.append(index)
+
+    for index in range(5):
+        log = registry.partition("t", index).log
+        log.write_recovery_checkpoint = (  # type: ignore[method-assign]
+            lambda index=index: slow_checkpoint(index)
+        )
+
+    async def scenario() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        maintenance = Maintenance(registry, flusher, config, clock_ms=lambda: 0)
+        tick = asyncio.ensure_future(maintenance.tick(0))
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        tick.cancel()
+        await asyncio.sleep(0.05)  # the tick takes the cancellation before the write ends
+        release.set()
+        await asyncio.gather(tick, return_exceptions=True)
+        await flusher.stop()
+
+    asyncio.run(scenario())
+    assert len(written) == 1, f"checkpoints written after the cancellation: {written}"
+    registry.close()

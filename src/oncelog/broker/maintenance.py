@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -94,11 +95,16 @@ class Maintenance:
             self._next_retention_ms = now_ms + self._retention_interval_ms
         if checkpoint_due:
             self._next_checkpoint_ms = now_ms + CHECKPOINT_INTERVAL_MS
-            await write_in_thread(self._write_checkpoints)
+            stopping = threading.Event()
+            await write_in_thread(lambda: self._write_checkpoints(stopping), stopping)
 
-    def _write_checkpoints(self) -> None:
+    def _write_checkpoints(self, stopping: threading.Event) -> None:
+        """Each partition's recovery checkpoint, until ``stopping`` is set (the broker
+        stops: each log writes its own when it closes)."""
         failures = _Failures("writing the recovery checkpoint")
         for partition in self._topics.partitions():
+            if stopping.is_set():
+                break
             try:
                 partition.log.write_recovery_checkpoint()
             except OSError as exc:

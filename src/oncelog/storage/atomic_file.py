@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,14 +24,21 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-async def write_in_thread(write: Callable[[], None]) -> None:
+async def write_in_thread(
+    write: Callable[[], None], stopping: threading.Event | None = None
+) -> None:
     """Run ``write`` (checkpoint files) in a worker thread, off the event loop. A thread
     cannot be interrupted: when the awaiting task is cancelled (the broker stopping), the
     cancellation waits for the write to end, so that the stopping code neither closes what
-    it reads nor writes the same temporary file beside it."""
+    it reads nor writes the same temporary file beside it. A write of many files is told
+    so through ``stopping``, set on cancellation, and should end after the file under way:
+    on a loaded disk each fsync can take a second, and a broker stopping must not wait for
+    one per partition (what has to be durable at a stop is written at close)."""
     writing = asyncio.ensure_future(asyncio.to_thread(write))
     try:
         await asyncio.shield(writing)
     except asyncio.CancelledError:
+        if stopping is not None:
+            stopping.set()
         await writing
         raise
