@@ -68,13 +68,36 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
     registry.close()
 
 
+def _cancel_a_tick_while_it_checkpoints(
+    registry: TopicRegistry, writing: threading.Event, release: threading.Event
+) -> bool:
+    """Run a maintenance tick, cancel it once a checkpoint write has begun (``writing``),
+    then let the writes end (``release``). Whether the tick had returned before that."""
+
+    async def scenario() -> bool:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        maintenance = Maintenance(registry, flusher, BrokerConfig.load(None, {}), lambda: 0)
+        tick = asyncio.ensure_future(maintenance.tick(0))
+        while not writing.is_set():
+            await asyncio.sleep(0.01)
+        tick.cancel()
+        await asyncio.sleep(0.2)  # the tick takes the cancellation while the write is held
+        returned_early = tick.done()
+        release.set()
+        await asyncio.gather(tick, return_exceptions=True)
+        await flusher.stop()
+        assert tick.cancelled()
+        return returned_early
+
+    return asyncio.run(scenario())
+
+
 def test_a_cancelled_tick_waits_for_its_checkpoint_thread(tmp_path: Path) -> None:
     """Broker.stop cancels maintenance, then closes the logs: a checkpoint thread left
     running would write beside the close (two writers of one temporary file)."""
-    config = BrokerConfig.load(None, {})
-    registry = TopicRegistry(tmp_path, config)
+    registry = TopicRegistry(tmp_path, BrokerConfig.load(None, {}))
     asyncio.run(registry.create("t", 1, {}, 0))
-    log = registry.partition("t", 0).log
     writing, release = threading.Event(), threading.Event()
     finished: list[str] = []
 
@@ -83,26 +106,12 @@ def test_a_cancelled_tick_waits_for_its_checkpoint_thread(tmp_path: Path) -> Non
         release.wait(10)
         finished.append("checkpoint")
 
-    log.write_recovery_checkpoint = slow_checkpoint  # type: ignore[method-assign]
-
-    async def scenario() -> None:
-        flusher = GroupCommitFlusher()
-        flusher.start()
-        maintenance = Maintenance(registry, flusher, config, clock_ms=lambda: 0)
-        tick = asyncio.ensure_future(maintenance.tick(0))
-        while not writing.is_set():
-            await asyncio.sleep(0.01)
-        tick.cancel()
-        await asyncio.sleep(0.2)
-        returned_early = tick.done()
-        release.set()
-        await asyncio.gather(tick, return_exceptions=True)
-        finished.append("tick")
-        await flusher.stop()
-        assert not returned_early, "the cancelled tick returned while its thread still wrote"
-        assert tick.cancelled()
-
-    asyncio.run(scenario())
+    registry.partition("t", 0).log.write_recovery_checkpoint = (  # type: ignore[method-assign]
+        slow_checkpoint
+    )
+    returned_early = _cancel_a_tick_while_it_checkpoints(registry, writing, release)
+    finished.append("tick")
+    assert not returned_early, "the cancelled tick returned while its thread still wrote"
     assert finished == ["checkpoint", "tick"]
     registry.close()
 
@@ -111,11 +120,9 @@ def test_a_cancelled_tick_leaves_the_other_partitions_checkpoints_to_their_close
     tmp_path: Path,
 ) -> None:
     """On a loaded disk each checkpoint's fsyncs can take a second: a broker stopping
-    must wait for the one under way, not for one per partition (a cluster broker's 50
-    __consumer_offsets partitions, written in the first pass after they appear, once held
-    a stop past the test harness's 30 s). Each log writes its own when it closes."""
-    config = BrokerConfig.load(None, {})
-    registry = TopicRegistry(tmp_path, config)
+    must wait for the one under way, not for one per partition. Each log writes its own
+    when it closes."""
+    registry = TopicRegistry(tmp_path, BrokerConfig.load(None, {}))
     asyncio.run(registry.create("t", 5, {}, 0))
     writing, release = threading.Event(), threading.Event()
     written: list[int] = []
@@ -130,20 +137,6 @@ def test_a_cancelled_tick_leaves_the_other_partitions_checkpoints_to_their_close
         log.write_recovery_checkpoint = (  # type: ignore[method-assign]
             lambda index=index: slow_checkpoint(index)
         )
-
-    async def scenario() -> None:
-        flusher = GroupCommitFlusher()
-        flusher.start()
-        maintenance = Maintenance(registry, flusher, config, clock_ms=lambda: 0)
-        tick = asyncio.ensure_future(maintenance.tick(0))
-        while not writing.is_set():
-            await asyncio.sleep(0.01)
-        tick.cancel()
-        await asyncio.sleep(0.05)  # the tick takes the cancellation before the write ends
-        release.set()
-        await asyncio.gather(tick, return_exceptions=True)
-        await flusher.stop()
-
-    asyncio.run(scenario())
+    _cancel_a_tick_while_it_checkpoints(registry, writing, release)
     assert len(written) == 1, f"checkpoints written after the cancellation: {written}"
     registry.close()
