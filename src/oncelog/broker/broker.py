@@ -356,7 +356,9 @@ class Broker:
         return None if topic is None else topic.name
 
     async def stop(self) -> None:
-        """Stop serving, flush everything, and leave the clean-shutdown marker."""
+        """Stop serving, flush everything, and leave the clean-shutdown marker, unless a
+        log failed an fsync: then the next start must recover it from its recovery point."""
+        hosted = self.hosted.partitions()  # a cluster broker's replicas are gone once closed
         # The log upkeep first: a cluster broker closes its replicas when it leaves.
         if self._maintenance is not None:
             self._maintenance.cancel()
@@ -378,6 +380,14 @@ class Broker:
             await self.groups.stop()
         await self.flusher.stop()
         self.topics.close()
+        failed = [p for p in hosted if p.log.failed]
+        if failed:
+            log.error(
+                "broker stopped; %d log(s) failed an fsync (%s): the next start recovers them",
+                len(failed),
+                ", ".join(f"{p.topic}-{p.index}" for p in failed[:10]),
+            )
+            return
         (self.data_dir / CLEAN_SHUTDOWN_MARKER).touch()
         log.info("broker stopped cleanly")
 

@@ -11,6 +11,7 @@ the loop closes or deletes the log: checkpoint writes, close and delete take
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -123,6 +124,12 @@ class PartitionLog:
         # file name), without holding up appends for the checkpoint's fsyncs.
         self._checkpoint_lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
+        # Why an fsync of this log failed; None while none has. After a failed fsync the
+        # kernel may have dropped the dirty pages and marked them clean, so a later fsync
+        # can succeed without them ever reaching the disk ("fsyncgate"): nothing beyond
+        # the recovery point is called durable again, and nothing more is appended, until
+        # a restart recovers the log from that point (Kafka takes the log dir offline).
+        self._fsync_failure: str | None = None
         # Called with the new segment's base offset just before a roll (under the log's
         # lock, before the batch that triggered it is written): the producer state is
         # snapshotted there, as Kafka does, so a restart replays only the active segment.
@@ -187,6 +194,15 @@ class PartitionLog:
         """Closed at shutdown or deleted with its topic: nothing more can be written."""
         return not self._segments
 
+    @property
+    def failed(self) -> bool:
+        """An fsync of this log failed: it takes no append and reports nothing more
+        durable until the broker restarts and recovers it (see ``__init__``)."""
+        return self._fsync_failure is not None
+
+    def _offline_reason(self) -> str:
+        return f"{self._fsync_failure}; the log is offline until the broker restarts"
+
     # --- writing ---
 
     def append(
@@ -199,6 +215,8 @@ class PartitionLog:
         leader_epoch: int = 0,
     ) -> AppendResult:
         """Assign offsets to one validated batch and write it (no fsync, no decoding)."""
+        if self._fsync_failure is not None:
+            raise KafkaError(ErrorCode.kafka_storage_error, self._offline_reason())
         if header.size > self.config.max_message_bytes:
             raise KafkaError(
                 ErrorCode.message_too_large,
@@ -285,6 +303,8 @@ class PartitionLog:
         with self._lock:
             if not self._segments or (up_to is not None and self._recovery_point >= up_to):
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
+            if self._fsync_failure is not None:
+                raise OSError(errno.EIO, self._offline_reason())
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
             files = [f for s in dirty for f in s.claim_unsynced_files()]
@@ -294,11 +314,13 @@ class PartitionLog:
             fsync_together(fds)
             if dir_dirty:
                 fsync_directory(self.directory)
-        except BaseException:
+        except BaseException as exc:
             with self._lock:
                 for s in dirty:
                     s.unclaim()
                 self._dir_dirty |= dir_dirty
+                if isinstance(exc, OSError) and self._fsync_failure is None:
+                    self._fsync_failure = f"an fsync of {self.directory.name} failed: {exc}"
             open_files.sync_failed(files)
             raise
         finally:
@@ -653,10 +675,13 @@ class PartitionLog:
         return sum(s.size for s in self._segments)
 
     def close(self) -> None:
-        """Flush, persist the recovery point, close every descriptor (idempotent)."""
+        """Flush, persist the recovery point, close every descriptor (idempotent). A
+        failed log is closed without a flush: its recovery point stays where the last
+        good fsync left it, for the next start to recover from."""
         if not self._segments:
             return
-        self.flush()
+        if self._fsync_failure is None:
+            self.flush()
         with self._checkpoint_lock:
             self._write_checkpoint_if_moved()
             self._close_segments()
