@@ -3,6 +3,7 @@
     .venv/bin/python bench/spark.py                      # 1,000,000 records, 20,000 orders
     .venv/bin/python bench/spark.py --records 200000 --skip-pipeline
     .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
+    .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
 partitions per topic) and measures, in this order:
@@ -21,8 +22,11 @@ partitions per topic) and measures, in this order:
 5. the fixed cost of a streaming micro-batch at the log tail: `oncelog` source into the
    `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
    rate source into the noop sink, and against PySpark's own floor, a Python source and a
-   Python sink that do nothing (mean `triggerExecution` of the progress reports after a
-   warm-up, and the mean of the parts Spark reports: latestOffset, addBatch, ...);
+   Python sink that do nothing, alone and while the same small transactions arrive at the
+   broker (the tail's machine without the connector); the tail once more with Spark's plan
+   of a task per partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of
+   the progress reports after a warm-up, with the mean of the parts Spark reports
+   (latestOffset, addBatch, ...);
 6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement).
 
 It prints the load average (`uptime`) before and after: the machine is shared, so compare
@@ -33,6 +37,7 @@ The broker is always stopped and the temporary directory removed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import platform
 import statistics
@@ -40,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +83,8 @@ WRITE_BASELINE, WRITE_EOS, WRITE_ALO, WRITE_FLOOR = (
     "Spark write at_least_once",
     "floor: do-nothing Python Arrow sink",
 )
-RATE, MICRO_FLOOR, TAIL = "micro-batch rate", "micro-batch floor", "micro-batch oncelog"
+RATE, MICRO_FLOOR, MICRO_FLOOR_FED = "micro rate", "micro floor", "micro floor fed"
+TAIL, TAIL_SPLIT = "micro oncelog", "micro oncelog, a task per partition"
 
 
 def _timed(what: str, call: Callable[[], int]) -> tuple[int, float]:
@@ -191,44 +197,60 @@ def fixed_cost_rate_noop(spark: Any, work: Path, batches: int, warmup: int) -> f
     return micro_batch_cost(stream.writeStream.format("noop"), work / "ck-rate", batches, warmup)[0]
 
 
-def fixed_cost_oncelog(
-    spark: Any, bootstrap: str, work: Path, batches: int, warmup: int
-) -> tuple[float, int]:
-    """The `oncelog` source into the exactly-once sink at the tail of a transactional
-    topic: a transaction of 3 records every 20 ms keeps every trigger supplied."""
-    create_topics(bootstrap, ["tail-in", "tail-out"], PARTITIONS)
+@contextlib.contextmanager
+def feeding(bootstrap: str, topic: str) -> Iterator[None]:
+    """A transaction of 3 records into `topic` every 20 ms while the block runs: what keeps
+    every trigger of a tail query supplied, and the load the broker is under meanwhile."""
     stop = threading.Event()
     sent = [0]
 
     def trickle() -> None:
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "bench-tail"})
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": f"bench-feeder-{topic}"}
+        )
         producer.init_transactions(30)
         while not stop.is_set():
             producer.begin_transaction()
             for _ in range(3):
-                producer.produce("tail-in", b"tail-%d" % sent[0])
+                producer.produce(topic, b"tail-%d" % sent[0])
                 sent[0] += 1
             producer.commit_transaction(30)
             time.sleep(0.02)
 
     feeder = threading.Thread(target=trickle, name="bench-tail-feeder", daemon=True)
     feeder.start()
-    stream = (
-        spark.readStream.format("oncelog")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", "tail-in")
-        .load()
-        .selectExpr("key", "value")
-        .writeStream.format("oncelog")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", "tail-out")
-        .option("sink.id", "bench-tail")
-    )
     try:
-        return micro_batch_cost(stream, work / "ck-tail", batches, warmup)
+        yield
     finally:
         stop.set()
         feeder.join(30)
+
+
+def fixed_cost_oncelog(
+    spark: Any, bootstrap: str, work: Path, batches: int, warmup: int, **source_options: str
+) -> tuple[float, int]:
+    """The `oncelog` source into the exactly-once sink at the tail of a transactional
+    topic kept supplied by `feeding`. Each call has topics, a sink id and a checkpoint of
+    its own (`source_options` name them apart)."""
+    name = "tail" + "".join(f"-{key}-{value}" for key, value in source_options.items())
+    create_topics(bootstrap, [f"{name}-in", f"{name}-out"], PARTITIONS)
+    reader = (
+        spark.readStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", f"{name}-in")
+    )
+    for key, value in source_options.items():
+        reader = reader.option(key, value)
+    stream = (
+        reader.load()
+        .selectExpr("key", "value")
+        .writeStream.format("oncelog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", f"{name}-out")
+        .option("sink.id", f"bench-{name}")
+    )
+    with feeding(bootstrap, f"{name}-in"):
+        return micro_batch_cost(stream, work / f"ck-{name}", batches, warmup)
 
 
 class _FloorReader(DataSourceStreamReader):
@@ -340,25 +362,47 @@ def floor_write(spark: Any, records: int) -> int:
     return records
 
 
-def fixed_cost_python_floor(spark: Any, work: Path, batches: int, warmup: int) -> float:
+def fixed_cost_python_floor(
+    spark: Any, work: Path, batches: int, warmup: int, name: str = "floor"
+) -> float:
     spark.dataSource.register(FloorSource)
     stream = spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
-    return micro_batch_cost(stream, work / "ck-floor", batches, warmup)[0]
+    return micro_batch_cost(stream, work / f"ck-{name}", batches, warmup)[0]
 
 
 def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) -> dict[str, float]:
-    """Mean ms of a micro-batch: rate into noop, PySpark's floor, oncelog into oncelog."""
+    """Mean ms of a micro-batch: rate into noop, PySpark's floor (alone, then while the
+    tail's feeder loads the broker: what the machine costs every micro-batch then),
+    oncelog into oncelog (its default plan, then Spark's plan of a task per partition)."""
     rate_ms = fixed_cost_rate_noop(spark, work, batches, 5)
-    print(f"  micro-batch, rate source into noop:         {rate_ms:8.0f} ms", flush=True)
+    print(f"  micro-batch, rate source into noop:              {rate_ms:6.0f} ms", flush=True)
     floor_ms = fixed_cost_python_floor(spark, work, batches, 5)
-    print(f"  micro-batch, Python source into Python sink: {floor_ms:7.0f} ms", flush=True)
+    print(f"  micro-batch, Python source into Python sink:     {floor_ms:6.0f} ms", flush=True)
+    create_topics(bootstrap, ["floor-fed"], PARTITIONS)
+    with feeding(bootstrap, "floor-fed"):
+        fed_ms = fixed_cost_python_floor(spark, work, batches, 5, "floor-fed")
+    print(f"  micro-batch, the same while a feeder runs:       {fed_ms:6.0f} ms", flush=True)
     tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, batches, 5)
     print(
-        f"  micro-batch, oncelog into oncelog (EOS):    {tail_ms:8.0f} ms "
+        f"  micro-batch, oncelog into oncelog (EOS):         {tail_ms:6.0f} ms "
         f"({tail_rows} rows a batch)",
         flush=True,
     )
-    return {RATE: rate_ms, MICRO_FLOOR: floor_ms, TAIL: tail_ms}
+    split_ms, split_rows = fixed_cost_oncelog(
+        spark, bootstrap, work, batches, 5, combineRangesUpTo="0"
+    )
+    print(
+        f"  micro-batch, the same, a task per partition:     {split_ms:6.0f} ms "
+        f"({split_rows} rows a batch)",
+        flush=True,
+    )
+    return {
+        RATE: rate_ms,
+        MICRO_FLOOR: floor_ms,
+        MICRO_FLOOR_FED: fed_ms,
+        TAIL: tail_ms,
+        TAIL_SPLIT: split_ms,
+    }
 
 
 def _best_of_rotations(
@@ -404,7 +448,8 @@ def _verify_writes(spark: Any, bootstrap: str, records: int, rounds: int) -> Non
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     create_topics(bootstrap, ["read", "warm"], PARTITIONS)
     n = args.records
-    baseline_produce(bootstrap, "read", n)  # what every read reads
+    if not args.micro_only:
+        baseline_produce(bootstrap, "read", n)  # what every read reads
     spark = new_session("oncelog-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(FloorBatchSource)
@@ -420,37 +465,42 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             create_topics(bootstrap, [f"baseline-{r}"], PARTITIONS)
             return baseline_produce(bootstrap, f"baseline-{r}", n)
 
-        read = _best_of_rotations(
-            args.rounds,
-            {
-                READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
-                READ: lambda r: _reader(spark, bootstrap, "read").count(),
-                READ_SPLIT: lambda r: _reader(
-                    spark, bootstrap, "read", minPartitions=str(args.min_partitions)
-                ).count(),
-                READ_FLOOR: lambda r: floor_read(spark, n),
-            },
-            n,
-        )
-        write = _best_of_rotations(
-            args.rounds,
-            {
-                WRITE_BASELINE: produce,
-                WRITE_EOS: functools.partial(_write_new_topic, spark, bootstrap, n, "exactly_once"),
-                WRITE_ALO: functools.partial(
-                    _write_new_topic, spark, bootstrap, n, "at_least_once"
-                ),
-                WRITE_FLOOR: lambda r: floor_write(spark, n),
-            },
-            n,
-        )
-        _verify_writes(spark, bootstrap, n, args.rounds)
+        read: dict[str, float] = {}
+        write: dict[str, float] = {}
+        if not args.micro_only:
+            read = _best_of_rotations(
+                args.rounds,
+                {
+                    READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
+                    READ: lambda r: _reader(spark, bootstrap, "read").count(),
+                    READ_SPLIT: lambda r: _reader(
+                        spark, bootstrap, "read", minPartitions=str(args.min_partitions)
+                    ).count(),
+                    READ_FLOOR: lambda r: floor_read(spark, n),
+                },
+                n,
+            )
+            write = _best_of_rotations(
+                args.rounds,
+                {
+                    WRITE_BASELINE: produce,
+                    WRITE_EOS: functools.partial(
+                        _write_new_topic, spark, bootstrap, n, "exactly_once"
+                    ),
+                    WRITE_ALO: functools.partial(
+                        _write_new_topic, spark, bootstrap, n, "at_least_once"
+                    ),
+                    WRITE_FLOOR: lambda r: floor_write(spark, n),
+                },
+                n,
+            )
+            _verify_writes(spark, bootstrap, n, args.rounds)
         micro = (
             {} if args.bulk_only else measure_micro_batches(spark, bootstrap, work, args.batches)
         )
         pipeline = (
             {}
-            if args.skip_pipeline or args.bulk_only
+            if args.skip_pipeline or args.bulk_only or args.micro_only
             else measure_pipeline(
                 spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
             )
@@ -479,12 +529,15 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         ),
         ("exactly_once / at_least_once (write)", WRITE_ALO, WRITE_EOS, "goal >= 0.95"),
         ("micro-batch cost: oncelog EOS / rate into noop", TAIL, RATE, "goal <= 2"),
+        ("micro-batch cost: oncelog EOS / do-nothing Python pair", TAIL, MICRO_FLOOR, "its floor"),
+        ("  the same, a task per partition / rate into noop", TAIL_SPLIT, RATE, "Spark's plan"),
         # PySpark's own floors: the best a Python data source can reach here
         ("do-nothing Python batch read / tuned consumer", READ_BASELINE, READ_FLOOR, "floor"),
         ("batch read / do-nothing Python batch read", READ_FLOOR, READ, "floor"),
         ("do-nothing Python write / idempotent producer", WRITE_BASELINE, WRITE_FLOOR, "floor"),
         ("batch write exactly_once / do-nothing Python write", WRITE_FLOOR, WRITE_EOS, "floor"),
         ("micro-batch cost: do-nothing Python source+sink / rate", MICRO_FLOOR, RATE, "floor"),
+        ("  the same while the feeder runs / rate into noop", MICRO_FLOOR_FED, RATE, "floor"),
     ]
     for what, a, b, note in rows:
         if a in seconds and b in seconds:
@@ -511,6 +564,11 @@ def main() -> int:
     parser.add_argument("--skip-pipeline", action="store_true")
     parser.add_argument(
         "--bulk-only", action="store_true", help="only the batch reads and writes (no streaming)"
+    )
+    parser.add_argument(
+        "--micro-only",
+        action="store_true",
+        help="only the micro-batch costs (no batch reads and writes, no pipeline)",
     )
     args = parser.parse_args()
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")

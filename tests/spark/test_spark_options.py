@@ -48,6 +48,7 @@ def test_defaults_follow_spark_except_the_isolation_level() -> None:
     assert batch.fetch_offset_retry_interval_ms == 1000
     assert batch.max_trigger_delay_ms == 15 * 60_000
     assert batch.min_partitions is batch.max_records_per_partition is None
+    assert batch.combine_ranges_up_to == 1000
     stream = _read(SUB, streaming=True)
     assert stream.starting == Latest()
 
@@ -69,6 +70,7 @@ def test_every_source_option_is_read() -> None:
             "groupIdPrefix": "mine",
             "includeHeaders": "true",
             "kafka.isolation.level": "read_uncommitted",
+            "combineRangesUpTo": "0",
         }
     )
     assert options.subscription.matches("orders") and options.subscription.matches("xorders")
@@ -81,6 +83,7 @@ def test_every_source_option_is_read() -> None:
     assert (options.poll_timeout_ms, options.fetch_offset_retries) == (5000, 5)
     assert options.fetch_offset_retry_interval_ms == 20
     assert (options.min_partitions, options.max_records_per_partition) == (8, 1000)
+    assert options.combine_ranges_up_to == 0
     assert options.group_id_prefix == "mine" and options.group_id is None
     assert options.include_headers
     stream = _read(
@@ -154,6 +157,7 @@ def test_trigger_options_are_ignored_with_a_warning_in_batch_queries(
         ({**SUB, "includeHeaders": "yes"}, False, "includeHeaders='yes': expected true or false"),
         ({**SUB, "minPartitions": "0"}, False, "minPartitions='0': minPartitions must be pos"),
         ({**SUB, "maxRecordsPerPartition": "-5"}, False, "maxRecordsPerPartition must be pos"),
+        ({**SUB, "combineRangesUpTo": "-1"}, False, "combineRangesUpTo='-1': must not be neg"),
         ({**SUB, "maxOffsetsPerTrigger": "lots"}, True, "maxOffsetsPerTrigger='lots': expected"),
         (
             {**SUB, "maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "20"},

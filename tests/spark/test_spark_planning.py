@@ -92,3 +92,57 @@ def test_split_ranges_cover_every_offset_once(
         assert covered == list(range(rng.start, rng.end))
     if max_records is not None:
         assert all(r.size <= max_records for r in split)
+
+
+def test_small_ranges_share_a_task_up_to_the_limit() -> None:
+    ranges = [
+        OffsetRange("a", 0, 0, 20),
+        OffsetRange("a", 1, 5, 35),
+        OffsetRange("b", 0, 0, 60),
+        OffsetRange("b", 1, 0, 10),
+    ]
+    assert off.combine_ranges(ranges, 1000) == [tuple(ranges)]
+    # consecutive ranges while together at most the limit; a larger one alone
+    assert off.combine_ranges(ranges, 50) == [tuple(ranges[:2]), (ranges[2],), (ranges[3],)]
+    assert off.combine_ranges(ranges, 0) == [(r,) for r in ranges]  # Spark's plan
+    # minPartitions or maxRecordsPerPartition ask for Spark's plan: no combining
+    assert off.plan_tasks(ranges, None, None, 1000) == [tuple(ranges)]
+    assert off.plan_tasks(ranges, 2, None, 1000) == [(r,) for r in ranges]
+    pieces = off.plan_tasks(ranges, None, 25, 1000)
+    assert len(pieces) == 7 and all(len(task) == 1 and task[0].size <= 25 for task in pieces)
+    assert off.plan_tasks([OffsetRange("a", 0, 7, 7)], None, None, 1000) == []  # empty: none
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 300)), min_size=1, max_size=8),
+    st.integers(0, 700),
+    st.one_of(st.none(), st.integers(1, 10)),
+    st.one_of(st.none(), st.integers(1, 200)),
+)
+def test_tasks_cover_every_offset_once_in_order_and_the_same_each_time(
+    spans: list[tuple[int, int]],
+    combine_up_to: int,
+    min_partitions: int | None,
+    max_records: int | None,
+) -> None:
+    ranges = [OffsetRange("t", p, start, start + size) for p, (start, size) in enumerate(spans)]
+    tasks = off.plan_tasks(ranges, min_partitions, max_records, combine_up_to)
+    # what the tasks read, in the order they read it, per partition: every offset once, in order
+    for rng in ranges:
+        read = [
+            o
+            for task in tasks
+            for r in task
+            if r.partition == rng.partition
+            for o in range(r.start, r.end)
+        ]
+        assert read == list(range(rng.start, rng.end))
+    for task in tasks:
+        assert task and all(r.size > 0 for r in task)
+        # a task of several ranges holds at most the limit, of distinct partitions
+        if len(task) > 1:
+            assert sum(r.size for r in task) <= combine_up_to
+            assert len({r.partition for r in task}) == len(task)
+            assert min_partitions is None and max_records is None
+    # a replayed batch gets the same tasks (the exactly-once sink needs the same rows a task)
+    assert off.plan_tasks(ranges, min_partitions, max_records, combine_up_to) == tasks

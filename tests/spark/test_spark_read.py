@@ -122,6 +122,25 @@ def test_offsets_timestamps_and_split_ranges_bound_a_batch(spark, bootstrap: str
     assert _batch(spark, bootstrap, topic, minPartitions="3").rdd.getNumPartitions() == 3
 
 
+def test_small_ranges_share_a_task_reading_each_partition_in_order(spark, bootstrap: str) -> None:
+    topic = create_topic(bootstrap, unique("combined"), partitions=3)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(30):
+        producer.produce(topic, value=b"v%d" % i, partition=i % 3)
+    producer.flush(30)
+    combined = _batch(spark, bootstrap, topic)
+    assert combined.rdd.getNumPartitions() == 1  # 30 offsets: one task, not three
+    rows = [(r.partition, r.offset, r.value) for r in combined.collect()]  # the task's order
+    # each partition's records together and in offset order, every one once
+    assert rows == sorted(rows)
+    assert [v for _, _, v in sorted(rows, key=lambda r: int(r[2][1:]))] == [
+        b"v%d" % i for i in range(30)
+    ]
+    assert _batch(spark, bootstrap, topic, combineRangesUpTo="0").rdd.getNumPartitions() == 3
+    assert _batch(spark, bootstrap, topic, combineRangesUpTo="20").rdd.getNumPartitions() == 2
+    assert _batch(spark, bootstrap, topic, minPartitions="2").rdd.getNumPartitions() == 3
+
+
 def test_bad_options_and_missing_topics_fail_clearly(spark, bootstrap: str) -> None:
     topic = create_topic(bootstrap, unique("refuse"), partitions=1)
     with pytest.raises(Exception, match="'startingoffset': did you mean startingOffsets"):

@@ -8,7 +8,8 @@ The rules follow Spark's Kafka source: how a trigger's offsets are capped
 (`maxOffsetsPerTrigger`, `KafkaMicroBatchStream.rateLimit`), when a trigger is put off
 (`minOffsetsPerTrigger` with `maxTriggerDelay`, `delayBatch`) and how large partitions are
 cut into several Spark tasks (`minPartitions`, `maxRecordsPerPartition`,
-`KafkaOffsetRangeCalculator`).
+`KafkaOffsetRangeCalculator`). One rule is oncelog's own: small ranges of one batch share a
+Spark task (`combine_ranges`, option `combineRangesUpTo`).
 """
 
 from __future__ import annotations
@@ -159,3 +160,43 @@ def split_ranges(
         parts = 1 if r in whole else _part_count(r.size, split_total, split_min)
         result.extend(_cut(r, parts))
     return result
+
+
+def combine_ranges(
+    ranges: Sequence[OffsetRange], offsets_per_task: int
+) -> list[tuple[OffsetRange, ...]]:
+    """Spark tasks for a batch's ranges: consecutive ranges share one task while their
+    offsets together are at most `offsets_per_task` (0: one task per range, Spark's plan).
+
+    Spark's Kafka source makes a task per range however small. At the log tail a batch is
+    a few records per partition, and each task costs PySpark a Python worker's round trip
+    and the exactly-once sink a transaction; with more ranges than cores the tasks also run
+    in waves. Combining never reorders a partition's records (a task reads its ranges one
+    after the other, each in offset order) and is a function of the batch's offsets and
+    the option alone, so a replayed batch gets the same tasks with the same records, which
+    the exactly-once sink relies on."""
+    tasks: list[list[OffsetRange]] = []
+    together = 0
+    for rng in ranges:
+        if tasks and together + rng.size <= offsets_per_task:
+            tasks[-1].append(rng)
+            together += rng.size
+        else:
+            tasks.append([rng])
+            together = rng.size
+    return [tuple(task) for task in tasks]
+
+
+def plan_tasks(
+    ranges: Sequence[OffsetRange],
+    min_partitions: int | None,
+    max_records_per_partition: int | None,
+    combine_up_to: int,
+) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of each Spark task of a batch. `minPartitions` or `maxRecordsPerPartition`
+    ask for Spark's plan (ranges split, one task each); otherwise small ranges are
+    combined."""
+    split = split_ranges(ranges, min_partitions, max_records_per_partition)
+    if min_partitions is not None or max_records_per_partition is not None:
+        combine_up_to = 0
+    return combine_ranges(split, combine_up_to)

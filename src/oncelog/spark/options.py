@@ -38,9 +38,13 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_FETCH_OFFSET_RETRIES = 3
 DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1_000  # Spark's code; its guide says 10
 DEFAULT_MAX_TRIGGER_DELAY = "15m"
+# Small ranges of a batch share a Spark task up to this many offsets together (offsets.
+# combine_ranges): at the log tail one task a batch instead of one per partition, while a
+# batch of thousands of offsets still gets a task per partition.
+DEFAULT_COMBINE_RANGES_UP_TO = 1000
 DEFAULT_CLIENT_TIMEOUT_MS = 30_000  # cluster calls; kafka.socket.timeout.ms overrides it
 
-# The options of Spark's Kafka source, spelt as Spark documents them.
+# The options of Spark's Kafka source, spelt as Spark documents them, then the source's own.
 SOURCE_OPTIONS = (
     "assign",
     "subscribe",
@@ -63,6 +67,7 @@ SOURCE_OPTIONS = (
     "maxRecordsPerPartition",
     "groupIdPrefix",
     "includeHeaders",
+    "combineRangesUpTo",
 )
 # Spark's Kafka sink options, then the exactly-once sink's own.
 SINK_OPTIONS = (
@@ -545,6 +550,7 @@ class ReadOptions:
     max_trigger_delay_ms: int
     min_partitions: int | None
     max_records_per_partition: int | None
+    combine_ranges_up_to: int  # small ranges share a task up to this many offsets; 0: never
     group_id: str | None  # kafka.group.id: the executors' consumers use it as it is
     group_id_prefix: str | None
     include_headers: bool
@@ -635,6 +641,9 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         ),
         min_partitions=raw.integer("minPartitions", None, positive=True),
         max_records_per_partition=raw.integer("maxRecordsPerPartition", None, positive=True),
+        combine_ranges_up_to=_required(
+            raw.integer("combineRangesUpTo", DEFAULT_COMBINE_RANGES_UP_TO)
+        ),
         group_id=group_id,
         group_id_prefix=raw.get("groupIdPrefix"),
         include_headers=raw.boolean("includeHeaders", False),

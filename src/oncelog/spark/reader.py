@@ -1,8 +1,9 @@
 """Readers: batch and micro-batch streaming, as Spark's Kafka source plans them.
 
 The driver lists partitions and offsets (`Cluster`), decides each batch's offsets
-(`offsets`: rate limits, delayed triggers, split ranges) and hands each Spark task one
-offset range; the task reads it with `consume.read_range`. Everything that opens a socket
+(`offsets`: rate limits, delayed triggers, split and combined ranges) and hands each Spark
+task its offset ranges (one, or several small ones); the task reads them one after the
+other with `consume.read_range`. Everything that opens a socket
 runs inside methods that execute on the driver's data-source runner or on executors; the
 admin client is made on first use and dropped when the reader is pickled for the tasks.
 """
@@ -45,11 +46,23 @@ log = logging.getLogger(__name__)
 
 
 class OffsetRangePartition(InputPartition):
-    """One Spark input partition: one offset range of one topic-partition."""
+    """One Spark input partition: offset ranges of distinct topic-partitions, read in order."""
 
-    def __init__(self, index: int, rng: off.OffsetRange) -> None:
+    def __init__(self, index: int, ranges: tuple[off.OffsetRange, ...]) -> None:
         super().__init__(index)
-        self.range = rng
+        self.ranges = ranges
+
+
+def _input_partitions(
+    options: ReadOptions, ranges: Sequence[off.OffsetRange]
+) -> list[OffsetRangePartition]:
+    tasks = off.plan_tasks(
+        ranges,
+        options.min_partitions,
+        options.max_records_per_partition,
+        options.combine_ranges_up_to,
+    )
+    return [OffsetRangePartition(i, task) for i, task in enumerate(tasks)]
 
 
 def _group_id(options: ReadOptions, default_prefix: str) -> str:
@@ -132,7 +145,8 @@ def _read(
 ) -> Iterator[pa.RecordBatch]:
     # PySpark hands an empty plan one placeholder partition: nothing to read
     if isinstance(partition, OffsetRangePartition):
-        yield from read_range(options, partition.range, group_id)
+        for rng in partition.ranges:
+            yield from read_range(options, rng, group_id)
 
 
 class OncelogBatchReader(DataSourceReader):
@@ -166,12 +180,7 @@ class OncelogBatchReader(DataSourceReader):
                     f"{tp[0]}-{tp[1]}: the starting offset {start[tp]} is after the ending "
                     f"offset {end[tp]}"
                 )
-        ranges = off.split_ranges(
-            off.plan_ranges(start, end, {}),
-            options.min_partitions,
-            options.max_records_per_partition,
-        )
-        return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
+        return _input_partitions(options, off.plan_ranges(start, end, {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(self.options, self.group_id, partition)
@@ -304,12 +313,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 + "): their first records are gone. Set failOnDataLoss=false to read from "
                 "the log start instead."
             )
-        ranges = off.split_ranges(
-            off.plan_ranges(begin, finish, new_start),
-            self.options.min_partitions,
-            self.options.max_records_per_partition,
-        )
-        return [OffsetRangePartition(i, r) for i, r in enumerate(ranges)]
+        return _input_partitions(self.options, off.plan_ranges(begin, finish, new_start))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(self.options, self.group_id, partition)
