@@ -509,8 +509,8 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         spark.stop()
     print(f"end: {load_average()}")
     print(
-        f"\n{n:,} records of {VALUE_SIZE} B, {PARTITIONS} partitions, local[2,3], broker "
-        "subprocess on the same machine"
+        f"\n{'' if args.micro_only else f'{n:,} records of {VALUE_SIZE} B, '}{PARTITIONS} "
+        "partitions, local[2,3], broker subprocess on the same machine"
     )
     seconds = {**read, **write, **micro}
     rows = [  # (what, a, b, note): the ratio of the seconds (or ms) of a to those of b

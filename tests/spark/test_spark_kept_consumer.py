@@ -223,3 +223,14 @@ def test_a_kept_consumer_reads_exact_ranges_after_the_leader_changed(tmp_path: P
             assert _kept(pool, options) is first
         finally:
             pool.close()
+
+
+def test_the_range_consumer_has_the_fetch_settings_of_a_range_reader_unless_overridden() -> None:
+    options = _options("127.0.0.1:9", "t")
+    settings = consumer_settings(options, GROUP)
+    # a held fetch at a range's end delays the kept consumer's next range (bench/tail_ranges.py)
+    assert settings["fetch.wait.max.ms"] == "1" and settings["fetch.queue.backoff.ms"] == "10"
+    mine = consumer_settings(
+        _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "50"}), GROUP
+    )
+    assert mine["fetch.wait.max.ms"] == "50"
