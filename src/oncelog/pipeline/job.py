@@ -134,6 +134,10 @@ def start_query(spark: Any, config: JobConfig) -> Any:
         .option("startingOffsets", "earliest")
         .option("kafka.isolation.level", "read_committed")
         .option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        # one task per partition (Spark's plan), also for small batches that would share
+        # one: the demonstration's driver kill waits for each of a batch's PARTITIONS tasks.
+        # In every run, with faults or not: a replayed batch must be planned as it was.
+        .option("combineRangesUpTo", "0")
     )
     for key, value in config.client.items():
         reader = reader.option(f"kafka.{key}", value)
