@@ -531,6 +531,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         ("micro-batch cost: oncelog EOS / rate into noop", TAIL, RATE, "goal <= 2"),
         ("micro-batch cost: oncelog EOS / do-nothing Python pair", TAIL, MICRO_FLOOR, "its floor"),
         ("  the same, a task per partition / rate into noop", TAIL_SPLIT, RATE, "Spark's plan"),
+        ("  a task per partition / combined (oncelog's plan)", TAIL_SPLIT, TAIL, "> 1: gain"),
         # PySpark's own floors: the best a Python data source can reach here
         ("do-nothing Python batch read / tuned consumer", READ_BASELINE, READ_FLOOR, "floor"),
         ("batch read / do-nothing Python batch read", READ_FLOOR, READ, "floor"),

@@ -158,6 +158,11 @@ def test_trigger_options_are_ignored_with_a_warning_in_batch_queries(
         ({**SUB, "minPartitions": "0"}, False, "minPartitions='0': minPartitions must be pos"),
         ({**SUB, "maxRecordsPerPartition": "-5"}, False, "maxRecordsPerPartition must be pos"),
         ({**SUB, "combineRangesUpTo": "-1"}, False, "combineRangesUpTo='-1': must not be neg"),
+        (
+            {**SUB, "combineRangesUpTo": "500", "minPartitions": "4"},
+            False,
+            "combineRangesUpTo cannot be combined with minPartitions",
+        ),
         ({**SUB, "maxOffsetsPerTrigger": "lots"}, True, "maxOffsetsPerTrigger='lots': expected"),
         (
             {**SUB, "maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "20"},

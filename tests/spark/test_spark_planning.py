@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import json
+import random
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from oncelog.spark import offsets as off
-from oncelog.spark.offsets import OffsetRange
+from oncelog.spark.offsets import OffsetRange, TaskPlan
+from oncelog.spark.options import parse_read_options
+from oncelog.spark.reader import OncelogStreamReader
 
 
 def test_offsets_json_round_trip() -> None:
@@ -105,12 +109,54 @@ def test_small_ranges_share_a_task_up_to_the_limit() -> None:
     # consecutive ranges while together at most the limit; a larger one alone
     assert off.combine_ranges(ranges, 50) == [tuple(ranges[:2]), (ranges[2],), (ranges[3],)]
     assert off.combine_ranges(ranges, 0) == [(r,) for r in ranges]  # Spark's plan
-    # minPartitions or maxRecordsPerPartition ask for Spark's plan: no combining
-    assert off.plan_tasks(ranges, None, None, 1000) == [tuple(ranges)]
-    assert off.plan_tasks(ranges, 2, None, 1000) == [(r,) for r in ranges]
-    pieces = off.plan_tasks(ranges, None, 25, 1000)
+    assert off.plan_tasks(ranges, TaskPlan(None, None, 1000)) == [tuple(ranges)]
+    # minPartitions or maxRecordsPerPartition: Spark's plan (the options refuse combining)
+    assert off.plan_tasks(ranges, TaskPlan(2, None, 0)) == [(r,) for r in ranges]
+    pieces = off.plan_tasks(ranges, TaskPlan(None, 25, 0))
     assert len(pieces) == 7 and all(len(task) == 1 and task[0].size <= 25 for task in pieces)
-    assert off.plan_tasks([OffsetRange("a", 0, 7, 7)], None, None, 1000) == []  # empty: none
+    assert off.plan_tasks([OffsetRange("a", 0, 7, 7)], TaskPlan(None, None, 1000)) == []
+
+
+def test_an_end_offset_carries_its_plan_and_a_replay_plans_from_it() -> None:
+    offsets = {("b", 1): 7, ("a", 0): 3}
+    combined = TaskPlan(None, None, 1000)
+    encoded = off.to_json(offsets, combined)
+    assert encoded[off.PLAN_KEY] == {
+        "minPartitions": 0,
+        "maxRecordsPerPartition": 0,
+        "combineRangesUpTo": 1000,
+    }
+    assert off.from_json(encoded) == offsets  # the plan is not a topic
+    # a batch planned under one plan and replayed under another: the recorded one wins
+    spark_plan = TaskPlan(2, None, 0)
+    assert off.plan_of(json.loads(json.dumps(encoded)), spark_plan) == combined
+    assert off.plan_of(off.to_json(offsets, spark_plan), combined) == spark_plan
+    # an end offset of an oncelog that did not record a plan: the caller's (a task per range)
+    assert off.plan_of(off.to_json(offsets), spark_plan) == spark_plan
+
+
+def test_a_replayed_batch_gets_the_tasks_it_was_planned_with_whatever_the_options() -> None:
+    def reader(**options: str) -> OncelogStreamReader:
+        return OncelogStreamReader(
+            parse_read_options(
+                {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options}, True
+            )
+        )
+
+    start = {"t": {"0": 0, "1": 0, "2": 0}}
+    ends = {"t": {"0": 10, "1": 10, "2": 10}}
+
+    def tasks(stream: OncelogStreamReader, end: dict) -> list[tuple[OffsetRange, ...]]:
+        return [p.ranges for p in stream.partitions(start, end)]  # type: ignore[attr-defined]
+
+    one_per_range = [(OffsetRange("t", p, 0, 10),) for p in range(3)]
+    one = [tuple(r for (r,) in one_per_range)]
+    split_end = {**ends, off.PLAN_KEY: TaskPlan(None, None, 0).to_json()}
+    combined_end = {**ends, off.PLAN_KEY: TaskPlan(None, None, 1000).to_json()}
+    for stream in (reader(), reader(combineRangesUpTo="0"), reader(minPartitions="2")):
+        assert tasks(stream, split_end) == one_per_range
+        assert tasks(stream, combined_end) == one
+        assert tasks(stream, ends) == one_per_range  # planned by an oncelog before the plan
 
 
 @given(
@@ -118,15 +164,20 @@ def test_small_ranges_share_a_task_up_to_the_limit() -> None:
     st.integers(0, 700),
     st.one_of(st.none(), st.integers(1, 10)),
     st.one_of(st.none(), st.integers(1, 200)),
+    st.randoms(),
 )
-def test_tasks_cover_every_offset_once_in_order_and_the_same_each_time(
+def test_tasks_cover_every_offset_once_in_order_and_a_replay_plans_the_same(
     spans: list[tuple[int, int]],
     combine_up_to: int,
     min_partitions: int | None,
     max_records: int | None,
+    rnd: random.Random,
 ) -> None:
+    if min_partitions is not None or max_records is not None:
+        combine_up_to = 0  # the options refuse combining with a split
+    plan = TaskPlan(min_partitions, max_records, combine_up_to)
     ranges = [OffsetRange("t", p, start, start + size) for p, (start, size) in enumerate(spans)]
-    tasks = off.plan_tasks(ranges, min_partitions, max_records, combine_up_to)
+    tasks = off.plan_tasks(ranges, plan)
     # what the tasks read, in the order they read it, per partition: every offset once, in order
     for rng in ranges:
         read = [
@@ -139,10 +190,16 @@ def test_tasks_cover_every_offset_once_in_order_and_the_same_each_time(
         assert read == list(range(rng.start, rng.end))
     for task in tasks:
         assert task and all(r.size > 0 for r in task)
-        # a task of several ranges holds at most the limit, of distinct partitions
-        if len(task) > 1:
+        if len(task) > 1:  # several ranges: at most the limit together, distinct partitions
             assert sum(r.size for r in task) <= combine_up_to
             assert len({r.partition for r in task}) == len(task)
-            assert min_partitions is None and max_records is None
-    # a replayed batch gets the same tasks (the exactly-once sink needs the same rows a task)
-    assert off.plan_tasks(ranges, min_partitions, max_records, combine_up_to) == tasks
+    # a replay reads the batch's offsets back from the checkpoint's JSON, in any key order
+    start = {(r.topic, r.partition): r.start for r in ranges}
+    end = {(r.topic, r.partition): r.end for r in ranges}
+    items = list(off.to_json(end, plan).items())
+    rnd.shuffle(items)
+    stored = json.loads(json.dumps(dict(items)))
+    again = off.plan_tasks(
+        off.plan_ranges(start, off.from_json(stored), {}), off.plan_of(stored, plan)
+    )
+    assert again == tasks

@@ -109,6 +109,7 @@ def _stream_copy(
     guarantee: str,
     sink: str,  # type: ignore[no-untyped-def]
     checkpoint: Path,
+    combine: str = "1000",
     **options: object,
 ) -> None:
     stream = (
@@ -117,6 +118,7 @@ def _stream_copy(
         .option("subscribe", source)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "60")
+        .option("combineRangesUpTo", combine)  # 60 offsets of 2 partitions: 1 task or 2
         .load()
         .selectExpr("key", "upper(cast(value as string)) as value", "partition")
         .writeStream.format("oncelog_faults" if "failAfter" in options else "oncelog")
@@ -138,9 +140,17 @@ def _stream_copy(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("guarantee", [EXACTLY_ONCE, AT_LEAST_ONCE])
+@pytest.mark.parametrize(
+    ("guarantee", "first_plan", "replay_plan"),
+    [
+        # the replay is planned as the batch was, whatever the options at the restart
+        (EXACTLY_ONCE, "0", "1000"),
+        (EXACTLY_ONCE, "1000", "0"),
+        (AT_LEAST_ONCE, "1000", "1000"),
+    ],
+)
 def test_streaming_write_with_task_failures_then_a_replayed_batch(
-    spark, bootstrap: str, guarantee: str, tmp_path: Path
+    spark, bootstrap: str, guarantee: str, first_plan: str, replay_plan: str, tmp_path: Path
 ) -> None:
     source = create_topic(bootstrap, unique("src"), partitions=2)
     target = create_topic(bootstrap, unique("dst"), partitions=2)
@@ -160,6 +170,7 @@ def test_streaming_write_with_task_failures_then_a_replayed_batch(
         guarantee,
         sink,
         checkpoint,
+        first_plan,
         failAfter=10,
     )
     first = Counter(read_all(bootstrap, target))
@@ -174,7 +185,7 @@ def test_streaming_write_with_task_failures_then_a_replayed_batch(
     crc = last.with_name(f".{last.name}.crc")  # Hadoop's checksum file would block the rewrite
     if crc.exists():
         os.remove(crc)
-    _stream_copy(spark, bootstrap, source, target, guarantee, sink, checkpoint)
+    _stream_copy(spark, bootstrap, source, target, guarantee, sink, checkpoint, replay_plan)
     final = Counter(read_all(bootstrap, target))
     assert set(final) == expected
     duplicates = sum(c - 1 for c in final.values())

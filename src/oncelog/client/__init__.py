@@ -26,6 +26,11 @@ _HOME = {
 
 
 def __getattr__(name: str) -> Any:
+    """`Admin` and the other names, imported from their module when first asked for."""
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_HOME[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])

@@ -22,17 +22,65 @@ TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 
 
-def to_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
+# The key of a streaming offset that holds the task plan of the batch it ends: not a topic
+# name (Kafka's allow letters, digits, '.', '_' and '-' only).
+PLAN_KEY = "oncelog:plan"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """The options that group a batch's ranges into Spark tasks. A streaming batch's end
+    offset carries the plan it was made with, and a replay plans from it: the exactly-once
+    sink fences by task, so a replayed batch must give each task the same records whatever
+    the options or oncelog's defaults are when the query restarts."""
+
+    min_partitions: int | None
+    max_records_per_partition: int | None
+    combine_up_to: int
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "minPartitions": self.min_partitions or 0,
+            "maxRecordsPerPartition": self.max_records_per_partition or 0,
+            "combineRangesUpTo": self.combine_up_to,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, int]) -> TaskPlan:
+        return cls(
+            int(data["minPartitions"]) or None,
+            int(data["maxRecordsPerPartition"]) or None,
+            int(data["combineRangesUpTo"]),
+        )
+
+
+def to_json(
+    offsets: Mapping[TopicPartitionKey, int], plan: TaskPlan | None = None
+) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
+    if plan is not None:
+        out[PLAN_KEY] = plan.to_json()
     return out
 
 
 def from_json(data: Mapping[str, Mapping[str, int]] | None) -> Offsets:
     if not data:
         return {}
-    return {(topic, int(p)): int(o) for topic, per in data.items() for p, o in per.items()}
+    return {
+        (topic, int(p)): int(o)
+        for topic, per in data.items()
+        if topic != PLAN_KEY
+        for p, o in per.items()
+    }
+
+
+def plan_of(data: Mapping[str, Mapping[str, int]], unrecorded: TaskPlan) -> TaskPlan:
+    """The plan an end offset records; `unrecorded` for one written before offsets carried
+    it (oncelog then made a task per range)."""
+    recorded = data.get(PLAN_KEY)
+    return unrecorded if recorded is None else TaskPlan.from_json(recorded)
 
 
 @dataclass(frozen=True)
@@ -187,16 +235,8 @@ def combine_ranges(
     return [tuple(task) for task in tasks]
 
 
-def plan_tasks(
-    ranges: Sequence[OffsetRange],
-    min_partitions: int | None,
-    max_records_per_partition: int | None,
-    combine_up_to: int,
-) -> list[tuple[OffsetRange, ...]]:
-    """The ranges of each Spark task of a batch. `minPartitions` or `maxRecordsPerPartition`
-    ask for Spark's plan (ranges split, one task each); otherwise small ranges are
-    combined."""
-    split = split_ranges(ranges, min_partitions, max_records_per_partition)
-    if min_partitions is not None or max_records_per_partition is not None:
-        combine_up_to = 0
-    return combine_ranges(split, combine_up_to)
+def plan_tasks(ranges: Sequence[OffsetRange], plan: TaskPlan) -> list[tuple[OffsetRange, ...]]:
+    """The ranges of each Spark task of a batch: split as Spark splits them, then small ones
+    combined (the options refuse combining together with a split)."""
+    split = split_ranges(ranges, plan.min_partitions, plan.max_records_per_partition)
+    return combine_ranges(split, plan.combine_up_to)

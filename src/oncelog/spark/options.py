@@ -616,6 +616,14 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
             f"option minOffsetsPerTrigger ({min_per_trigger}) is higher than "
             f"maxOffsetsPerTrigger ({max_per_trigger})"
         )
+    split_by = [name for name in ("minPartitions", "maxRecordsPerPartition") if raw.get(name)]
+    combine = raw.integer("combineRangesUpTo", None)
+    if split_by and combine:
+        raise OptionError(
+            f"option combineRangesUpTo cannot be combined with {' and '.join(split_by)}, "
+            "which ask for Spark's plan of a task per range (set combineRangesUpTo=0 or leave "
+            "it out)"
+        )
     delay = raw.get("maxTriggerDelay")
     client_timeout_s(client)  # a bad kafka.socket.timeout.ms fails here, not in a task
     return ReadOptions(
@@ -641,8 +649,8 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         ),
         min_partitions=raw.integer("minPartitions", None, positive=True),
         max_records_per_partition=raw.integer("maxRecordsPerPartition", None, positive=True),
-        combine_ranges_up_to=_required(
-            raw.integer("combineRangesUpTo", DEFAULT_COMBINE_RANGES_UP_TO)
+        combine_ranges_up_to=(
+            combine if combine is not None else (0 if split_by else DEFAULT_COMBINE_RANGES_UP_TO)
         ),
         group_id=group_id,
         group_id_prefix=raw.get("groupIdPrefix"),

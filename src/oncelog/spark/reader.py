@@ -53,16 +53,18 @@ class OffsetRangePartition(InputPartition):
         self.ranges = ranges
 
 
-def _input_partitions(
-    options: ReadOptions, ranges: Sequence[off.OffsetRange]
-) -> list[OffsetRangePartition]:
-    tasks = off.plan_tasks(
-        ranges,
-        options.min_partitions,
-        options.max_records_per_partition,
-        options.combine_ranges_up_to,
+def task_plan(options: ReadOptions) -> off.TaskPlan:
+    """The plan the options ask for, for a batch planned now."""
+    return off.TaskPlan(
+        options.min_partitions, options.max_records_per_partition, options.combine_ranges_up_to
     )
-    return [OffsetRangePartition(i, task) for i, task in enumerate(tasks)]
+
+
+def _input_partitions(
+    plan: off.TaskPlan, ranges: Sequence[off.OffsetRange]
+) -> list[OffsetRangePartition]:
+    """Spark's input partitions of a batch: one per task of `plan`, numbered in order."""
+    return [OffsetRangePartition(i, task) for i, task in enumerate(off.plan_tasks(ranges, plan))]
 
 
 def _group_id(options: ReadOptions, default_prefix: str) -> str:
@@ -180,7 +182,7 @@ class OncelogBatchReader(DataSourceReader):
                     f"{tp[0]}-{tp[1]}: the starting offset {start[tp]} is after the ending "
                     f"offset {end[tp]}"
                 )
-        return _input_partitions(options, off.plan_ranges(start, end, {}))
+        return _input_partitions(task_plan(options), off.plan_ranges(start, end, {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(self.options, self.group_id, partition)
@@ -264,7 +266,8 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         admitted = self._admitted(current, starts, available, limit)
         if admitted is not None:
             end.update(admitted)
-        return off.to_json(end)
+        # the batch ending here is planned (and replayed) with today's task options
+        return off.to_json(end, task_plan(self.options))
 
     def _admitted(
         self,
@@ -301,19 +304,30 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return off.to_json(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """The batch's tasks, planned as its end offset records (a replay after a restart
+        with other options, or another oncelog, gets the same tasks; an end offset of an
+        oncelog that did not record it was planned a task per range). A partition that
+        is new in this batch is planned from offset 0, not from its log start now, which
+        a replay could find moved: its reader skips to the log start under
+        failOnDataLoss=false, as Spark's does."""
         begin = off.from_json(start)
         finish = off.from_json(end)
-        new = [tp for tp in finish if tp not in begin]
-        new_start = self.cluster.offsets(new, "earliest", self.options.read_committed)
-        late = sorted(tp for tp, o in new_start.items() if o != 0)
-        if late and self.options.fail_on_data_loss:
-            raise DataLossError(
-                "added partitions do not start at offset 0 ("
-                + ", ".join(f"{t}-{p} starts at {new_start[(t, p)]}" for t, p in late)
-                + "): their first records are gone. Set failOnDataLoss=false to read from "
-                "the log start instead."
-            )
-        return _input_partitions(self.options, off.plan_ranges(begin, finish, new_start))
+        if self.options.fail_on_data_loss:
+            new = [tp for tp in finish if tp not in begin]
+            new_start = self.cluster.offsets(new, "earliest", self.options.read_committed)
+            late = sorted(tp for tp, o in new_start.items() if o != 0)
+            if late:
+                raise DataLossError(
+                    "added partitions do not start at offset 0 ("
+                    + ", ".join(f"{t}-{p} starts at {new_start[(t, p)]}" for t, p in late)
+                    + "): their first records are gone. Set failOnDataLoss=false to read "
+                    "from the log start instead."
+                )
+        unrecorded = off.TaskPlan(
+            self.options.min_partitions, self.options.max_records_per_partition, 0
+        )
+        plan = off.plan_of(end, unrecorded)
+        return _input_partitions(plan, off.plan_ranges(begin, finish, {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from _read(self.options, self.group_id, partition)
