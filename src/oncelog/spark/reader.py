@@ -212,9 +212,12 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._cluster
 
     def initialOffset(self) -> dict:
+        """The first batch's start, with the plan `latestOffset` will record: with none,
+        Spark would take the plan alone for new data and run an empty first batch."""
         tps = self.cluster.partitions(self.options.subscription)
         return off.to_json(
-            resolve(self.cluster, self.options, self.options.starting, tps, starting=True)
+            resolve(self.cluster, self.options, self.options.starting, tps, starting=True),
+            task_plan(self.options),
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
