@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from oncelog.spark import producers
+from oncelog.spark import options, producers
 from oncelog.spark.client import ClusterError
 
 
@@ -30,3 +30,73 @@ def test_a_failed_look_up_closes_the_consumer_and_names_the_topic() -> None:
         producers._knowing(consumer, "_progress", 2.5)  # type: ignore[arg-type]
     assert consumer.asked == [("_progress", 2.5)]
     assert consumer.closed
+
+
+class _KnowingConsumer:
+    """A consumer that answers every look-up and records which topics it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+        self.closed = False
+
+    def list_topics(self, topic: str, timeout: float) -> None:
+        self.asked.append(topic)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _sink(progress_topic: str) -> options.WriteOptions:
+    return options.parse_write_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:9",
+            "topic": "out",
+            "sink.id": f"sink-of-{progress_topic}",
+            "sink.progress.topic": progress_topic,
+        }
+    )
+
+
+def test_a_sink_of_another_progress_topic_looks_its_topic_up_on_the_kept_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[_KnowingConsumer] = []
+
+    def make(*_args: object) -> _KnowingConsumer:
+        made.append(_KnowingConsumer())
+        return made[-1]
+
+    monkeypatch.setattr(producers, "_consumer", make)
+    pool = producers.ClientPool()
+    first, second = _sink("_progress-a"), _sink("_progress-b")
+    assert first.client == second.client  # the same kafka.* settings: one claims consumer
+    consumer = pool.claims(first)
+    assert pool.claims(second) is consumer
+    assert pool.claims(first) is consumer
+    assert pool.claims(second) is consumer
+    assert len(made) == 1
+    assert made[0].asked == ["_progress-a", "_progress-b"]  # each topic once
+
+
+def test_a_failed_look_up_of_a_second_topic_drops_the_kept_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[_KnowingConsumer] = []
+
+    def make(*_args: object) -> _KnowingConsumer:
+        made.append(_KnowingConsumer())
+        return made[-1]
+
+    monkeypatch.setattr(producers, "_consumer", make)
+    pool = producers.ClientPool()
+    consumer = pool.claims(_sink("_progress-a"))
+
+    def unreachable(topic: str, timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    monkeypatch.setattr(consumer, "list_topics", unreachable)
+    with pytest.raises(ClusterError, match="_progress-b"):
+        pool.claims(_sink("_progress-b"))
+    assert made[0].closed
+    again = pool.claims(_sink("_progress-a"))
+    assert again is not consumer and again.asked == ["_progress-a"]  # type: ignore[attr-defined]
