@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from oncelog.pipeline import job
 from oncelog.pipeline.job import customer_table
 from oncelog.pipeline.orders import TAX_RATES, customers
 
@@ -28,3 +31,23 @@ def test_the_customer_table_is_a_local_relation_of_every_customer(spark: Any) ->
     # the control: the same rows made from Python rows are a Python RDD
     from_python = spark.createDataFrame(expected, table.schema)
     assert not _optimized_plan(from_python).startswith("LocalRelation")
+
+
+def test_the_customer_table_keeps_values_spark_sql_would_rewrite_in_its_text(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """spark.sql substitutes ${...} inside string literals and reads a literal's backslashes
+    by a setting: the values are parameters, never text. Written into the query's text
+    (the code before), this name came back as O'Brien \\ oncelog-tests <the home directory>."""
+    name = "O'Brien \\ ${spark.app.name} ${env:HOME}"
+    country = next(iter(TAX_RATES))
+    monkeypatch.setattr(
+        job,
+        "customers",
+        lambda: [{"customer_id": 7, "name": name, "tier": "gold", "country": country}],
+    )
+    table = customer_table(spark)
+    assert [tuple(row) for row in table.collect()] == [
+        (7, name, "gold", country, TAX_RATES[country])
+    ]
+    assert _optimized_plan(table).startswith("LocalRelation")

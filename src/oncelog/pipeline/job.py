@@ -72,25 +72,32 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
     return session
 
 
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def customer_table(spark: Any) -> Any:
     """The customer table (customer_id int, name, tier, country, tax_rate double) as a
-    local relation (an inline SQL table): the driver holds its rows, so the job that
-    broadcasts it to every micro-batch's join runs in the JVM alone. Made with
-    createDataFrame of Python rows it was a Python RDD, and that job (two tasks, before the
-    batch's own job) ran Python workers to unpickle the rows: 80-200 ms a micro-batch in a
-    Spark event log of bench/pipeline.py."""
-    rows = ", ".join(
-        f"({c['customer_id']}, {_sql_string(c['name'])}, {_sql_string(c['tier'])}, "
-        f"{_sql_string(c['country'])}, {TAX_RATES[c['country']]!r}D)"
+    local relation (`local_table`): the driver holds its rows, so the job that broadcasts
+    it to every micro-batch's join runs in the JVM alone. Made with createDataFrame of
+    Python rows it was a Python RDD, and that job (two tasks, before the batch's own job)
+    ran Python workers to unpickle the rows: 70-200 ms a micro-batch in a Spark event log
+    of bench/pipeline.py."""
+    rows = [
+        (c["customer_id"], c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
         for c in customers()
+    ]
+    return local_table(spark, ("customer_id", "name", "tier", "country", "tax_rate"), rows)
+
+
+def local_table(spark: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Any:
+    """An inline table (SQL VALUES) of `rows`, whose values are named parameters of
+    `spark.sql`, never part of its text: Spark substitutes `${...}` anywhere in a query's
+    text, string literals included (`spark.sql.variable.substitute`, on by default), so a
+    value such as `${env:HOME}` would change, and how a string literal's backslashes read
+    depends on `spark.sql.parser.escapedStringLiterals`. A parameter is bound as a literal,
+    so the table is still a local relation. `columns` are the code's own names."""
+    markers = ", ".join(
+        "(" + ", ".join(f":v{r}_{c}" for c in range(len(columns))) + ")" for r in range(len(rows))
     )
-    return spark.sql(
-        f"SELECT * FROM VALUES {rows} AS customers(customer_id, name, tier, country, tax_rate)"
-    )
+    args = {f"v{r}_{c}": value for r, row in enumerate(rows) for c, value in enumerate(row)}
+    return spark.sql(f"SELECT * FROM VALUES {markers} AS t({', '.join(columns)})", args=args)
 
 
 def enrich(spark: Any, orders: Any) -> Any:
