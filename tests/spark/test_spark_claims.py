@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
@@ -155,6 +154,13 @@ class _Transaction:
     batch: int = -1
 
 
+@dataclass(frozen=True)
+class _Commit:
+    writer: str
+    batch: int
+    records: int  # how many records the slot's partition held when it committed
+
+
 @dataclass
 class _Slot:
     """One task slot as the cluster holds it: the committed progress, the slot's partition
@@ -166,7 +172,7 @@ class _Slot:
     records: list[tuple[_Transaction, bytes]] = field(default_factory=list)
     current: dict[str, _Transaction] = field(default_factory=dict)  # by writer
     written: list[int] = field(default_factory=list)
-    committers: list[str] = field(default_factory=list)  # the writer of each written batch
+    commits: list[_Commit] = field(default_factory=list)  # one per written batch
 
     def pending(self) -> bool:
         """A stable read waits: a transaction added the progress and has not completed."""
@@ -181,7 +187,7 @@ class _Slot:
         assert txn.offsets is not None
         self.progress = txn.offsets
         self.written.append(txn.batch)
-        self.committers.append(txn.writer)
+        self.commits.append(_Commit(txn.writer, txn.batch, len(self.records)))
 
     def init(self, writer: str) -> int:
         """init_transactions of a new transactional.id: its producer's epoch."""
@@ -203,9 +209,6 @@ class _Slot:
         return self.current[txn.writer] is txn
 
 
-REPLACE_FENCED_KEPT_WRITERS = True  # writer.RETRY_A_FENCED_CLAIM; the controls turn it off
-
-
 @dataclass
 class _Worker:
     """A Python worker: runs its attempts one after another and keeps its writer (a
@@ -217,6 +220,7 @@ class _Worker:
     produce."""
 
     name: str
+    replace_fenced: bool = True  # writer.RETRY_A_FENCED_CLAIM; a control turns it off
     writer: str | None = None
     epoch: int = 0
     made: int = 0
@@ -229,7 +233,7 @@ class _Worker:
         replacing = False
         if self.writer is not None and slot.current[self.writer].epoch != self.epoch:
             self.writer = None  # the broker refused the claim: nothing was written
-            if not REPLACE_FENCED_KEPT_WRITERS:
+            if not self.replace_fenced:
                 self.refused += 1
                 return None
             replacing = True
@@ -328,8 +332,8 @@ KEPT: Plan = ((0, 1, 2), (0, 1), (1, 2))
 @dataclass
 class _Run:
     written: list[int]
-    committers: list[str]
-    claimed: list[tuple[str, int]]  # (writer, batch) of every claim
+    commits: list[_Commit]
+    claimed: list[tuple[str, int]]  # (writer, batch) of every claim, in the slot's order
     workers: list[_Worker]
     unfinished: list[str]  # live workers whose attempts did not all end (a deadlocked model)
 
@@ -338,7 +342,11 @@ class _Run:
 
 
 def _run(
-    schedule: list[int], dead: set[int], earlier_batch: bool = False, plan: Plan = ONE_BATCH
+    schedule: list[int],
+    dead: set[int],
+    earlier_batch: bool = False,
+    plan: Plan = ONE_BATCH,
+    replace_fenced: bool = True,
 ) -> _Run:
     """Workers run their attempts in the order `schedule` says (after batch 0 was written
     when `earlier_batch`); then the dead ones stop (the coordinator aborts what they left
@@ -350,7 +358,7 @@ def _run(
         first = _worker(slot, _Worker("first"), (0,))
         while next(first, "done") is None:
             pass
-    workers = [_Worker(f"w{i}") for i in range(len(plan))]
+    workers = [_Worker(f"w{i}", replace_fenced) for i in range(len(plan))]
     running = [_worker(slot, w, batches) for w, batches in zip(workers, plan, strict=True)]
     for turn in schedule:
         next(running[turn % len(running)], None)
@@ -372,7 +380,7 @@ def _run(
                 finished.add(i)
     unfinished = [workers[i].name for i in live if i not in finished]
     claimed = [(txn.writer, txn.batch) for txn, _ in slot.records]
-    return _Run(slot.written, slot.committers, claimed, workers, unfinished)
+    return _Run(slot.written, slot.commits, claimed, workers, unfinished)
 
 
 SCHEDULES = st.lists(st.integers(0, len(ONE_BATCH) - 1), max_size=40)
@@ -385,7 +393,8 @@ DEAD = st.sets(st.integers(0, len(ONE_BATCH) - 1), max_size=1)
 def test_interleaved_attempts_of_one_batch_write_it_at_most_once(
     schedule: list[int], dead: set[int], earlier_batch: bool
 ) -> None:
-    assert not _run(schedule, dead, earlier_batch).twice()
+    run = _run(schedule, dead, earlier_batch)
+    assert not run.twice() and not run.unfinished
 
 
 @settings(max_examples=400, deadline=None)
@@ -396,24 +405,29 @@ def test_kept_writers_write_each_batch_at_most_once(schedule: list[int], dead: s
 
 
 def _kept_writer_commits_a_contested_batch(run: _Run) -> bool:
-    """A writer that committed one batch commits another that a second writer claimed too."""
+    """A writer that committed an earlier batch commits another, which a second writer had
+    claimed before that commit."""
     return any(
-        run.committers.count(writer) > 1 and (other, batch) in run.claimed
-        for writer, batch in zip(run.committers, run.written, strict=True)
-        for other, _ in run.claimed
-        if other != writer
+        any(earlier.writer == commit.writer for earlier in run.commits[:i])
+        and any(
+            other != commit.writer and batch == commit.batch
+            for other, batch in run.claimed[: commit.records]
+        )
+        for i, commit in enumerate(run.commits)
     )
 
 
 def _replacement_commits(run: _Run) -> bool:
     """A writer made for a kept writer found fenced at its claim commits a batch."""
-    return any(writer in w.replacements for w in run.workers for writer in run.committers)
+    return any(c.writer in w.replacements for w in run.workers for c in run.commits)
 
 
-def _search(reached: Callable[[_Run], bool]) -> tuple[list[int], set[int]]:
+def _search(
+    reached: Callable[[_Run], bool], replace_fenced: bool = True
+) -> tuple[list[int], set[int]]:
     schedule, dead = find(
         st.tuples(LONG_SCHEDULES, DEAD),
-        lambda case: reached(_run(case[0], case[1], plan=KEPT)),
+        lambda case: reached(_run(case[0], case[1], plan=KEPT, replace_fenced=replace_fenced)),
         settings=settings(max_examples=5000, database=None, derandomize=True),
     )
     return schedule, dead
@@ -431,20 +445,17 @@ def test_the_search_reaches_kept_writers_under_contention(reached: Callable[[_Ru
     assert reached(run) and not run.twice() and not run.unfinished
 
 
-def test_without_replacing_a_fenced_kept_writer_some_attempt_fails_at_its_claim(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_without_replacing_a_fenced_kept_writer_some_attempt_fails_at_its_claim() -> None:
     """The replacement of a kept writer fenced while idle is for liveness, not safety: the
     broker refuses the fenced writer's claim, so nothing is written twice without it, but
-    the attempt fails (a Spark task retry). The control: the same interleaving with the
-    replacement has no refused claim, and its replacement commits."""
-    monkeypatch.setattr(sys.modules[__name__], "REPLACE_FENCED_KEPT_WRITERS", False)
-    schedule, dead = _search(lambda run: any(w.refused for w in run.workers))
-    assert not _run(schedule, dead, plan=KEPT).twice()
-    monkeypatch.undo()
+    the attempt fails (a Spark task retry). The control: in the same interleaving with the
+    replacement, the replacement commits a batch and every batch is written."""
+    schedule, dead = _search(lambda run: any(w.refused for w in run.workers), replace_fenced=False)
+    without = _run(schedule, dead, plan=KEPT, replace_fenced=False)
+    assert not without.twice()
     run = _run(schedule, dead, plan=KEPT)
-    assert not any(w.refused for w in run.workers) and not run.twice()
-    assert any(w.replacements for w in run.workers)
+    assert _replacement_commits(run) and not run.twice() and not run.unfinished
+    assert sorted(run.written) == [0, 1, 2]
 
 
 def _twice(earlier_batch: bool, plan: Plan = ONE_BATCH) -> tuple[list[int], set[int]]:
