@@ -2,8 +2,9 @@
 test_spark_claims.py, assumes it): the sink fences another writer by initialising its
 transactional.id (`producers.ClientPool.fence`). When that writer's EndTxn was answered
 (PrepareCommit written) and its markers are not written yet, the fence must not return
-before the commit is complete (Kafka's coordinator answers InitProducerId with
-CONCURRENT_TRANSACTIONS until then), so the progress read after the fence sees it: its
+before the coordinator has completed the commit (Kafka's coordinator answers
+InitProducerId with CONCURRENT_TRANSACTIONS until then), so the progress read after the
+fence sees it: its
 records are visible read_committed, once. The broker's markers are held back while the
 fence runs (an in-process broker, its marker writer wrapped); the same fence of a writer
 whose commit had not begun aborts it instead (the control: nothing of it is visible)."""
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,8 +89,9 @@ def _committed_values(bootstrap: str) -> list[bytes]:
             if position >= stable:
                 break
             for message in consumer.consume(100, timeout=0.2):
-                if message.error() is None:
-                    values.append(message.value())
+                value = message.value()
+                if message.error() is None and value is not None:
+                    values.append(value)
         return values
     finally:
         consumer.close()
@@ -107,24 +110,39 @@ def _stable_offset(bootstrap: str) -> int:
         consumer.close()
 
 
-def _fence_in_thread(bootstrap: str) -> tuple[threading.Thread, list[BaseException]]:
-    sink = options.parse_write_options(
-        {"kafka.bootstrap.servers": bootstrap, "topic": TOPIC, "sink.id": "fencer"}
-    )
-    failures: list[BaseException] = []
+class _Fence:
+    """`ClientPool.fence` of the victim in a thread, and the last stable offset read the
+    moment it returned."""
 
-    def fence() -> None:
+    def __init__(self, bootstrap: str) -> None:
+        self.sink = options.parse_write_options(
+            {"kafka.bootstrap.servers": bootstrap, "topic": TOPIC, "sink.id": "fencer"}
+        )
+        self.bootstrap = bootstrap
+        self.failures: list[BaseException] = []
+        self.stable_on_return: int | None = None
+        self.thread = threading.Thread(target=self._fence, name="fence", daemon=True)
+        self.thread.start()
+
+    def _fence(self) -> None:
         try:
-            producers.ClientPool().fence(sink, VICTIM)
+            producers.ClientPool().fence(self.sink, VICTIM)
+            self.stable_on_return = _stable_offset(self.bootstrap)
         except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=fence, name="fence", daemon=True)
-    thread.start()
-    return thread, failures
+            self.failures.append(exc)
 
 
-def test_a_fence_completes_a_commit_whose_markers_are_pending(
+def _close(producer: Producer) -> None:
+    """Close the victim; a fenced producer's close fails to abort (nothing is left to)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        try:
+            producer.close()
+        except KafkaException:
+            pass
+
+
+def test_a_fence_waits_for_a_commit_whose_markers_are_pending(
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     markers = _HeldMarkers()
@@ -133,34 +151,42 @@ def test_a_fence_completes_a_commit_whose_markers_are_pending(
     victim = _victim(bootstrap)
     committing = threading.Thread(target=lambda: victim.commit_transaction(30), daemon=True)
     committing.start()
+    fence: _Fence | None = None
     try:
         assert markers.held.wait(10), "the victim's commit never reached its markers"
         assert _stable_offset(bootstrap) == 0  # PrepareCommit written, the records not visible
-        fencing, failures = _fence_in_thread(bootstrap)
-        fencing.join(1.5)
-        assert fencing.is_alive()  # it waits for the pending commit, not past it
-        assert _stable_offset(bootstrap) == 0
+        fence = _Fence(bootstrap)
+        fence.thread.join(1.5)
+        assert fence.thread.is_alive()  # it waits for the pending commit, not past it
     finally:
         markers.release.set()
-    fencing.join(30)
-    assert not fencing.is_alive() and not failures
-    # the moment the fence returned, the commit it waited for is visible, once
+        for thread in (committing, fence.thread if fence is not None else None):
+            if thread is not None:
+                thread.join(30)
+    assert not fence.thread.is_alive() and not fence.failures
+    # the moment the fence returned, the commit it waited for was complete
+    assert fence.stable_on_return is not None and fence.stable_on_return > RECORDS
     assert _committed_values(bootstrap) == [f"record-{i}".encode() for i in range(RECORDS)]
-    committing.join(30)
-    victim.begin_transaction()  # the fenced victim can send nothing more
-    victim.produce(TOPIC, b"after the fence", partition=0)
-    with pytest.raises(KafkaException):
-        victim.commit_transaction(10)
+    try:
+        victim.begin_transaction()  # the fenced victim can send nothing more
+        victim.produce(TOPIC, b"after the fence", partition=0)
+        with pytest.raises(KafkaException):
+            victim.commit_transaction(10)
+    finally:
+        _close(victim)
     assert _committed_values(bootstrap) == [f"record-{i}".encode() for i in range(RECORDS)]
 
 
 def test_the_control_a_fence_of_a_commit_not_begun_aborts_it(broker: EmbeddedBroker) -> None:
     bootstrap = broker.bootstrap_servers
     victim = _victim(bootstrap)  # records produced, no EndTxn sent
-    fencing, failures = _fence_in_thread(bootstrap)
-    fencing.join(30)
-    assert not fencing.is_alive() and not failures
-    assert _committed_values(bootstrap) == []
-    assert _stable_offset(bootstrap) > RECORDS  # the records and the abort marker, decided
-    with pytest.raises(KafkaException):
-        victim.commit_transaction(10)
+    try:
+        fence = _Fence(bootstrap)
+        fence.thread.join(30)
+        assert not fence.thread.is_alive() and not fence.failures
+        assert _committed_values(bootstrap) == []
+        assert fence.stable_on_return is not None and fence.stable_on_return > RECORDS
+        with pytest.raises(KafkaException):
+            victim.commit_transaction(10)
+    finally:
+        _close(victim)
