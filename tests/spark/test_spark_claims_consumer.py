@@ -5,9 +5,9 @@ the Python worker for every task retry."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from oncelog.spark import options, producers
+from oncelog.spark import options, producers, writer
 from oncelog.spark.client import ClusterError
 
 
@@ -100,3 +100,42 @@ def test_a_failed_look_up_of_a_second_topic_drops_the_kept_consumer(
     assert made[0].closed
     again = pool.claims(_sink("_progress-a"))
     assert again is not consumer and again.asked == ["_progress-a"]  # type: ignore[attr-defined]
+
+
+class _NothingCommitted:
+    """A progress reader of a slot no batch was written to."""
+
+    def committed(self, slots: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [TopicPartition(s.topic, s.partition, -1001) for s in slots]
+
+
+def test_a_failed_claims_look_up_fails_the_task_before_its_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The look-up runs when the task starts, not inside the claim's transaction (where a
+    slow cluster would hold the slot's last stable offset for kafka.socket.timeout.ms)."""
+    pool = producers.ClientPool()
+    writers: list[object] = []
+
+    def unreachable(_options: object) -> None:
+        raise ClusterError("looking up the progress topic _progress-a failed")
+
+    monkeypatch.setattr(pool, "progress_slots", lambda _options: 4)
+    monkeypatch.setattr(pool, "progress", lambda _options: _NothingCommitted())
+    monkeypatch.setattr(pool, "claims", unreachable)
+    monkeypatch.setattr(pool, "writer", writers.append)
+    with pytest.raises(ClusterError, match="_progress-a"):
+        writer.write_task(_sink("_progress-a"), writer.TaskAttempt(0, 0, 5), iter([]), pool=pool)
+    assert writers == []  # no writer asked for: no transaction begun
+
+
+def test_a_look_up_interrupted_otherwise_closes_the_consumer_and_passes_it_on() -> None:
+    consumer = _KnowingConsumer()
+
+    def interrupted(topic: str, timeout: float) -> None:
+        raise KeyboardInterrupt
+
+    consumer.list_topics = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        producers._knowing(consumer, "_progress", 2.5)  # type: ignore[arg-type]
+    assert consumer.closed

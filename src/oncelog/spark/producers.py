@@ -89,8 +89,9 @@ class ConnectionWatch:
 @dataclass
 class KeptConsumer:
     """A consumer kept by the worker: a sink's progress reader (read_committed, the sink's
-    group), or the claims reader of a configuration (read_uncommitted), with the topics it
-    has looked up (`_knowing`)."""
+    group), or the claims reader of a configuration (read_uncommitted); a claims reader
+    also remembers the progress topics it has looked up (`_knowing`; progress readers
+    leave `known_topics` empty)."""
 
     consumer: Consumer
     last_used: float = field(default_factory=time.monotonic)
@@ -191,9 +192,11 @@ class ClientPool:
         """The consumer that reads the sinks' claims (read_uncommitted), one per
         configuration: a new consumer's first fetches take up to a second (librdkafka 2.16,
         measured), so each sink having its own would cost every new sink that. It looks up
-        each progress topic the first time a sink of another progress topic lends it: sinks
-        of one configuration may have progress topics of their own. If a look-up fails,
-        the consumer is closed and dropped (the next task makes a new one)."""
+        each progress topic the first time a sink with that progress topic borrows it:
+        sinks of one configuration may have progress topics of their own. If a look-up
+        fails, the consumer is closed and dropped (the next task makes a new one). A task
+        borrows it before its claim (`writer._ClusterSteps`), so a look-up never waits with
+        the claim's transaction open."""
         key = _config_key(options.client)
         kept = self._claims.get(key)
         if kept is None:
@@ -289,6 +292,9 @@ def _knowing(consumer: Consumer, topic: str, timeout_s: float) -> Consumer:
             f"looking up the progress topic {topic} failed within {timeout_s:g} s "
             f"(kafka.socket.timeout.ms): {exc}"
         ) from exc
+    except BaseException:  # closed all the same, and passed on as it is
+        consumer.close()
+        raise
     return consumer
 
 

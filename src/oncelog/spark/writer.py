@@ -331,6 +331,9 @@ class _ClusterSteps:
         self.slots = slots
         self.pool = pool
         self.reader = pool.progress(options)
+        # before the claim: its first use for a progress topic looks the topic up, which
+        # must not wait with the claim's transaction open (holding the slot's LSO)
+        self.claims_reader = pool.claims(options)
         self.writer: Writer | None = None  # set by the claim
 
     @property
@@ -353,7 +356,7 @@ class _ClusterSteps:
                 )
                 return int(stable)
             case claims.ReadClaims(start, end):
-                return _read_claims(options, self.pool.claims(options), partition, start, end)
+                return _read_claims(options, self.claims_reader, partition, start, end)
             case claims.Fence(other):
                 log.info(
                     "sink %s task %d: fencing writer %s, which claimed the slot and has not "
