@@ -51,3 +51,8 @@ def test_the_customer_table_keeps_values_spark_sql_would_rewrite_in_its_text(
         (7, name, "gold", country, TAX_RATES[country])
     ]
     assert _optimized_plan(table).startswith("LocalRelation")
+
+
+def test_an_inline_table_without_rows_is_refused_before_any_sql() -> None:
+    with pytest.raises(ValueError, match="at least one row"):
+        job.local_table(None, ("customer_id", "name"), [])

@@ -92,7 +92,10 @@ def local_table(spark: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]
     text, string literals included (`spark.sql.variable.substitute`, on by default), so a
     value such as `${env:HOME}` would change, and how a string literal's backslashes read
     depends on `spark.sql.parser.escapedStringLiterals`. A parameter is bound as a literal,
-    so the table is still a local relation. `columns` are the code's own names."""
+    so the table is still a local relation. `columns` are the code's own names; SQL has no
+    VALUES without a row."""
+    if not rows:
+        raise ValueError(f"an inline table ({', '.join(columns)}) needs at least one row")
     markers = ", ".join(
         "(" + ", ".join(f":v{r}_{c}" for c in range(len(columns))) + ")" for r in range(len(rows))
     )
