@@ -54,6 +54,23 @@ class VerificationFailed(RuntimeError):
     pass
 
 
+def _job(
+    bootstrap: str, work: Path, name: str, source: str, guarantee: str, per_trigger: int
+) -> JobConfig:
+    """The job from `source` into a new topic out-`name`, with a fresh checkpoint and
+    sink.id."""
+    create_topics(bootstrap, [f"out-{name}"], PARTITIONS)
+    return JobConfig(
+        bootstrap,
+        str(work / f"ck-{name}"),
+        f"bench-{name}",
+        source,
+        f"out-{name}",
+        guarantee,
+        per_trigger,
+    )
+
+
 def measure_pipeline(
     spark: Any,
     bootstrap: str,
@@ -69,31 +86,12 @@ def measure_pipeline(
     produce_orders(bootstrap, "orders", orders)
     produce_orders(bootstrap, "warmup", warmup_orders, transactional_id="bench-warmup")
     for guarantee in GUARANTEES:
-        create_topics(bootstrap, [f"warmup-out-{guarantee}"], PARTITIONS)
-        config = JobConfig(
-            bootstrap,
-            str(work / f"ck-warmup-{guarantee}"),
-            f"bench-warmup-{guarantee}",
-            "warmup",
-            f"warmup-out-{guarantee}",
-            guarantee,
-            per_trigger,
-        )
-        run(spark, config)
+        run(spark, _job(bootstrap, work, f"warmup-{guarantee}", "warmup", guarantee, per_trigger))
     times: dict[str, list[float]] = {g: [] for g in GUARANTEES}
     for r in range(rounds):
         for guarantee in GUARANTEES if r % 2 == 0 else GUARANTEES[::-1]:
             name = f"{guarantee}-{r}"
-            create_topics(bootstrap, [f"out-{name}"], PARTITIONS)
-            config = JobConfig(
-                bootstrap,
-                str(work / f"ck-{name}"),
-                f"bench-{name}",
-                "orders",
-                f"out-{name}",
-                guarantee,
-                per_trigger,
-            )
+            config = _job(bootstrap, work, name, "orders", guarantee, per_trigger)
             started = time.perf_counter()
             rows = run(spark, config)
             elapsed = time.perf_counter() - started

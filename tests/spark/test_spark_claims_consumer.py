@@ -57,16 +57,22 @@ def _sink(progress_topic: str) -> options.WriteOptions:
     )
 
 
-def test_a_sink_of_another_progress_topic_looks_its_topic_up_on_the_kept_consumer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made: list[_KnowingConsumer] = []
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[_KnowingConsumer]:
+    """The consumers the pool makes, each a _KnowingConsumer."""
+    consumers: list[_KnowingConsumer] = []
 
     def make(*_args: object) -> _KnowingConsumer:
-        made.append(_KnowingConsumer())
-        return made[-1]
+        consumers.append(_KnowingConsumer())
+        return consumers[-1]
 
     monkeypatch.setattr(producers, "_consumer", make)
+    return consumers
+
+
+def test_a_sink_of_another_progress_topic_looks_its_topic_up_on_the_kept_consumer(
+    made: list[_KnowingConsumer],
+) -> None:
     pool = producers.ClientPool()
     first, second = _sink("_progress-a"), _sink("_progress-b")
     assert first.client == second.client  # the same kafka.* settings: one claims consumer
@@ -79,15 +85,8 @@ def test_a_sink_of_another_progress_topic_looks_its_topic_up_on_the_kept_consume
 
 
 def test_a_failed_look_up_of_a_second_topic_drops_the_kept_consumer(
-    monkeypatch: pytest.MonkeyPatch,
+    made: list[_KnowingConsumer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    made: list[_KnowingConsumer] = []
-
-    def make(*_args: object) -> _KnowingConsumer:
-        made.append(_KnowingConsumer())
-        return made[-1]
-
-    monkeypatch.setattr(producers, "_consumer", make)
     pool = producers.ClientPool()
     consumer = pool.claims(_sink("_progress-a"))
 
