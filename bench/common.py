@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +99,19 @@ def check_source(source: Path) -> Path:
             "in that checkout, or copy the .so of the same _record_scan.c)"
         )
     return source
+
+
+@contextmanager
+def sink_on_a_new_broker(prefix: str, sink_id: str) -> Iterator[Any]:
+    """The options of an exactly-once sink writing topic `out` (one partition) of a new
+    broker subprocess, stopped and its temporary directory removed after."""
+    from oncelog.spark.options import parse_write_options
+    from oncelog.testing.process import BrokerProcess
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        with BrokerProcess(Path(tmp) / "broker", {"num.partitions": "1"}) as broker:
+            bootstrap = broker.bootstrap_servers
+            create_topics(bootstrap, ["out"], 1)
+            yield parse_write_options(
+                {"kafka.bootstrap.servers": bootstrap, "topic": "out", "sink.id": sink_id}
+            )

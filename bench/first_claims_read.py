@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pyarrow as pa
 
-from common import create_topics, load_average
-from oncelog.spark.options import parse_write_options
+from common import load_average, sink_on_a_new_broker
 from oncelog.spark.producers import CLAIMS_GROUP, ClientPool, _consumer
 from oncelog.spark.writer import TaskAttempt, _read_claims, write_task
-from oncelog.testing.process import BrokerProcess
 
 
 def main() -> int:
@@ -37,30 +33,24 @@ def main() -> int:
     args = parser.parse_args()
     print(f"start: {load_average()}")
     took: dict[str, list[float]] = {"as the pool makes it": [], "without the look-up": []}
-    with tempfile.TemporaryDirectory(prefix="oncelog-first-claims-") as tmp:
-        with BrokerProcess(Path(tmp) / "broker", {"num.partitions": "1"}) as broker:
-            bootstrap = broker.bootstrap_servers
-            create_topics(bootstrap, ["out"], 1)
-            options = parse_write_options(
-                {"kafka.bootstrap.servers": bootstrap, "topic": "out", "sink.id": "first"}
-            )
-            rows = pa.record_batch([pa.array([b"row"], pa.binary())], names=["value"])
-            for batch in range(2):  # batch 1's claim follows batch 0's: a range to read
-                write_task(options, TaskAttempt(0, 0, batch), iter([rows]), None, ClientPool())
-            for i in range(args.tries * 2):
-                kind = list(took)[i % 2]
-                if i % 2 == 0:
-                    consumer = ClientPool().claims(options)
-                else:
-                    consumer = _consumer(options, CLAIMS_GROUP, "read_uncommitted")
-                time.sleep(args.idle)
-                started = time.perf_counter()
-                records = _read_claims(options, consumer, 0, 0, 2)  # to batch 1's claim
-                took[kind].append(time.perf_counter() - started)
-                consumer.close()
-                if not isinstance(records, list) or len(records) != 1:
-                    raise RuntimeError(f"expected batch 0's claim, read {records!r}")
-                print(f"  {kind:<22} {took[kind][-1] * 1000:7.1f} ms", flush=True)
+    with sink_on_a_new_broker("oncelog-first-claims-", "first") as options:
+        rows = pa.record_batch([pa.array([b"row"], pa.binary())], names=["value"])
+        for batch in range(2):  # batch 1's claim follows batch 0's: a range to read
+            write_task(options, TaskAttempt(0, 0, batch), iter([rows]), None, ClientPool())
+        for i in range(args.tries * 2):
+            kind = list(took)[i % 2]
+            if i % 2 == 0:
+                consumer = ClientPool().claims(options)
+            else:
+                consumer = _consumer(options, CLAIMS_GROUP, "read_uncommitted")
+            time.sleep(args.idle)
+            started = time.perf_counter()
+            records = _read_claims(options, consumer, 0, 0, 2)  # to batch 1's claim
+            took[kind].append(time.perf_counter() - started)
+            consumer.close()
+            if not isinstance(records, list) or len(records) != 1:
+                raise RuntimeError(f"expected batch 0's claim, read {records!r}")
+            print(f"  {kind:<22} {took[kind][-1] * 1000:7.1f} ms", flush=True)
     print(f"end: {load_average()}")
     for kind, seconds in took.items():
         slow = sum(s > 0.5 for s in seconds)

@@ -1,6 +1,7 @@
-"""The claims consumer's progress-topic look-up (producers._knowing): a failure closes the
-consumer it made and says what failed, instead of leaving a live librdkafka consumer in
-the Python worker for every task retry."""
+"""The sink's consumers: the claims consumer's progress-topic look-up (producers._knowing),
+whose failure closes the consumer it made and says what failed, instead of leaving a live
+librdkafka consumer in the Python worker for every task retry; and their reconnect backoff.
+"""
 
 from __future__ import annotations
 
@@ -138,3 +139,23 @@ def test_a_look_up_interrupted_otherwise_closes_the_consumer_and_passes_it_on() 
     with pytest.raises(KeyboardInterrupt):
         producers._knowing(consumer, "_progress", 2.5)  # type: ignore[arg-type]
     assert consumer.closed
+
+
+def test_the_sinks_consumers_start_with_a_short_reconnect_backoff_unless_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka retries a FindCoordinator lost with its bootstrap connection after half of
+    reconnect.backoff.ms (producers.RECONNECT_BACKOFF_MS); a user's setting wins."""
+    configs: list[dict[str, object]] = []
+    monkeypatch.setattr(producers, "Consumer", configs.append)
+    producers.progress_consumer(_sink("_progress"), "read_committed")
+    given = options.parse_write_options(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:9",
+            "topic": "out",
+            "sink.id": "patient",
+            "kafka.reconnect.backoff.ms": "250",
+        }
+    )
+    producers.progress_consumer(given, "read_committed")
+    assert [c["reconnect.backoff.ms"] for c in configs] == [producers.RECONNECT_BACKOFF_MS, "250"]

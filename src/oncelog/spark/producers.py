@@ -50,6 +50,14 @@ PENDING_PROGRESS_WAIT_S = 10.0
 # waits for its 500 ms PID timer. Measured here: about half of all inits paid the 500 ms
 # when called at once, none when called 50 ms after the producer was made.
 COORDINATOR_SETTLE_S = 0.05
+# A new librdkafka 2.16 client drops its bootstrap connection once the first Metadata
+# answer names the brokers, and a FindCoordinator sent on it meanwhile fails and is retried
+# only after its "sparse connection" pause, half of reconnect.backoff.ms (100 ms by default):
+# bench/first_progress_read.py (10 tries each, 2026-11-24 03:23 UTC, load 2.7-2.9): a new
+# sink consumer's first progress read took a median 55.2 ms, 6 of 10 over 40 ms, with the
+# default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers start with it;
+# `kafka.reconnect.backoff.ms` overrides it.
+RECONNECT_BACKOFF_MS = 20
 IDLE_EVICTION_S = 600.0  # a kept client unused this long is closed (Spark's producer cache)
 
 ConfigKey = tuple[tuple[str, str], ...]
@@ -308,6 +316,7 @@ def _consumer(options: WriteOptions, group: str, isolation_level: str) -> Consum
     return Consumer(
         with_logger(
             {
+                "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
                 **consumer_config(options.client),
                 "group.id": group,
                 "enable.auto.commit": False,
