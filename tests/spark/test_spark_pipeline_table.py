@@ -56,3 +56,14 @@ def test_the_customer_table_keeps_values_spark_sql_would_rewrite_in_its_text(
 def test_an_inline_table_without_rows_is_refused_before_any_sql() -> None:
     with pytest.raises(ValueError, match="at least one row"):
         job.local_table(None, ("customer_id", "name"), [])
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(float("nan"), ValueError), (float("inf"), ValueError), (True, TypeError), (b"x", TypeError)],
+)
+def test_an_inline_table_refuses_values_it_has_no_literal_for(
+    value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="no SQL literal"):
+        job.local_table(None, ("v",), [(value,)])
