@@ -638,3 +638,59 @@ def test_a_checkpoint_after_close_or_delete_writes_nothing(path: Path) -> None:
     log.delete()
     log.write_recovery_checkpoint()  # the directory is gone: nothing to write, no error
     assert not path.exists()
+
+
+def _write_half_then_fail(monkeypatch: pytest.MonkeyPatch, error: int = 28) -> None:
+    """The next os.write writes half its bytes, the one after raises (a disk filling up);
+    later writes are real again."""
+    real_write = os.write
+
+    def fail(fd: int, data: object) -> int:
+        monkeypatch.setattr(os, "write", real_write)
+        raise OSError(error, os.strerror(error))
+
+    def write_half(fd: int, data: bytes | memoryview) -> int:
+        monkeypatch.setattr(os, "write", fail)
+        view = memoryview(data)
+        return real_write(fd, view[: len(view) // 2])
+
+    monkeypatch.setattr(os, "write", write_half)
+
+
+def test_a_write_that_fails_part_way_is_cut_off(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC after half a batch: the append fails, the torn half is removed, and the next
+    batch lands where the log says it is. Without the cut, the O_APPEND descriptor puts it
+    after the torn bytes: reads at its recorded position and recovery both break."""
+    log = opened(path)
+    append(log, make(0))
+    _write_half_then_fail(monkeypatch)
+    with pytest.raises(OSError):
+        append(log, make(1))
+    assert append(log, make(2)) == 2
+    assert values(log) == [b"value-0-0", b"value-0-1", b"value-2-0", b"value-2-1"]
+    log.close()
+    reopened = opened(path, clean=False)
+    assert values(reopened) == [b"value-0-0", b"value-0-1", b"value-2-0", b"value-2-1"]
+    reopened.close()
+
+
+def test_a_torn_write_that_cannot_be_cut_stops_the_log(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the cut fails too, no later batch (nor a roll) may follow the tear."""
+    log = opened(path)
+    append(log, make(0))
+    _write_half_then_fail(monkeypatch, error=5)
+
+    def cannot_cut(fd: int, length: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "ftruncate", cannot_cut)
+    with pytest.raises(OSError):
+        append(log, make(1))
+    with pytest.raises(OSError, match="torn"):
+        append(log, make(2))
+    log.maybe_roll(10**12)
+    assert log.log_end_offset == 2

@@ -262,8 +262,11 @@ class PartitionLog:
 
     def _segment_for_locked(self, header: BatchHeader, base: int, now_ms: int) -> LogSegment:
         """The segment a batch at ``base`` goes into, rolling a new one when the active one
-        is full, old, or cannot index offsets that far."""
+        is full, old, or cannot index offsets that far. Never past a torn segment: the
+        batches after it would be lost when recovery stops at the tear."""
         active = self._segments[-1]
+        if active.torn is not None:
+            raise OSError(active.torn.errno, f"{active.path.name} has a torn tail: {active.torn}")
         if active.size and (
             active.size + header.size > self.config.segment_bytes
             or self._aged(active, now_ms)
@@ -275,7 +278,8 @@ class PartitionLog:
     def maybe_roll(self, now_ms: int) -> None:
         """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
         with self._lock:
-            if self._segments[-1].size and self._aged(self._segments[-1], now_ms):
+            active = self._segments[-1]
+            if active.size and active.torn is None and self._aged(active, now_ms):
                 self._roll_locked()
 
     def _aged(self, segment: LogSegment, now_ms: int) -> bool:

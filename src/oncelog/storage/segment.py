@@ -120,6 +120,7 @@ class LogSegment:
         self.next_offset = base_offset
         self.first_batch_ms: int | None = None  # roll timer: when its first batch arrived
         self.dirty = False  # data written since the last fsync
+        self.torn: OSError | None = None  # a failed write could not be cut off (see append)
         self._interval = index_interval_bytes
         self._bytes_since_index = 0
         self._max_ts = (-1, -1)  # (timestamp, offset of the first batch carrying it)
@@ -207,19 +208,39 @@ class LogSegment:
     # --- I/O ---
 
     def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
-        """Write one offset-assigned batch; returns its position."""
+        """Write one offset-assigned batch; returns its position.
+
+        A write that fails part-way (ENOSPC, EIO) is cut off again: the O_APPEND descriptor
+        would put the next batch after the torn bytes, at a position this segment does not
+        know, and recovery would stop at the tear and drop every batch after it. If even
+        the cut fails, the segment is ``torn`` and its log takes no more writes, as Kafka
+        takes a log directory offline after an I/O error, until a restart's recovery trims
+        the tail."""
         position = self.size
         view = memoryview(data)
         with open_files.using(self._file, write=True) as fd:
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            try:
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+            except OSError as exc:
+                self._cut_to(fd, position, exc)
+                raise
         self.size += len(data)
         self.dirty = True
         if position == 0:
             self.first_batch_ms = now_ms
         self.note_batch(position, header)
         return position
+
+    def _cut_to(self, fd: int, position: int, cause: OSError) -> None:
+        """Remove what a failed write left after ``position``; if that fails too, mark the
+        segment torn."""
+        try:
+            os.ftruncate(fd, position)
+        except OSError as exc:
+            log.error("could not cut the failed write off %s: %s", self.path, exc)
+            self.torn = cause
 
     def _first_batch_timestamp(self) -> int:
         return parse_header(self.pread(HEADER_SIZE, 0)).max_timestamp
