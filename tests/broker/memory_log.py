@@ -33,6 +33,12 @@ class MemoryLog:
     entries: dict[int, list[Entry]] = field(default_factory=dict)
     durable: dict[int, int] = field(default_factory=dict)
     refuse_appends: ErrorCode | None = None
+    # An I/O error for the next append (then cleared): raised before anything is written,
+    # or, with ``io_error_after_write``, once the records are in the log (a write whose
+    # outcome the writer cannot know).
+    io_error: OSError | None = None
+    io_error_after_write: bool = False
+    loads_wait_for: asyncio.Event | None = None  # a load replays only once this is set
     _waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
 
     def log(self, partition: int) -> list[Entry]:
@@ -61,9 +67,11 @@ class MemoryLog:
     ) -> int:
         if self.refuse_appends is not None:
             raise KafkaError(self.refuse_appends, "refused by the test")
+        self._maybe_io_error(written=False)
         log = self.log(partition)
         for key, value in records:
             log.append(Entry(len(log), producer_id, key, value))
+        self._maybe_io_error(written=True)
         self._appended(partition)
         return len(log) - 1
 
@@ -78,8 +86,10 @@ class MemoryLog:
     ) -> int:
         if self.refuse_appends is not None:
             raise KafkaError(self.refuse_appends, "refused by the test")
+        self._maybe_io_error(written=False)
         log = self.log(partition)
         log.append(Entry(len(log), producer_id, None, None, committed))
+        self._maybe_io_error(written=True)
         self._appended(partition)
         return len(log) - 1
 
@@ -90,6 +100,11 @@ class MemoryLog:
         else:
             self._waiters.append((partition, end_offset, future))
         return future
+
+    def _maybe_io_error(self, *, written: bool) -> None:
+        if self.io_error is not None and self.io_error_after_write == written:
+            error, self.io_error = self.io_error, None
+            raise error
 
     def _appended(self, partition: int) -> None:
         if self.auto_durable:
@@ -112,6 +127,8 @@ class MemoryLog:
 
     # -- CoordinatorLoader --
     async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:
+        if self.loads_wait_for is not None:
+            await self.loads_wait_for.wait()
         for entry in self.log(partition):
             if entry.key is None:
                 shard.replay_end_transaction_marker(entry.producer_id, entry.committed)

@@ -175,14 +175,7 @@ def test_requests_for_partitions_not_held_get_not_coordinator() -> None:
 def test_load_in_progress_until_replayed() -> None:
     async def scenario() -> None:
         log = MemoryLog()
-        release = asyncio.Event()
-        real_load = log.load
-
-        async def slow_load(partition: int, shard: Any) -> Any:
-            await release.wait()
-            return await real_load(partition, shard)
-
-        log.load = slow_load  # type: ignore[method-assign]
+        release = log.loads_wait_for = asyncio.Event()
         node = Node(log)
         loading = asyncio.ensure_future(node.runtime.load(0, 0))
         await asyncio.sleep(0.01)
@@ -252,7 +245,54 @@ def test_a_refused_append_is_reported_once_mapped_and_the_shard_told() -> None:
     run(scenario())
 
 
-def test_a_write_that_cannot_be_made_durable_is_not_replayed() -> None:
+def test_a_write_the_isr_did_not_confirm_is_not_replayed() -> None:
+    """A durability wait that fails without a storage failure (a cluster's ISR, a
+    timeout): the shard is told, the partition stays active."""
+
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False))
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        write = asyncio.ensure_future(node.runtime.write(0, put(b"a")))
+        await asyncio.sleep(0.01)
+        node.log.fail_durability(0, E.not_enough_replicas)
+        with pytest.raises(CoordinatorError) as failed:
+            await write
+        assert code_of(failed) == E.coordinator_not_available
+        assert shard.values == {} and len(shard.failed) == 1
+        node.log.make_durable(0)  # a later write still works and is replayed alone
+        node.log.auto_durable = True
+        await node.runtime.write(0, put(b"b"))
+        assert shard.values == {b"b": b"v"}
+
+    run(scenario())
+
+
+async def restarted(log: MemoryLog) -> KeyValueShard:
+    """The shard a restarted broker loads from ``log``."""
+    node = Node(log)
+    await node.runtime.load(0, 0)
+    return node.runtime.shard(0)
+
+
+async def assert_out_until_restart(node: Node, shard: KeyValueShard) -> None:
+    """The partition answers NOT_COORDINATOR, its shard was dropped and never told."""
+    with pytest.raises(CoordinatorError) as out:
+        node.runtime.shard(0)
+    assert code_of(out) == E.not_coordinator
+    with pytest.raises(CoordinatorError) as refused:
+        await node.runtime.write(0, put(b"later"))
+    assert code_of(refused) == E.not_coordinator
+    assert node.unloaded == [0] and shard.failed == []
+    await node.runtime.load(0, 0)  # only a newer epoch, or a restart, loads it again
+    with pytest.raises(CoordinatorError):
+        node.runtime.shard(0)
+
+
+def test_a_failed_fsync_takes_the_partition_out_until_a_restart() -> None:
+    """The records are in the log but maybe not on disk (and after a failed fsync the page
+    cache is not to be trusted): neither "written" nor "not written" may be claimed."""
+
     async def scenario() -> None:
         node = Node(MemoryLog(auto_durable=False))
         await node.runtime.load(0, 0)
@@ -263,11 +303,124 @@ def test_a_write_that_cannot_be_made_durable_is_not_replayed() -> None:
         with pytest.raises(CoordinatorError) as failed:
             await write
         assert code_of(failed) == E.not_coordinator
-        assert shard.values == {} and len(shard.failed) == 1
-        node.log.make_durable(0)  # a later write still works and is replayed alone
-        node.log.auto_durable = True
-        await node.runtime.write(0, put(b"b"))
-        assert shard.values == {b"b": b"v"}
+        assert shard.values == {}
+        await assert_out_until_restart(node, shard)
+        node.log.make_durable(0)
+        assert (await restarted(node.log)).values == {b"a": b"v"}
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("after_write", [False, True], ids=["before", "after"])
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "serial"])
+def test_an_io_error_from_append_takes_the_partition_out(
+    pipelined: bool, after_write: bool
+) -> None:
+    """An OSError (ENOSPC, EIO, EMFILE on a roll) is not a refusal: the records may be in
+    the log. Before, it escaped the runtime and the shard kept its in-flight note."""
+
+    async def scenario() -> None:
+        node = Node(pipelined=pipelined)
+        await node.runtime.load(0, 0)
+        await node.runtime.write(0, put(b"a", b"1"))
+        shard = node.runtime.shard(0)
+        node.log.io_error = OSError(28, "No space left on device")
+        node.log.io_error_after_write = after_write
+        with pytest.raises(CoordinatorError) as failed:
+            await node.runtime.write(0, put(b"b", b"2"))
+        assert code_of(failed) == E.not_coordinator
+        await assert_out_until_restart(node, shard)
+        expected = {b"a": b"1", b"b": b"2"} if after_write else {b"a": b"1"}
+        assert (await restarted(node.log)).values == expected
+
+    run(scenario())
+
+
+def test_an_offline_log_takes_the_partition_out() -> None:
+    """KAFKA_STORAGE_ERROR from the append: the log went offline after a failed fsync."""
+
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        node.log.refuse_appends = E.kafka_storage_error
+        with pytest.raises(CoordinatorError) as failed:
+            await node.runtime.write(0, put(b"a"))
+        assert code_of(failed) == E.not_coordinator
+        await assert_out_until_restart(node, shard)
+
+    run(scenario())
+
+
+def test_an_io_error_in_write_each_takes_the_partition_out() -> None:
+    async def scenario() -> None:
+        node = Node()
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        original = node.log.append
+        calls = 0
+
+        def second_fails(*args: Any, **kwargs: Any) -> int:
+            nonlocal calls
+            calls += 1
+            if calls == 2:
+                raise OSError(5, "Input/output error")
+            return original(*args, **kwargs)
+
+        node.log.append = second_fails  # type: ignore[method-assign]
+        with pytest.raises(CoordinatorError) as failed:
+            await node.runtime.write_each(
+                0, lambda s, now: [Put(((b"a", b"1"),)), Put(((b"b", b"2"),))]
+            )
+        assert code_of(failed) == E.not_coordinator
+        node.log.append = original  # type: ignore[method-assign]
+        await assert_out_until_restart(node, shard)
+        assert (await restarted(node.log)).values == {b"a": b"1"}
+
+    run(scenario())
+
+
+def test_an_io_error_writing_a_transaction_marker_takes_the_partition_out() -> None:
+    async def scenario() -> None:
+        node = Node(pipelined=False)
+        await node.runtime.load(0, 0)
+        shard = node.runtime.shard(0)
+        node.log.io_error = OSError(5, "Input/output error")
+        node.log.io_error_after_write = True
+        with pytest.raises(CoordinatorError) as failed:
+            await node.runtime.complete_transaction(0, 42, 1, True, 0)
+        assert code_of(failed) == E.not_coordinator
+        await assert_out_until_restart(node, shard)
+        assert (await restarted(node.log)).markers == [(42, True)]
+
+    run(scenario())
+
+
+def test_a_serial_write_queued_behind_a_storage_failure_is_not_run() -> None:
+    """A group request waiting for the partition's lock when the write ahead of it fails
+    must not run on the dropped shard."""
+
+    async def scenario() -> None:
+        node = Node(MemoryLog(auto_durable=False), pipelined=False)
+        await node.runtime.load(0, 0)
+        ran: list[bytes] = []
+
+        def recorded(key: bytes) -> Any:
+            def operation(shard: KeyValueShard, now: int) -> Put:
+                ran.append(key)
+                return Put(((key, b"v"),))
+
+            return operation
+
+        first = asyncio.ensure_future(node.runtime.write(0, recorded(b"a")))
+        second = asyncio.ensure_future(node.runtime.write(0, recorded(b"b")))
+        await asyncio.sleep(0.01)
+        node.log.fail_durability(0, E.kafka_storage_error)
+        for write in (first, second):
+            with pytest.raises(CoordinatorError) as failed:
+                await write
+            assert code_of(failed) == E.not_coordinator
+        assert ran == [b"a"]
 
     run(scenario())
 

@@ -23,6 +23,18 @@ need, written once:
   appended or made durable tells the shard (``write_failed``) and raises the Kafka code a
   client must get for it (Kafka's ``CoordinatorOperationExceptionHelper``). Every one of
   these is a ``CoordinatorError``.
+- **A storage failure takes the partition out until the broker restarts.** An ``OSError``
+  from the append (a segment write or roll: ENOSPC, EIO, EMFILE) or KAFKA_STORAGE_ERROR
+  (from the append of a log already offline, or from the wait for its fsync) leaves the
+  records neither surely in the log nor surely out of it, and after a failed fsync not
+  even the page cache can be trusted. Telling the shard "not written" could then claim
+  the opposite of what a reload will find, and leaving it "being written" would refuse
+  the id for ever. Kafka takes the log directory offline: the partition's coordinator
+  resigns, KAFKA_STORAGE_ERROR reaches the client as NOT_COORDINATOR, and whoever loads
+  the partition next replays its log (re-sending the markers of any PREPARE_* there). Here
+  the partition is FAILED: its shard is dropped (``on_unloaded``: marker tasks stop,
+  parked requests are answered), every request for it gets NOT_COORDINATOR, and the
+  restart, whose recovery trusts only what was fsynced, loads it from the log.
 
 The runtime depends on three narrow things, never on the broker: a ``PartitionWriter``, a
 ``CoordinatorLoader`` and a clock.
@@ -176,7 +188,7 @@ Clock = Callable[[], int]
 class _State(enum.Enum):
     LOADING = "loading"
     ACTIVE = "active"
-    FAILED = "failed"  # the load raised: not coordinating until loaded again
+    FAILED = "failed"  # the load, or a write's storage, failed: not coordinating until loaded again
     CLOSED = "closed"  # unloaded: in-flight writes must not touch the shard any more
 
 
@@ -366,11 +378,7 @@ class CoordinatorRuntime(Generic[S]):
     def _begin(self, context: _Context[S], operation: Callable[[S, int], R]) -> InFlightWrite[R]:
         now = self._clock()
         result = operation(context.shard, now)
-        try:
-            pending = self._append(context, result, now)
-        except KafkaError as exc:
-            context.shard.write_failed(result)
-            raise CoordinatorError(write_error(exc.code), exc.message) from exc
+        pending = self._append_or_raise(context, result, now)
         if pending is None:
             return InFlightWrite(result, None)
         return InFlightWrite(result, lambda: self._settle(context, [(result, pending)]))
@@ -389,9 +397,10 @@ class CoordinatorRuntime(Generic[S]):
             written: list[tuple[R, _Pending | None]] = []
             for result in operation(context.shard, now):
                 try:
-                    written.append((result, self._append(context, result, now)))
-                except KafkaError as exc:
-                    context.shard.write_failed(result)
+                    written.append((result, self._append_or_raise(context, result, now)))
+                except CoordinatorError as exc:
+                    if context.state is _State.FAILED:
+                        raise
                     log.warning("%s-%d: write failed: %s", self.name, partition, exc)
             await self._settle(context, written)
             return [result for result, _ in written]
@@ -420,8 +429,8 @@ class CoordinatorRuntime(Generic[S]):
                     coordinator_epoch,
                     self._clock(),
                 )
-            except KafkaError as exc:
-                raise CoordinatorError(write_error(exc.code), exc.message) from exc
+            except (OSError, KafkaError) as exc:
+                raise self._write_error(context, exc) from exc
             shard = context.shard
             pending = _Pending(
                 offset + 1, lambda: shard.replay_end_transaction_marker(producer_id, committed)
@@ -431,6 +440,48 @@ class CoordinatorRuntime(Generic[S]):
 
     def _exclusive(self, context: _Context[S]) -> AbstractAsyncContextManager[Any]:
         return nullcontext() if self._pipelined else context.lock
+
+    def _append_or_raise(
+        self, context: _Context[S], result: ShardResult, now_ms: int
+    ) -> _Pending | None:
+        """``_append``, its failure as CoordinatorError: a refusal tells the shard, a
+        storage failure fails the partition (then the shard is gone)."""
+        try:
+            return self._append(context, result, now_ms)
+        except (OSError, KafkaError) as exc:
+            error = self._write_error(context, exc)
+            if context.state is not _State.FAILED:
+                context.shard.write_failed(result)
+            raise error from exc
+
+    def _write_error(self, context: _Context[S], exc: OSError | KafkaError) -> CoordinatorError:
+        """What a client gets for a write that failed with ``exc``; a storage failure
+        first fails the partition (see the module docstring)."""
+        if isinstance(exc, KafkaError) and exc.code != ErrorCode.kafka_storage_error:
+            return CoordinatorError(write_error(exc.code), exc.message)
+        self._fail(context, str(exc))
+        return CoordinatorError(
+            ErrorCode.not_coordinator,
+            f"{self.name}-{context.partition} is offline after a storage failure: {exc}",
+        )
+
+    def _fail(self, context: _Context[S], cause: str) -> None:
+        """Take the partition out until the broker restarts: drop its shard, answer
+        NOT_COORDINATOR. Once: the other writes that meet the failure find it FAILED."""
+        current = self._contexts.get(context.partition) is context
+        if not current or context.state is not _State.ACTIVE:
+            return
+        log.error(
+            "%s-%d: storage failure (%s): not coordinating this partition until the broker "
+            "restarts, which recovers it from its log",
+            self.name,
+            context.partition,
+            cause,
+        )
+        context.state = _State.FAILED
+        context.unreplayed.clear()
+        if self._on_unloaded is not None:
+            self._on_unloaded(context.partition, context.shard)
 
     def _append(self, context: _Context[S], result: ShardResult, now_ms: int) -> _Pending | None:
         """Append ``result``'s records (no await) and queue their replay; None if it has
@@ -459,8 +510,9 @@ class CoordinatorRuntime(Generic[S]):
         try:
             await self._wait_then_replay(context, pending)
         except CoordinatorError:
-            for result, _ in written:
-                context.shard.write_failed(result)
+            if context.state is not _State.FAILED:
+                for result, _ in written:
+                    context.shard.write_failed(result)
             raise
 
     async def _wait_then_replay(self, context: _Context[S], pending: Sequence[_Pending]) -> None:
@@ -473,11 +525,11 @@ class CoordinatorRuntime(Generic[S]):
             for entry in pending:
                 if entry in context.unreplayed:
                     context.unreplayed.remove(entry)
-            raise CoordinatorError(write_error(exc.code), exc.message) from exc
-        if context.state is _State.CLOSED:
+            raise self._write_error(context, exc) from exc
+        if context.state in (_State.CLOSED, _State.FAILED):
             raise CoordinatorError(
                 ErrorCode.not_coordinator,
-                f"{self.name}-{context.partition} was unloaded while writing",
+                f"{self.name}-{context.partition} was unloaded, or failed, while writing",
             )
         while context.unreplayed and context.unreplayed[0].end_offset <= pending[-1].end_offset:
             context.unreplayed.popleft().replay()

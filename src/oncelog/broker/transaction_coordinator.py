@@ -210,13 +210,25 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, index: int
     ) -> None:
         """KIP-890 part 1: a transactional batch must belong to the producer's ongoing
-        transaction and to a partition added to it."""
+        transaction and to a partition added to it.
+
+        While the id's partition loads (at start) or is out (after a storage failure)
+        nothing can be verified: NOT_ENOUGH_REPLICAS, which every client retries and which
+        is true (nothing was appended), as Kafka's produce path maps a coordinator that is
+        loading or moving (and as cluster/txn_verification.py does). INVALID_TXN_STATE
+        would make the producer abort a transaction that may be fine. Without a
+        ``__transaction_state`` topic no transaction can exist: INVALID_TXN_STATE."""
         try:
             shard = self._runtime.shard(self.partition_of(transactional_id))
-        except CoordinatorError:
+        except CoordinatorError as exc:
+            if not self._topic.exists():
+                raise KafkaError(
+                    ErrorCode.invalid_txn_state,
+                    f"transactional id {transactional_id!r} has no transaction",
+                ) from None
             raise KafkaError(
-                ErrorCode.invalid_txn_state,
-                f"transactional id {transactional_id!r} has no transaction",
+                ErrorCode.not_enough_replicas,
+                f"transactional id {transactional_id!r} cannot be verified now: {exc.message}",
             ) from None
         metadata = shard.get(transactional_id)
         if metadata is None or metadata.producer_id != producer_id:

@@ -1,0 +1,165 @@
+"""A write to ``__transaction_state`` that fails with an I/O error (issue 12's follow-up):
+the coordinator takes that partition out until the broker restarts, the producer
+(confluent-kafka) is told to retry, and after the restart it goes on.
+
+The faults are real system-call failures inside an in-process broker: ``os.write`` and
+``os.fsync`` are wrapped so that, once armed, the call on a ``__transaction_state`` segment
+file fails (the wrapper finds the file through /proc/self/fd). Two faults:
+
+- **The PREPARE_COMMIT's write fails half-way (ENOSPC).** Before, the OSError escaped the
+  coordinator runtime: EndTxn was answered UNKNOWN_SERVER_ERROR, an error the producer
+  cannot retry, and the id stayed marked as being written for ever.
+- **The PREPARE_COMMIT's fsync fails (EIO).** The record is in the log (maybe not on disk);
+  the restart finds it and completes the commit, which the producer's retry then sees.
+- **The COMPLETE_COMMIT's fsync fails (EIO).** Before, the shard was told the write failed
+  and kept PREPARE_COMMIT, whose markers only a load re-sends: the id answered
+  CONCURRENT_TRANSACTIONS for ever, although its log may hold COMPLETE_COMMIT.
+
+Now the partition answers NOT_COORDINATOR (retriable) until the restart, which loads it
+from its log (recovering it as after a crash when an fsync failed) and completes what it
+finds prepared; the producer's retry then commits and a second transaction follows.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException
+
+from oncelog.broker.internal_topics import TRANSACTION_STATE
+from oncelog.coordinator_partitions import partition_for
+from oncelog.testing import EmbeddedBroker
+from oncelog.transactions.state import TransactionMetadata, TxnState
+
+from .e2e_helpers import (
+    FAST_START,
+    TIMEOUT_S,
+    create_topic,
+    produce_flushed,
+    read_confluent,
+    txn_producer,
+    wait_until,
+)
+
+
+def is_state_segment(fd: int) -> bool:
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return False
+    return f"/{TRANSACTION_STATE}-" in target and target.endswith(".log")
+
+
+@dataclass
+class StateLogFaults:
+    """Faults on the ``__transaction_state`` segment files: ``armed["write"] = n`` fails the
+    n-th write from now (1: the next one), ``armed["fsync"]`` the n-th fsync."""
+
+    armed: dict[str, int] = field(default_factory=dict)
+    fired: int = 0
+
+    def fails(self, call: str, fd: int) -> bool:
+        if call not in self.armed or not is_state_segment(fd):
+            return False
+        self.armed[call] -= 1
+        if self.armed[call]:
+            return False
+        del self.armed[call]
+        self.fired += 1
+        return True
+
+
+@pytest.fixture
+def faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[StateLogFaults]:
+    armed = StateLogFaults()
+    real_write, real_fsync = os.write, os.fsync
+
+    def write(fd: int, data: bytes | memoryview) -> int:
+        if armed.fails("write", fd):
+            real_write(fd, memoryview(data)[: len(data) // 2])  # half of it reaches the file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    def fsync(fd: int) -> None:
+        if armed.fails("fsync", fd):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "write", write)
+    monkeypatch.setattr(os, "fsync", fsync)
+    yield armed
+
+
+def coordinator_metadata(broker: EmbeddedBroker, tid: str) -> TransactionMetadata | None:
+    assert broker.broker is not None
+    coordinator = broker.broker.transactions
+    shard = coordinator.shards.get(partition_for(tid, coordinator.num_partitions))
+    return None if shard is None else shard.get(tid)
+
+
+def partition_out(broker: EmbeddedBroker, tid: str) -> bool:
+    assert broker.broker is not None
+    coordinator = broker.broker.transactions
+    return partition_for(tid, coordinator.num_partitions) not in coordinator.shards
+
+
+def committed(broker: EmbeddedBroker, tid: str) -> bool:
+    metadata = coordinator_metadata(broker, tid)
+    return metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("fault", ["prepare-write", "prepare-fsync", "complete-fsync"])
+def test_a_failed_state_write_takes_the_partition_out_and_a_restart_brings_it_back(
+    tmp_path: Path, topic: str, faults: StateLogFaults, fault: str
+) -> None:
+    data_dir, port = tmp_path / "data", free_port()
+    tid = f"{topic}-txn"
+    first = EmbeddedBroker(FAST_START, data_dir=data_dir, port=port).start()
+    try:
+        bootstrap = first.bootstrap_servers
+        create_topic(bootstrap, topic, 1)
+        producer = txn_producer(bootstrap, tid)
+        producer.begin_transaction()
+        values = [(0, b"first-%d" % i) for i in range(3)]
+        assert produce_flushed(producer, topic, values) == [None] * 3
+        if fault.startswith("prepare-"):  # the PREPARE_COMMIT record, or its fsync
+            faults.armed["write" if fault == "prepare-write" else "fsync"] = 1
+            with pytest.raises(KafkaException) as stalled:
+                producer.commit_transaction(3)
+            assert stalled.value.args[0].retriable(), stalled.value  # retry, not abort
+        else:
+            faults.armed["fsync"] = 2  # the PREPARE_COMMIT's fsync passes, the COMPLETE's fails
+            producer.commit_transaction(TIMEOUT_S)
+        wait_until(lambda: partition_out(first, tid), TIMEOUT_S, "the partition taken out")
+        assert faults.fired == 1
+    finally:
+        first.stop()
+
+    with EmbeddedBroker(FAST_START, data_dir=data_dir, port=port) as second:
+        if fault.startswith("prepare-"):
+            producer.commit_transaction(TIMEOUT_S)  # the same call again, as librdkafka asks
+        wait_until(lambda: committed(second, tid), TIMEOUT_S, "COMPLETE_COMMIT")
+        producer.begin_transaction()
+        values = [(0, b"second-%d" % i) for i in range(3)]
+        assert produce_flushed(producer, topic, values) == [None] * 3
+        producer.commit_transaction(TIMEOUT_S)
+        assert second.broker is not None
+        end = second.broker.topics.partition(topic, 0).high_watermark
+        got, _ = read_confluent(second.bootstrap_servers, topic, {0: end}, "read_committed")
+        assert sorted(value for _, _, value in got) == sorted(
+            [b"first-%d" % i for i in range(3)] + [b"second-%d" % i for i in range(3)]
+        )
+        producer.flush(0)
+        del producer
