@@ -30,12 +30,13 @@ class InternalTopic(Protocol):
     def partition_count(self) -> int:
         """The topic's partitions if it exists, else how many it will be created with."""
 
+    def exists(self) -> bool:
+        """Whether the topic has been created (before that, no state can be in it)."""
+
 
 class LocalInternalTopic(InternalTopic, Protocol):
     """An internal topic of a single node, which the broker creates itself when needed (in
     a cluster the topic is created in ZooKeeper instead)."""
-
-    def exists(self) -> bool: ...
 
     async def ensure(self) -> int:
         """Create the topic if it is missing; its partition count."""

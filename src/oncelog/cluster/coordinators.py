@@ -151,6 +151,9 @@ class ReplicatedInternalTopic:
         assignment = self._node.cache.topics.get(self.name)
         return self._configured_partitions if assignment is None else len(assignment.replicas)
 
+    def exists(self) -> bool:
+        return self.name in self._node.cache.topics
+
     def _led(self, index: int) -> Partition:
         return self._leaders.replicas.leader_partition(self.name, index)
 
