@@ -694,3 +694,36 @@ def test_a_torn_write_that_cannot_be_cut_stops_the_log(
         append(log, make(2))
     log.maybe_roll(10**12)
     assert log.log_end_offset == 2
+
+
+def test_a_batch_whose_index_entry_fails_is_taken_back(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data written, then its offset index entry fails (ENOSPC): the batch is cut off
+    again. Left in the file with the segment's next offset unmoved, the next batch got the
+    same offsets, and a reader found both (offsets 0, 1, 2, 3, 2, 3)."""
+    log = opened(path, config=LogConfig(index_interval_bytes=1))  # an entry per batch
+    append(log, make(0))
+    append(log, make(1))  # the interval is passed: the next batch writes an index entry
+    real_write = os.write
+    index_fd = [-1]
+
+    def failing_index_write(fd: int, data: bytes | memoryview) -> int:
+        if Path(os.readlink(f"/proc/self/fd/{fd}")).suffix == ".index":
+            index_fd[0] = fd
+            monkeypatch.setattr(os, "write", real_write)
+            raise OSError(28, os.strerror(28))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", failing_index_write)
+    with pytest.raises(OSError):
+        append(log, make(2))
+    assert index_fd[0] != -1, "no index entry was written"
+    assert append(log, make(3)) == 4
+    expected = [0, 1, 2, 3, 4, 5]  # batches 0, 1 and 3, two records each
+    assert offsets(log.read(0, 1 << 30)) == expected
+    assert values(log)[-2:] == [b"value-3-0", b"value-3-1"]
+    log.close()
+    reopened = opened(path, config=LogConfig(index_interval_bytes=1), clean=False)
+    assert offsets(reopened.read(0, 1 << 30)) == expected
+    reopened.close()

@@ -230,8 +230,29 @@ class LogSegment:
         self.dirty = True
         if position == 0:
             self.first_batch_ms = now_ms
-        self.note_batch(position, header)
+        try:
+            self.note_batch(position, header)
+        except OSError as exc:  # its index entry: the batch is written but not noted
+            self._unwrite(position, exc)
+            raise
         return position
+
+    def _unwrite(self, position: int, cause: OSError) -> None:
+        """Take back a batch written at ``position`` whose index entry failed: left in the
+        file, the next batch would get its offsets (``next_offset`` never moved) and
+        readers would find two batches with them. The index is cut back first, then the
+        data; if either cut fails the segment is ``torn``."""
+        self.size = position
+        if position == 0:
+            self.first_batch_ms = None
+        try:
+            self.index.truncate_to_position(position)
+        except OSError as exc:
+            log.error("could not cut the failed index entry off %s: %s", self.path, exc)
+            self.torn = cause
+            return
+        with open_files.using(self._file, write=True) as fd:
+            self._cut_to(fd, position, cause)
 
     def _cut_to(self, fd: int, position: int, cause: OSError) -> None:
         """Remove what a failed write left after ``position``; if that fails too, mark the
