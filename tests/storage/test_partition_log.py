@@ -679,7 +679,9 @@ def test_a_write_that_fails_part_way_is_cut_off(
 def test_a_torn_write_that_cannot_be_cut_stops_the_log(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """If the cut fails too, no later batch (nor a roll) may follow the tear."""
+    """If the cut fails too, the log goes offline as after a failed fsync: no later batch
+    (nor a roll) may follow the tear, and the broker's stop must leave the next start to
+    recover it (``failed``: no clean-shutdown marker), which trims the tear."""
     log = opened(path)
     append(log, make(0))
     _write_half_then_fail(monkeypatch, error=5)
@@ -690,10 +692,17 @@ def test_a_torn_write_that_cannot_be_cut_stops_the_log(
     monkeypatch.setattr(os, "ftruncate", cannot_cut)
     with pytest.raises(OSError):
         append(log, make(1))
-    with pytest.raises(OSError, match="torn"):
+    assert log.failed
+    with pytest.raises(KafkaError, match="torn") as refused:
         append(log, make(2))
+    assert refused.value.code == ErrorCode.kafka_storage_error
     log.maybe_roll(10**12)
     assert log.log_end_offset == 2
+    monkeypatch.undo()
+    log.close()
+    reopened = opened(path, clean=False)
+    assert values(reopened) == [b"value-0-0", b"value-0-1"]
+    reopened.close()
 
 
 def test_a_batch_whose_index_entry_fails_is_taken_back(

@@ -124,12 +124,13 @@ class PartitionLog:
         # file name), without holding up appends for the checkpoint's fsyncs.
         self._checkpoint_lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
-        # Why an fsync of this log failed; None while none has. After a failed fsync the
-        # kernel may have dropped the dirty pages and marked them clean, so a later fsync
-        # can succeed without them ever reaching the disk ("fsyncgate"): nothing beyond
-        # the recovery point is called durable again, and nothing more is appended, until
-        # a restart recovers the log from that point (Kafka takes the log dir offline).
-        self._fsync_failure: str | None = None
+        # Why this log is offline; None while it is not. After a failed fsync the kernel
+        # may have dropped the dirty pages and marked them clean, so a later fsync can
+        # succeed without them ever reaching the disk ("fsyncgate"); a write whose torn
+        # tail could not be cut off leaves bytes recovery must trim. Either way nothing
+        # beyond the recovery point is called durable again, and nothing more is appended,
+        # until a restart recovers the log from that point (Kafka takes the log dir offline).
+        self._storage_failure: str | None = None
         # Called with the new segment's base offset just before a roll (under the log's
         # lock, before the batch that triggered it is written): the producer state is
         # snapshotted there, as Kafka does, so a restart replays only the active segment.
@@ -196,12 +197,13 @@ class PartitionLog:
 
     @property
     def failed(self) -> bool:
-        """An fsync of this log failed: it takes no append and reports nothing more
-        durable until the broker restarts and recovers it (see ``__init__``)."""
-        return self._fsync_failure is not None
+        """An fsync of this log failed, or a torn write could not be cut off: it takes no
+        append and reports nothing more durable until the broker restarts and recovers it
+        (see ``__init__``)."""
+        return self._storage_failure is not None
 
     def _offline_reason(self) -> str:
-        return f"{self._fsync_failure}; the log is offline until the broker restarts"
+        return f"{self._storage_failure}; the log is offline until the broker restarts"
 
     # --- writing ---
 
@@ -215,7 +217,7 @@ class PartitionLog:
         leader_epoch: int = 0,
     ) -> AppendResult:
         """Assign offsets to one validated batch and write it (no fsync, no decoding)."""
-        if self._fsync_failure is not None:
+        if self._storage_failure is not None:
             raise KafkaError(ErrorCode.kafka_storage_error, self._offline_reason())
         if header.size > self.config.max_message_bytes:
             raise KafkaError(
@@ -233,7 +235,12 @@ class PartitionLog:
                 partition_leader_epoch=leader_epoch,
                 max_timestamp=header.max_timestamp if append_time is None else append_time,
             )
-            position = active.append(data, written, now_ms)
+            try:
+                position = active.append(data, written, now_ms)
+            except OSError as exc:
+                if active.torn is not None:  # the segment could not cut the write off
+                    self._storage_failure = f"a write to {active.path.name} was torn: {exc}"
+                raise
         return AppendResult(
             base,
             written.last_offset,
@@ -307,7 +314,7 @@ class PartitionLog:
         with self._lock:
             if not self._segments or (up_to is not None and self._recovery_point >= up_to):
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
-            if self._fsync_failure is not None:
+            if self._storage_failure is not None:
                 raise OSError(errno.EIO, self._offline_reason())
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
@@ -323,8 +330,8 @@ class PartitionLog:
                 for s in dirty:
                     s.unclaim()
                 self._dir_dirty |= dir_dirty
-                if isinstance(exc, OSError) and self._fsync_failure is None:
-                    self._fsync_failure = f"an fsync of {self.directory.name} failed: {exc}"
+                if isinstance(exc, OSError) and self._storage_failure is None:
+                    self._storage_failure = f"an fsync of {self.directory.name} failed: {exc}"
             open_files.sync_failed(files)
             raise
         finally:
@@ -684,7 +691,7 @@ class PartitionLog:
         good fsync left it, for the next start to recover from."""
         if not self._segments:
             return
-        if self._fsync_failure is None:
+        if self._storage_failure is None:
             self.flush()
         with self._checkpoint_lock:
             self._write_checkpoint_if_moved()
