@@ -182,7 +182,8 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
                 delay = min(max((min(deadlines) - self._clock()) / 1000, 0.0), MAX_TICK_S)
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             now = self._clock()

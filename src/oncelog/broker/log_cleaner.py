@@ -142,9 +142,8 @@ class LogCleaner:
                 continue
             self._wake.clear()
             try:
-                await asyncio.wait_for(
-                    self._wake.wait(), self._config.log_cleaner_backoff_ms / 1000
-                )
+                async with asyncio.timeout(self._config.log_cleaner_backoff_ms / 1000):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

@@ -398,7 +398,8 @@ class MetricsServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            async with asyncio.timeout(10):
+                request = await reader.readuntil(b"\r\n\r\n")
             started = time.monotonic()
             body = self._metrics.render()
             status = b"200 OK" if request.startswith(b"GET ") else b"405 Method Not Allowed"

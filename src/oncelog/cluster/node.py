@@ -188,7 +188,8 @@ class ClusterNode:
         remaining = self._catch_up_deadline - time.monotonic()
         if remaining > 0 and not self._watcher.caught_up.is_set():
             try:
-                await asyncio.wait_for(self._watcher.caught_up.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._watcher.caught_up.wait()
             except TimeoutError:
                 pass
         return self._watcher.caught_up.is_set()

@@ -113,16 +113,14 @@ class PeerConnection:
             return
         host, port = self.address
         context = self._security.ssl_context()
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            self._reader, self._writer = await asyncio.open_connection(
                 host,
                 port,
                 limit=1 << 20,
                 ssl=context,
                 server_hostname=host if context is not None else None,
-            ),
-            CONNECT_TIMEOUT_S,
-        )
+            )
         self.opened += 1
         await self._authenticate()
 

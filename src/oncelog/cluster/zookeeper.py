@@ -911,9 +911,8 @@ class ZooKeeperSession:
         while True:
             try:
                 await self._connected_before(deadline)
-                return await asyncio.wait_for(
-                    self._bridge(start()), timeout=max(deadline - time.monotonic(), 0)
-                )
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
+                    return await self._bridge(start())
             except ConnectionLoss as exc:
                 if time.monotonic() > deadline:
                     raise self._unreachable() from exc

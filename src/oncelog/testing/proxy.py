@@ -379,9 +379,10 @@ class FaultInjectionProxy(Lifecycle):
                 self._count("upstream_connect_failures")
                 return
             try:
-                upstream_reader, link.upstream_writer = await asyncio.wait_for(
-                    asyncio.open_connection(*upstream, limit=1 << 20), CONNECT_TIMEOUT_S
-                )
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    upstream_reader, link.upstream_writer = await asyncio.open_connection(
+                        *upstream, limit=1 << 20
+                    )
             except (TimeoutError, OSError) as exc:
                 log.warning("proxy: cannot reach the broker at %s:%d: %s", *upstream, exc)
                 self._count("upstream_connect_failures")

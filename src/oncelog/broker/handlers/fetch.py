@@ -65,7 +65,8 @@ async def _wait_for_append(partitions: list[Partition], timeout_s: float) -> Non
     for partition in partitions:
         partition.wait_for_append(waiter)
     try:
-        await asyncio.wait_for(waiter, timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await waiter
     except TimeoutError:
         pass
     finally:
