@@ -8,6 +8,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from oncelog.spark import offsets as off
 from oncelog.spark.offsets import OffsetRange, TaskPlan
@@ -157,6 +158,83 @@ def test_a_replayed_batch_gets_the_tasks_it_was_planned_with_whatever_the_option
         assert tasks(stream, split_end) == one_per_range
         assert tasks(stream, combined_end) == one
         assert tasks(stream, ends) == one_per_range  # planned by an oncelog before the plan
+
+
+class _Log:
+    """A cluster for the driver's calls: every partition's earliest and latest offsets."""
+
+    def __init__(self, latest: dict[off.TopicPartitionKey, int]) -> None:
+        self.latest = latest
+
+    def partitions(self, subscription: object) -> list[off.TopicPartitionKey]:
+        return sorted(self.latest)
+
+    def offsets(
+        self, tps: list[off.TopicPartitionKey], which: str, read_committed: bool
+    ) -> dict[off.TopicPartitionKey, int]:
+        return {tp: self.latest[tp] if which == "latest" else 0 for tp in tps}
+
+
+def _stream(log: _Log, **options: str) -> OncelogStreamReader:
+    stream = OncelogStreamReader(
+        parse_read_options(
+            {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options}, True
+        )
+    )
+    stream._cluster = log  # type: ignore[assignment]
+    return stream
+
+
+def _stored(offset: dict) -> dict:
+    return json.loads(json.dumps(offset))  # as Spark keeps it and hands it back
+
+
+def test_the_first_batch_records_its_start_and_a_replay_plans_from_it() -> None:
+    t0, t1 = ("t", 0), ("t", 1)
+    log = _Log({t0: 10, t1: 10})
+    stream = _stream(log)  # startingOffsets=latest, a streaming query's default
+    start = _stored(stream.initialOffset())
+    assert off.from_json(start) == {t0: 10, t1: 10} and off.is_initial(start)
+    log.latest = {t0: 15, t1: 12}  # records arrive before the first batch is planned
+    end = _stored(stream.latestOffset(start, ReadAllAvailable()))
+    assert off.from_json(end) == {t0: 15, t1: 12}
+    assert off.planned_from(end) == {t0: 10, t1: 10}
+    batch_0 = [(OffsetRange("t", 0, 10, 15), OffsetRange("t", 1, 10, 12))]
+
+    # Spark runs batch 0 with a fresh initialOffset, after more records arrived, in the
+    # first attempt and in a replay after a restart (a new reader, other options)
+    log.latest = {t0: 30, t1: 30}
+    for runner in (stream, _stream(log, combineRangesUpTo="0")):
+        fresh = _stored(runner.initialOffset())
+        assert off.from_json(fresh) == {t0: 30, t1: 30}
+        assert [p.ranges for p in runner.partitions(fresh, end)] == batch_0  # type: ignore[attr-defined]
+    # an end offset written before oncelog recorded the start: planned from the fresh one
+    legacy = {k: v for k, v in end.items() if k != off.FROM_KEY}
+    assert stream.partitions(_stored(stream.initialOffset()), legacy) == []
+
+    # the next batch starts at batch 0's end (Spark's offset log) and records no start
+    end_1 = _stored(stream.latestOffset(end, ReadAllAvailable()))
+    assert off.planned_from(end_1) is None and off.from_json(end_1) == {t0: 30, t1: 30}
+    assert [p.ranges for p in stream.partitions(end, end_1)] == [  # type: ignore[attr-defined]
+        (OffsetRange("t", 0, 15, 30), OffsetRange("t", 1, 12, 30))
+    ]
+
+
+def test_with_nothing_new_the_start_comes_back_as_it_is() -> None:
+    """Spark runs a batch when the end differs from the start as JSON: an end that differs
+    by oncelog's keys alone (the first batch's start, another plan) would run an empty one."""
+    log = _Log({("t", 0): 10, ("t", 1): 10})
+    stream = _stream(log)
+    end_0 = _stored(stream.latestOffset(_stored(stream.initialOffset()), ReadAllAvailable()))
+    assert off.FROM_KEY in end_0  # the first batch always runs, empty or not
+    assert stream.latestOffset(end_0, ReadAllAvailable()) == end_0
+    # the next start under other options: no batch until records arrive
+    other = _stream(log, combineRangesUpTo="0")
+    assert other.latestOffset(end_0, ReadAllAvailable()) == end_0
+    log.latest = {("t", 0): 11, ("t", 1): 10}
+    moved = other.latestOffset(end_0, ReadAllAvailable())
+    assert off.from_json(moved) == {("t", 0): 11, ("t", 1): 10}
+    assert off.plan_of(moved, TaskPlan(None, None, 1000)) == TaskPlan(None, None, 0)
 
 
 @given(

@@ -3,6 +3,9 @@
 A streaming offset is the JSON object Spark keeps in its checkpoint:
 `{"topic": {"0": 42, "1": 7}}`, the next offset to read per partition (exclusive end
 of the batch that produced it). Inside Python it is `dict[(topic, partition), offset]`.
+Beside the topics, keys of oncelog's own (no topic can be named so) carry what a replay
+needs: the task plan of the batch an offset ends, and in the first batch's end offset the
+start it was planned from.
 
 The rules follow Spark's Kafka source: how a trigger's offsets are capped
 (`maxOffsetsPerTrigger`, `KafkaMicroBatchStream.rateLimit`), when a trigger is put off
@@ -17,14 +20,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]
 
 
-# The key of a streaming offset that holds the task plan of the batch it ends: not a topic
-# name (Kafka's allow letters, digits, '.', '_' and '-' only).
-PLAN_KEY = "oncelog:plan"
+# Keys of a streaming offset that are not topics (Kafka's topic names allow letters,
+# digits, '.', '_' and '-' only). PLAN_KEY holds the task plan of the batch the offset
+# ends; INITIAL_KEY marks the offset `initialOffset` returns; FROM_KEY holds, in the first
+# batch's end offset, the start that batch was planned from.
+OWN_KEY_PREFIX = "oncelog:"
+PLAN_KEY = OWN_KEY_PREFIX + "plan"
+INITIAL_KEY = OWN_KEY_PREFIX + "initial"
+FROM_KEY = OWN_KEY_PREFIX + "from"
 
 
 @dataclass(frozen=True)
@@ -47,36 +56,64 @@ class TaskPlan:
 
     @classmethod
     def from_json(cls, data: Mapping[str, int]) -> TaskPlan:
+        # a field missing is 0: a later oncelog may add one without breaking older plans
         return cls(
-            int(data["minPartitions"]) or None,
-            int(data["maxRecordsPerPartition"]) or None,
-            int(data["combineRangesUpTo"]),
+            int(data.get("minPartitions", 0)) or None,
+            int(data.get("maxRecordsPerPartition", 0)) or None,
+            int(data.get("combineRangesUpTo", 0)),
         )
 
 
 def to_json(
-    offsets: Mapping[TopicPartitionKey, int], plan: TaskPlan | None = None
-) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
+    offsets: Mapping[TopicPartitionKey, int],
+    plan: TaskPlan | None = None,
+    planned_from: Mapping[TopicPartitionKey, int] | None = None,
+) -> dict[str, Any]:
+    """The checkpoint's JSON of `offsets`; an end offset carries its batch's `plan`, and the
+    first batch's its start (`planned_from`)."""
+    out: dict[str, Any] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     if plan is not None:
         out[PLAN_KEY] = plan.to_json()
+    if planned_from is not None:
+        out[FROM_KEY] = to_json(planned_from)
     return out
 
 
-def from_json(data: Mapping[str, Mapping[str, int]] | None) -> Offsets:
+def initial_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
+    """`initialOffset`'s JSON: the first batch's start, marked as such so that the first
+    `latestOffset` records it in the batch's end offset (`is_initial`)."""
+    return {**to_json(offsets), INITIAL_KEY: {}}
+
+
+def is_initial(data: Mapping[str, Any] | None) -> bool:
+    """Whether `data` is the start `initialOffset` gave: the batch ending at the next
+    `latestOffset` is the query's first."""
+    return bool(data) and INITIAL_KEY in data  # type: ignore[operator]
+
+
+def from_json(data: Mapping[str, Any] | None) -> Offsets:
+    """The positions of a checkpoint's JSON, without oncelog's own keys."""
     if not data:
         return {}
     return {
         (topic, int(p)): int(o)
         for topic, per in data.items()
-        if topic != PLAN_KEY
+        if not topic.startswith(OWN_KEY_PREFIX)
         for p, o in per.items()
     }
 
 
-def plan_of(data: Mapping[str, Mapping[str, int]], unrecorded: TaskPlan) -> TaskPlan:
+def planned_from(end: Mapping[str, Any]) -> Offsets | None:
+    """The start the first batch was planned from, recorded in its end offset; None in
+    every other end offset (its start is the previous batch's end, in Spark's offset log)
+    and in one written before oncelog recorded it."""
+    recorded = end.get(FROM_KEY)
+    return None if recorded is None else from_json(recorded)
+
+
+def plan_of(data: Mapping[str, Any], unrecorded: TaskPlan) -> TaskPlan:
     """The plan an end offset records; `unrecorded` for one written before offsets carried
     it (oncelog then made a task per range)."""
     recorded = data.get(PLAN_KEY)

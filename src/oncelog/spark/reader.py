@@ -212,12 +212,16 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._cluster
 
     def initialOffset(self) -> dict:
-        """The first batch's start, with the plan `latestOffset` will record: with none,
-        Spark would take the plan alone for new data and run an empty first batch."""
+        """The first batch's start, marked so that `latestOffset` records it in the batch's
+        end offset. Spark asks for it again, instead of reading it from its offset log,
+        whenever it runs batch 0: in the first attempt and in a replay after a restart
+        (`MicroBatchExecution.runBatch`; its own Kafka source keeps it in the checkpoint,
+        which a Python source cannot). Under startingOffsets=latest, or earliest with a
+        log start moved since, that start differs: `partitions` plans from the recorded
+        one."""
         tps = self.cluster.partitions(self.options.subscription)
-        return off.to_json(
-            resolve(self.cluster, self.options, self.options.starting, tps, starting=True),
-            task_plan(self.options),
+        return off.initial_json(
+            resolve(self.cluster, self.options, self.options.starting, tps, starting=True)
         )
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -269,6 +273,14 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         admitted = self._admitted(current, starts, available, limit)
         if admitted is not None:
             end.update(admitted)
+        if off.is_initial(start):
+            # the first batch records its start: Spark gives a replay of it a fresh one
+            return off.to_json(end, task_plan(self.options), planned_from=current)
+        if start is not None and end == current:
+            # nothing new: the start as it is, so that an end offset that differs from it
+            # only by the keys it carries (the first batch's start, a plan made under other
+            # options or by an older oncelog) does not make Spark run an empty batch
+            return start
         # the batch ending here is planned (and replayed) with today's task options
         return off.to_json(end, task_plan(self.options))
 
@@ -309,11 +321,14 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """The batch's tasks, planned as its end offset records (a replay after a restart
         with other options, or another oncelog, gets the same tasks; an end offset of an
-        oncelog that did not record it was planned a task per range). A partition that
-        is new in this batch is planned from offset 0, not from its log start now, which
-        a replay could find moved: its reader skips to the log start under
-        failOnDataLoss=false, as Spark's does."""
-        begin = off.from_json(start)
+        oncelog that did not record it was planned a task per range). The first batch
+        starts where its end offset says it was planned from, not at the `start` Spark
+        passes, which is a fresh `initialOffset` (an end offset without it, from an
+        older oncelog, starts there). A partition that is new in this batch is planned
+        from offset 0, not from its log start now, which a replay could find moved: its
+        reader skips to the log start under failOnDataLoss=false, as Spark's does."""
+        recorded = off.planned_from(end)
+        begin = off.from_json(start) if recorded is None else recorded
         finish = off.from_json(end)
         if self.options.fail_on_data_loss:
             new = [tp for tp in finish if tp not in begin]

@@ -14,14 +14,22 @@
   moment, which lasts only some milliseconds otherwise, so the kill always finds a batch
   that is fully written and will be replayed.
 
+And one source option:
+
+- `holdAfterInitialOffset=DIR`: a streaming query's `initialOffset`, once it has the first
+  batch's start, writes it to DIR/initial.json and waits while DIR/hold exists (at most
+  `HOLD_LIMIT_S`). Records a test produces meanwhile arrive between the first batch's
+  start and its end, as records do that arrive while a query starts at the latest offsets.
+
 The production writer takes the hook as an argument (`writer.Faults`); only this data
-source passes one.
+source passes one. The source's hook is a subclass of the stream reader.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,12 +38,21 @@ import pyarrow as pa
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from oncelog.spark.options import OptionError, WriteOptions, parse_write_options
+from oncelog.spark.options import (
+    OptionError,
+    ReadOptions,
+    WriteOptions,
+    parse_read_options,
+    parse_write_options,
+)
+from oncelog.spark.reader import OncelogStreamReader
+from oncelog.spark.schema import spark_schema
 from oncelog.spark.source import OncelogDataSource
 from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, TaskAttempt
 
 FAIL_AFTER = "failAfter"
 HOLD_COMMITS_WHILE = "holdCommitsWhile"
+HOLD_AFTER_INITIAL_OFFSET = "holdAfterInitialOffset"
 HOLD_LIMIT_S = 300.0  # a demonstration that never kills its driver does not hang it for ever
 
 
@@ -82,6 +99,21 @@ class CommitHold:
             time.sleep(0.05)
 
 
+class HeldStartStreamReader(OncelogStreamReader):
+    """The oncelog stream reader whose `initialOffset` reports its start to `directory`
+    (initial.json) and then waits while directory/hold exists."""
+
+    def __init__(self, options: ReadOptions, directory: Path) -> None:
+        super().__init__(options)
+        self.directory = directory
+
+    def initialOffset(self) -> dict:
+        start = super().initialOffset()
+        (self.directory / "initial.json").write_text(json.dumps(start))
+        CommitHold(self.directory / "hold").wait()
+        return start
+
+
 def _option(options: Any, name: str) -> Any:
     return {str(k).lower(): v for k, v in options.items()}.get(name.lower())
 
@@ -99,6 +131,11 @@ def _faults(options: Any) -> FailAfter | None:
 def _hold(options: Any) -> CommitHold | None:
     raw = _option(options, HOLD_COMMITS_WHILE)
     return CommitHold(Path(raw)) if raw else None
+
+
+def _source_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The source's options without the hook, which the production parser refuses."""
+    return {k: v for k, v in options.items() if str(k).lower() != HOLD_AFTER_INITIAL_OFFSET.lower()}
 
 
 class HeldOncelogStreamWriter(OncelogStreamWriter):
@@ -121,11 +158,23 @@ class HeldOncelogStreamWriter(OncelogStreamWriter):
 
 
 class FaultyOncelogDataSource(OncelogDataSource):
-    """The oncelog data source whose sink takes `failAfter` and `holdCommitsWhile`."""
+    """The oncelog data source whose sink takes `failAfter` and `holdCommitsWhile`, and its
+    source `holdAfterInitialOffset`."""
 
     @classmethod
     def name(cls) -> str:
         return "oncelog_faults"
+
+    def schema(self) -> StructType:
+        options = parse_read_options(_source_options(self.options), streaming=None)
+        return spark_schema(options.include_headers)
+
+    def streamReader(self, schema: StructType) -> OncelogStreamReader:
+        options = parse_read_options(_source_options(self.options), streaming=True)
+        held = _option(self.options, HOLD_AFTER_INITIAL_OFFSET)
+        if held is None:
+            return OncelogStreamReader(options)
+        return HeldStartStreamReader(options, Path(held))
 
     def writer(self, schema: StructType, overwrite: bool) -> OncelogBatchWriter:
         options = parse_write_options(self.options, extra=(FAIL_AFTER,))
