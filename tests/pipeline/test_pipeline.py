@@ -17,7 +17,7 @@ from rich.console import Console
 
 from oncelog.pipeline.driver import planned_not_committed
 from oncelog.pipeline.orders import customers, expected_enrichment, generate, make_order
-from oncelog.pipeline.verify import _matches
+from oncelog.pipeline.verify import matches
 
 ORDERS = 600
 PER_TRIGGER = 100  # about 7 micro-batches: room for a kill after two and a broker restart
@@ -99,9 +99,9 @@ def test_orders_and_enrichment_are_deterministic() -> None:
     enriched = expected_enrichment(order, table)
     assert enriched["name"] == table[order["customer_id"]]["name"]
     assert enriched["priority"] in ("high", "normal")
-    assert _matches(json.loads(json.dumps(enriched)), enriched)
-    assert not _matches({**enriched, "amount_with_tax": enriched["amount_with_tax"] + 1}, enriched)
-    assert not _matches({**enriched, "tier": "platinum"}, enriched)
+    assert matches(json.loads(json.dumps(enriched)), enriched)
+    assert not matches({**enriched, "amount_with_tax": enriched["amount_with_tax"] + 1}, enriched)
+    assert not matches({**enriched, "tier": "platinum"}, enriched)
 
 
 def test_planned_not_committed_reads_the_checkpoint(tmp_path: Path) -> None:

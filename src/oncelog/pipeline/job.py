@@ -2,8 +2,8 @@
 
     python -m oncelog.pipeline.job --bootstrap-servers HOST:PORT --checkpoint DIR
 
-reads `orders` with `format("oncelog")` under read_committed, joins each order with the
-customer table (name, tier, country), derives `amount_with_tax` and `priority`, and writes
+reads `orders` with `format("oncelog")` under read_committed, looks up each order's
+customer (name, tier, country), derives `amount_with_tax` and `priority`, and writes
 `enriched-orders` with `format("oncelog")`, exactly once by default (stable `sink.id`,
 checkpoint in DIR). The trigger is availableNow: the query processes every order committed
 when it starts, in micro-batches of `--max-offsets-per-trigger`, then stops. Started again
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -31,6 +30,7 @@ from oncelog.pipeline import ENRICHED_TOPIC, ORDERS_TOPIC, PARTITIONS
 from oncelog.pipeline.orders import GOLD_OR_LARGE, TAX_RATES, customers
 
 ORDER_SCHEMA = "order_id long, customer_id int, amount double, ts long"
+ORDER_COLUMNS = ("order_id", "customer_id", "amount", "ts")
 DEFAULT_SINK_ID = "order-enrichment"
 
 
@@ -73,60 +73,74 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
     return session
 
 
-def customer_table(spark: Any) -> Any:
-    """The customer table (customer_id int, name, tier, country, tax_rate double) as a
-    local relation (`local_table`): the driver holds its rows, so the job that broadcasts
-    it to every micro-batch's join runs in the JVM alone. Made with createDataFrame of
-    Python rows it was a Python RDD, and that job (two tasks, before the batch's own job)
-    ran Python workers to unpickle the rows: 70-200 ms a micro-batch in a Spark event log
-    of bench/pipeline.py."""
+CUSTOMER_TYPE = "struct<name: string, tier: string, country: string, tax_rate: double>"
+CUSTOMER_FIELDS = ("name", "tier", "country", "tax_rate")
+
+
+def customer_lookup() -> str:
+    """A SQL expression for the customer of an order's `customer_id`: a struct of
+    `CUSTOMER_FIELDS`, NULL for an id the table lacks, as the left join it replaces gave.
+
+    The table is one constant, a map from customer_id, which each micro-batch's optimizer
+    folds into a literal. Joined as a broadcast table, every micro-batch ran a job to
+    collect the table, built and broadcast its hash relation and joined: about 100 ms of
+    a micro-batch of the pipeline, and 45% of the same job shape's cost between Spark's
+    rate source and the noop sink (docs/spark.md, issue 15's eighth session).
+
+    The rows travel as JSON in a UTF-8 binary literal (X'..', cast to string), never in
+    string literals: Spark substitutes `${...}` anywhere in an expression's text, string
+    literals included (`spark.sql.variable.substitute`, on by default), and how a string
+    literal's backslashes read depends on `spark.sql.parser.escapedStringLiterals`; hex
+    digits mean the same under any setting. One literal is also quick to parse and plan:
+    0.16-0.19 s for `enrich`, against 0.75-1.2 s with a `map(...)` of 200 `named_struct`s
+    (06:18 UTC, load 3), once per query start."""
     rows = [
-        (c["customer_id"], c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
+        {
+            "customer_id": c["customer_id"],
+            "customer": dict(
+                zip(
+                    CUSTOMER_FIELDS,
+                    (c["name"], c["tier"], c["country"], TAX_RATES[c["country"]]),
+                    strict=True,
+                )
+            ),
+        }
         for c in customers()
     ]
-    return local_table(spark, ("customer_id", "name", "tier", "country", "tax_rate"), rows)
+    text = json.dumps(rows, separators=(",", ":"))
+    entries = f"array<struct<customer_id: int, customer: {CUSTOMER_TYPE}>>"
+    table = f"map_from_entries(from_json(CAST(X'{text.encode().hex()}' AS STRING), '{entries}'))"
+    return f"try_element_at({table}, customer_id)"
 
 
-def local_table(spark: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Any:
-    """An inline table (SQL VALUES) of `rows`, a local relation. Its strings are written as
-    UTF-8 binary literals (X'..', cast to string), never as string literals: Spark
-    substitutes `${...}` anywhere in a query's text, string literals included
-    (`spark.sql.variable.substitute`, on by default), so a value such as `${env:HOME}`
-    would change, and how a string literal's backslashes read depends on
-    `spark.sql.parser.escapedStringLiterals`; hex digits mean the same under any setting.
-    (Named parameters of `spark.sql` would do too, but cost a py4j call each: 690 ms for
-    the customer table against 55 ms for its text, medians of 8, 03:34 UTC, load 2.2-3.1,
-    once per query start.) `columns` are the code's own names; SQL has no VALUES without a
-    row."""
-    if not rows:
-        raise ValueError(f"an inline table ({', '.join(columns)}) needs at least one row")
-    values = ", ".join("(" + ", ".join(_sql_literal(v) for v in row) + ")" for row in rows)
-    return spark.sql(f"SELECT * FROM VALUES {values} AS t({', '.join(columns)})")
-
-
-def _sql_literal(value: Any) -> str:
-    """`value` as SQL text made of digits, hex digits and keywords only."""
-    if isinstance(value, str):
-        return f"CAST(X'{value.encode().hex()}' AS STRING)"
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"no SQL literal for {value!r} in an inline table")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"no SQL literal for {value!r} in an inline table")
-        return f"{value!r}D"
-    return str(value)
-
-
-def enrich(spark: Any, orders: Any) -> Any:
+def enrich(orders: Any) -> Any:
     """orders (the Kafka source's rows) -> rows for the Kafka sink (key, value)."""
     from pyspark.sql import functions as F
 
-    table = customer_table(spark)
-    parsed = orders.select(
+    customer = F.expr(customer_lookup()).alias("customer")
+    with_customer = (
+        parse_orders(orders)
+        .select("*", customer)
+        .select(*ORDER_COLUMNS, *(F.col(f"customer.{name}") for name in CUSTOMER_FIELDS))
+    )
+    return enriched_records(with_customer)
+
+
+def parse_orders(orders: Any) -> Any:
+    """The Kafka source's rows -> the orders' columns (`ORDER_SCHEMA`)."""
+    from pyspark.sql import functions as F
+
+    return orders.select(
         F.from_json(F.col("value").cast("string"), ORDER_SCHEMA).alias("o")
     ).select("o.*")
-    joined = parsed.join(F.broadcast(table), "customer_id", "left")
-    enriched = joined.withColumn(
+
+
+def enriched_records(with_customer: Any) -> Any:
+    """Orders with their customer's `CUSTOMER_FIELDS` -> the sink's rows: the order id as
+    key, the enriched order (`amount_with_tax`, `priority`) as JSON value."""
+    from pyspark.sql import functions as F
+
+    enriched = with_customer.withColumn(
         "amount_with_tax", F.round(F.col("amount") * (1 + F.col("tax_rate")), 2)
     ).withColumn(
         "priority",
@@ -134,17 +148,7 @@ def enrich(spark: Any, orders: Any) -> Any:
             (F.col("tier") == "gold") | (F.col("amount") >= GOLD_OR_LARGE), F.lit("high")
         ).otherwise(F.lit("normal")),
     )
-    columns = [
-        "order_id",
-        "customer_id",
-        "amount",
-        "ts",
-        "name",
-        "tier",
-        "country",
-        "amount_with_tax",
-        "priority",
-    ]
+    columns = [*ORDER_COLUMNS, "name", "tier", "country", "amount_with_tax", "priority"]
     return enriched.select(
         F.col("order_id").cast("string").alias("key"), F.to_json(F.struct(*columns)).alias("value")
     )
@@ -172,7 +176,7 @@ def start_query(spark: Any, config: JobConfig) -> Any:
         register_faults(spark)
         sink_format = "oncelog_faults"
     writer = (
-        enrich(spark, reader.load())
+        enrich(reader.load())
         .writeStream.format(sink_format)
         .option("kafka.bootstrap.servers", config.bootstrap_servers)
         .option("topic", config.target_topic)

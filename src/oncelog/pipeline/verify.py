@@ -141,7 +141,7 @@ def verify(
             result.unexpected += 1
             continue
         result.counts[order_id] += 1
-        if not _matches(record, expected[order_id]):
+        if not matches(record, expected[order_id]):
             result.wrong += 1
     result.duplicates = sum(n - 1 for n in result.counts.values() if n > 1)
     result.missing = sum(1 for order_id in expected if order_id not in result.counts)
@@ -152,7 +152,8 @@ def verify(
     return result
 
 
-def _matches(record: dict[str, Any], want: dict[str, Any]) -> bool:
+def matches(record: dict[str, Any], want: dict[str, Any]) -> bool:
+    """`record` has every field of `want`, its floats within a cent."""
     for key, value in want.items():
         got = record.get(key)
         if isinstance(value, float):
