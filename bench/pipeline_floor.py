@@ -18,7 +18,8 @@ each shape once untimed (the JVM's compiler warms up), then --rounds times, in t
   sources cost, with no Kafka;
 - python -> noop, rate -> python: the Python source's and the Python sink's shares of it;
 - oncelog -> noop, rate -> oncelog (exactly_once), oncelog -> oncelog (exactly_once, the
-  pipeline): the oncelog source's and sink's shares, to compare with the two above.
+  pipeline): the oncelog source's and sink's shares, to compare with the two above;
+- the pipeline with the customer table joined as before.
 
 Each query's time runs from its start to the end of its --batches-th micro-batch with rows
 (the oncelog source: availableNow over the orders; the others trigger as fast as they
@@ -30,6 +31,7 @@ and after. The broker is always stopped and the temporary directory removed.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -53,12 +55,13 @@ from common import create_topics, load_average
 from oncelog.pipeline import PARTITIONS
 from oncelog.pipeline.job import (
     CUSTOMER_FIELDS,
+    customer_rows,
     enrich,
     enriched_records,
     new_session,
     parse_orders,
 )
-from oncelog.pipeline.orders import TAX_RATES, customers, generate, produce_orders
+from oncelog.pipeline.orders import CUSTOMERS_COUNT, generate, produce_orders
 from oncelog.testing.process import BrokerProcess
 
 PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets")
@@ -68,7 +71,8 @@ class _OrdersReader(DataSourceStreamReader):
     """`per_trigger` orders a micro-batch, in PARTITIONS ready Arrow batches, no I/O."""
 
     def __init__(self, per_trigger: int) -> None:
-        self.per_trigger = per_trigger
+        orders = generate(per_trigger // PARTITIONS)
+        self.values = [json.dumps(order, separators=(",", ":")).encode() for order in orders]
 
     def initialOffset(self) -> dict:
         return {"batch": 0}
@@ -80,11 +84,7 @@ class _OrdersReader(DataSourceStreamReader):
         return [InputPartition(i) for i in range(PARTITIONS)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import json
-
-        orders = generate(self.per_trigger // PARTITIONS)
-        values = [json.dumps(order, separators=(",", ":")).encode() for order in orders]
-        yield pa.record_batch([pa.array(values, pa.binary())], names=["value"])
+        yield pa.record_batch([pa.array(self.values, pa.binary())], names=["value"])
 
 
 class _IteratingWriter(DataSourceStreamArrowWriter):
@@ -122,20 +122,16 @@ def enrich_with_join(orders: Any) -> Any:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    rows = ", ".join(
-        "("
-        + ", ".join(
-            f"CAST(X'{value.encode().hex()}' AS STRING)" if isinstance(value, str) else repr(value)
-            for value in (
-                c["customer_id"],
-                c["name"],
-                c["tier"],
-                c["country"],
-                TAX_RATES[c["country"]],
-            )
+    def literal(value: Any) -> str:
+        return (
+            f"CAST(X'{value.encode().hex()}' AS STRING)"
+            if isinstance(value, str)
+            else f"{value!r}D"
         )
-        + ")"
-        for c in customers()
+
+    rows = ", ".join(
+        f"({c['customer_id']}, " + ", ".join(literal(c[f]) for f in CUSTOMER_FIELDS) + ")"
+        for c in customer_rows()
     )
     columns = ", ".join(("customer_id", *CUSTOMER_FIELDS))
     spark = SparkSession.active()
@@ -181,7 +177,7 @@ class Bench:
             )
             order = F.struct(
                 F.col("value").alias("order_id"),
-                (F.col("value") % 200).cast("int").alias("customer_id"),
+                (F.col("value") % CUSTOMERS_COUNT).cast("int").alias("customer_id"),
                 (F.col("value") % 1000 + 5.25).alias("amount"),
                 F.col("value").alias("ts"),
             )
@@ -261,6 +257,7 @@ SHAPES = (
     Shape("oncelog -> noop", "oncelog", "noop"),
     Shape("rate -> oncelog exactly_once", "rate", "oncelog"),
     Shape("oncelog -> oncelog exactly_once (pipeline)", "oncelog", "oncelog"),
+    Shape("the pipeline, joined as before", "oncelog", "oncelog", enrich_with_join),
 )
 
 

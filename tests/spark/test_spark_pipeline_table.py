@@ -5,26 +5,23 @@ made every micro-batch collect, hash and broadcast it again."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
 from oncelog.pipeline import job
-from oncelog.pipeline.orders import (
-    CUSTOMERS_COUNT,
-    TAX_RATES,
-    customers,
-    expected_enrichment,
-    generate,
-)
+from oncelog.pipeline.orders import CUSTOMERS_COUNT, customers, expected_enrichment, generate
 from oncelog.pipeline.verify import matches
 
 
-def _lookup(spark: Any, ids: list[int]) -> dict[int, tuple[Any, ...] | None]:
+def _lookup(
+    spark: Any, ids: list[int | None], table: Sequence[Mapping[str, Any]]
+) -> dict[int | None, tuple[Any, ...] | None]:
     from pyspark.sql import functions as F
 
     frame = spark.createDataFrame([(i,) for i in ids], "customer_id int")
-    rows = frame.select("customer_id", F.expr(job.customer_lookup()).alias("c")).collect()
+    rows = frame.select("customer_id", F.expr(job.customer_lookup(table)).alias("c")).collect()
     return {row.customer_id: None if row.c is None else tuple(row.c) for row in rows}
 
 
@@ -35,50 +32,65 @@ def _orders(spark: Any, orders: list[dict[str, Any]]) -> Any:
     )
 
 
-def test_the_lookup_gives_every_customer_and_null_for_an_unknown_id(spark: Any) -> None:
-    expected = {
-        c["customer_id"]: (c["name"], c["tier"], c["country"], TAX_RATES[c["country"]])
-        for c in customers()
-    }
-    found = _lookup(spark, [-1, *expected, CUSTOMERS_COUNT])
-    assert found == {-1: None, **expected, CUSTOMERS_COUNT: None}
+def test_the_lookup_gives_every_customer_and_null_for_an_unknown_or_null_id(spark: Any) -> None:
+    table = job.customer_rows()
+    expected = {r["customer_id"]: tuple(r[f] for f in job.CUSTOMER_FIELDS) for r in table}
+    found = _lookup(spark, [None, -1, *expected, CUSTOMERS_COUNT], table)
+    assert found == {None: None, -1: None, **expected, CUSTOMERS_COUNT: None}
 
 
-def test_the_lookup_keeps_values_spark_sql_would_rewrite_in_its_text(
-    spark: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_lookup_keeps_values_spark_sql_would_rewrite_in_its_text(spark: Any) -> None:
     """Spark substitutes ${...} inside string literals of an expression's text and reads a
     literal's backslashes by a setting. Written into the text as string literals (the
     code before 1ff7be0), this name came back as O'Brien \\ oncelog-tests <home>."""
     name = 'O\'Brien \\ ${spark.app.name} ${env:HOME} "quoted" ü'
-    country = next(iter(TAX_RATES))
-    monkeypatch.setattr(
-        job,
-        "customers",
-        lambda: [{"customer_id": 7, "name": name, "tier": "gold", "country": country}],
-    )
-    assert _lookup(spark, [7]) == {7: (name, "gold", country, TAX_RATES[country])}
+    row = {"customer_id": 7, "name": name, "tier": "gold", "country": "DE", "tax_rate": 0.19}
+    assert _lookup(spark, [7], [row]) == {7: (name, "gold", "DE", 0.19)}
+
+
+def test_a_malformed_table_fails_the_planning_not_the_rows(spark: Any) -> None:
+    """Parsed PERMISSIVE (from_json's default), a rate that is no number became NULL and
+    every order of that customer was written without its tax."""
+    row = {"customer_id": 7, "name": "Ada", "tier": "gold", "country": "DE", "tax_rate": "0.19x"}
+    with pytest.raises(Exception, match="MALFORMED_RECORD"):
+        _lookup(spark, [7], [row])
+    with pytest.raises(ValueError, match="Out of range float"):
+        job.customer_lookup([{**row, "tax_rate": float("nan")}])
+
+
+def test_repeated_ids_and_too_large_tables_are_refused_before_any_sql() -> None:
+    row = {"customer_id": 7, "name": "Ada", "tier": "gold", "country": "DE", "tax_rate": 0.19}
+    with pytest.raises(ValueError, match=r"more than once in the table: \[7\]"):
+        job.customer_lookup([row, {**row, "name": "Grace"}])
+    too_many = [{**row, "customer_id": i} for i in range(job.LOOKUP_MAX_CUSTOMERS + 1)]
+    with pytest.raises(ValueError, match="at most 1000"):
+        job.customer_lookup(too_many)
+    assert job.customer_lookup(too_many[:-1])  # the bound itself is taken
 
 
 def test_enrich_folds_the_table_into_a_constant_and_joins_nothing(spark: Any) -> None:
     plan = str(job.enrich(_orders(spark, generate(3)))._jdf.queryExecution().optimizedPlan())
     assert "Join" not in plan
-    # folded: a map literal, the table's JSON parsed once by the optimizer, not per row
-    assert "element_at(map(keys: [0,1,2," in plan
-    assert "map_from_entries" not in plan
+    assert "map_from_entries" not in plan  # folded: parsed once by the optimizer
 
 
 def test_enrich_writes_what_the_verifier_expects(spark: Any) -> None:
     """Every order enriched as `orders.expected_enrichment` says (the verifier's rule);
-    an order of an unknown customer keeps its own fields only, as the left join did."""
+    an order of an unknown or missing customer keeps its own fields only, as the left
+    join did."""
     orders = generate(300)
     unknown = {"order_id": 300, "customer_id": CUSTOMERS_COUNT + 5, "amount": 600.0, "ts": 1}
-    rows = job.enrich(_orders(spark, [*orders, unknown])).collect()
+    no_id = {"order_id": 301, "customer_id": None, "amount": 6.0, "ts": 2}
+    rows = job.enrich(_orders(spark, [*orders, unknown, no_id])).collect()
     table = {c["customer_id"]: c for c in customers()}
     written = {int(row.key): json.loads(row.value) for row in rows}
-    assert len(rows) == len(orders) + 1
+    assert len(rows) == len(orders) + 2
     assert all(matches(written[o["order_id"]], expected_enrichment(o, table)) for o in orders)
     assert written[300] == {**unknown, "priority": "high"}
-    # the control: the rule tells a wrong enrichment
-    other = {**orders[0], "customer_id": (orders[0]["customer_id"] + 1) % CUSTOMERS_COUNT}
-    assert not matches(written[0], expected_enrichment(other, table))
+    assert written[301] == {"order_id": 301, "amount": 6.0, "ts": 2, "priority": "normal"}
+    # the control: the rule tells another customer's enrichment of the same order
+    first = orders[0]
+    other = next(c for c in customers() if c["name"] != table[first["customer_id"]]["name"])
+    wrong = {**expected_enrichment({**first, "customer_id": other["customer_id"]}, table)}
+    wrong["customer_id"] = first["customer_id"]
+    assert not matches(written[0], wrong)

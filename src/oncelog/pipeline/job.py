@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,18 @@ from oncelog.pipeline.orders import GOLD_OR_LARGE, TAX_RATES, customers
 
 ORDER_SCHEMA = "order_id long, customer_id int, amount double, ts long"
 ORDER_COLUMNS = ("order_id", "customer_id", "amount", "ts")
+CUSTOMER_COLUMNS = (
+    ("name", "string"),
+    ("tier", "string"),
+    ("country", "string"),
+    ("tax_rate", "double"),
+)
+CUSTOMER_FIELDS = tuple(name for name, _ in CUSTOMER_COLUMNS)
+CUSTOMER_TYPE = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in CUSTOMER_COLUMNS) + ">"
+# The optimizer folds the table again in every micro-batch (O(table) each time): 0.19 s at
+# 5,000 customers, more than the broadcast join it replaces cost (docs/spark.md, the
+# lookup's bound).
+LOOKUP_MAX_CUSTOMERS = 1000
 DEFAULT_SINK_ID = "order-enrichment"
 
 
@@ -73,57 +86,63 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
     return session
 
 
-CUSTOMER_TYPE = "struct<name: string, tier: string, country: string, tax_rate: double>"
-CUSTOMER_FIELDS = ("name", "tier", "country", "tax_rate")
+def customer_rows() -> list[dict[str, Any]]:
+    """The customer table, each row with its country's tax rate: what `customer_lookup`
+    takes."""
+    return [{**c, "tax_rate": TAX_RATES[c["country"]]} for c in customers()]
 
 
-def customer_lookup() -> str:
-    """A SQL expression for the customer of an order's `customer_id`: a struct of
-    `CUSTOMER_FIELDS`, NULL for an id the table lacks, as the left join it replaces gave.
+def customer_lookup(table: Sequence[Mapping[str, Any]]) -> str:
+    """A SQL expression for the row of `table` (customer_id and `CUSTOMER_FIELDS`) whose
+    customer_id is the column `customer_id`'s: a struct of `CUSTOMER_FIELDS`, NULL for an
+    id the table lacks or a NULL id, as the left join it replaces gave (an empty table
+    gives NULL for every id).
 
-    The table is one constant, a map from customer_id, which each micro-batch's optimizer
-    folds into a literal. Joined as a broadcast table, every micro-batch ran a job to
-    collect the table, built and broadcast its hash relation and joined: about 100 ms of
-    a micro-batch of the pipeline, and 45% of the same job shape's cost between Spark's
-    rate source and the noop sink (docs/spark.md, issue 15's eighth session).
+    Why a constant and not a join: the table is one map, which each micro-batch's
+    optimizer folds into a literal, where a broadcast table made every micro-batch collect
+    the table, build and broadcast its hash relation and join (docs/spark.md, issue 15's
+    eighth session). Folding costs O(table) a micro-batch, hence `LOOKUP_MAX_CUSTOMERS`;
+    the lookup itself is a hash probe on Spark 4.3 for maps above
+    `spark.sql.optimizer.mapLookupHashThreshold` (1,000), a scan of the keys below it.
+    The table is read when `enrich` is called, once per query start: a changed table is
+    seen after a restart, and a batch replayed after a restart uses the table of then.
 
-    The rows travel as JSON in a UTF-8 binary literal (X'..', cast to string), never in
-    string literals: Spark substitutes `${...}` anywhere in an expression's text, string
-    literals included (`spark.sql.variable.substitute`, on by default), and how a string
-    literal's backslashes read depends on `spark.sql.parser.escapedStringLiterals`; hex
-    digits mean the same under any setting. One literal is also quick to parse and plan:
-    0.16-0.19 s for `enrich`, against 0.75-1.2 s with a `map(...)` of 200 `named_struct`s
-    (06:18 UTC, load 3), once per query start."""
+    The rows travel as JSON in one UTF-8 binary literal (X'..', cast to string), parsed
+    FAILFAST, never in string literals: Spark substitutes `${...}` anywhere in an
+    expression's text, string literals included (`spark.sql.variable.substitute`, on by
+    default), and how a string literal's backslashes read depends on
+    `spark.sql.parser.escapedStringLiterals`; hex digits mean the same under any setting.
+    A value JSON or the schema cannot hold (NaN, a rate that is no number) fails the
+    query's planning, before any row is written; so does a repeated customer_id here."""
+    if len(table) > LOOKUP_MAX_CUSTOMERS:
+        raise ValueError(
+            f"{len(table)} customers: a constant lookup takes at most {LOOKUP_MAX_CUSTOMERS} "
+            "(every micro-batch folds it again); join a table of that size instead"
+        )
+    ids = [row["customer_id"] for row in table]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"customer ids appear more than once in the table: {repeated[:10]}")
     rows = [
-        {
-            "customer_id": c["customer_id"],
-            "customer": dict(
-                zip(
-                    CUSTOMER_FIELDS,
-                    (c["name"], c["tier"], c["country"], TAX_RATES[c["country"]]),
-                    strict=True,
-                )
-            ),
-        }
-        for c in customers()
+        {"customer_id": row["customer_id"], "customer": {f: row[f] for f in CUSTOMER_FIELDS}}
+        for row in table
     ]
-    text = json.dumps(rows, separators=(",", ":"))
+    text = json.dumps(rows, separators=(",", ":"), allow_nan=False)
     entries = f"array<struct<customer_id: int, customer: {CUSTOMER_TYPE}>>"
-    table = f"map_from_entries(from_json(CAST(X'{text.encode().hex()}' AS STRING), '{entries}'))"
-    return f"try_element_at({table}, customer_id)"
+    parsed = (
+        f"from_json(CAST(X'{text.encode().hex()}' AS STRING), '{entries}', map('mode', 'FAILFAST'))"
+    )
+    return f"try_element_at(map_from_entries({parsed}), customer_id)"
 
 
 def enrich(orders: Any) -> Any:
     """orders (the Kafka source's rows) -> rows for the Kafka sink (key, value)."""
     from pyspark.sql import functions as F
 
-    customer = F.expr(customer_lookup()).alias("customer")
-    with_customer = (
-        parse_orders(orders)
-        .select("*", customer)
-        .select(*ORDER_COLUMNS, *(F.col(f"customer.{name}") for name in CUSTOMER_FIELDS))
+    customer = F.expr(customer_lookup(customer_rows())).alias("customer")
+    return enriched_records(
+        parse_orders(orders).select(*ORDER_COLUMNS, customer).select(*ORDER_COLUMNS, "customer.*")
     )
-    return enriched_records(with_customer)
 
 
 def parse_orders(orders: Any) -> Any:
