@@ -3,6 +3,7 @@
     .venv/bin/python bench/spark.py                      # 1,000,000 records, 20,000 orders
     .venv/bin/python bench/spark.py --records 200000 --skip-pipeline
     .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
+    .venv/bin/python bench/spark.py --read-only --rounds 4   # batch reads only
     .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
@@ -61,6 +62,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+import oncelog
 from common import consume_count, create_topics, load_average, produce_all
 from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
@@ -445,6 +447,13 @@ def _verify_writes(spark: Any, bootstrap: str, records: int, rounds: int) -> Non
                 raise VerificationFailed(f"{topic}: {written} records (LSO {latest})")
 
 
+def _oncelog_path(_: object) -> str:
+    """Where a Python worker imports oncelog from (PYTHONPATH reaches the workers)."""
+    import oncelog as imported
+
+    return str(Path(imported.__file__).parent)
+
+
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     create_topics(bootstrap, ["read", "warm"], PARTITIONS)
     n = args.records
@@ -453,6 +462,8 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     spark = new_session("oncelog-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(FloorBatchSource)
+    workers = spark.sparkContext.parallelize([0], 1).map(_oncelog_path).collect()
+    print(f"code in the Python workers: {workers[0]}", flush=True)
     try:
         # warm-up: Python workers started and the modules imported
         baseline_produce(bootstrap, "warm", 1000)
@@ -480,27 +491,34 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
                 },
                 n,
             )
-            write = _best_of_rotations(
-                args.rounds,
-                {
-                    WRITE_BASELINE: produce,
-                    WRITE_EOS: functools.partial(
-                        _write_new_topic, spark, bootstrap, n, "exactly_once"
-                    ),
-                    WRITE_ALO: functools.partial(
-                        _write_new_topic, spark, bootstrap, n, "at_least_once"
-                    ),
-                    WRITE_FLOOR: lambda r: floor_write(spark, n),
-                },
-                n,
+            write = (
+                {}
+                if args.read_only
+                else _best_of_rotations(
+                    args.rounds,
+                    {
+                        WRITE_BASELINE: produce,
+                        WRITE_EOS: functools.partial(
+                            _write_new_topic, spark, bootstrap, n, "exactly_once"
+                        ),
+                        WRITE_ALO: functools.partial(
+                            _write_new_topic, spark, bootstrap, n, "at_least_once"
+                        ),
+                        WRITE_FLOOR: lambda r: floor_write(spark, n),
+                    },
+                    n,
+                )
             )
-            _verify_writes(spark, bootstrap, n, args.rounds)
+            if not args.read_only:
+                _verify_writes(spark, bootstrap, n, args.rounds)
         micro = (
-            {} if args.bulk_only else measure_micro_batches(spark, bootstrap, work, args.batches)
+            {}
+            if args.bulk_only or args.read_only
+            else measure_micro_batches(spark, bootstrap, work, args.batches)
         )
         pipeline = (
             {}
-            if args.skip_pipeline or args.bulk_only or args.micro_only
+            if args.skip_pipeline or args.bulk_only or args.micro_only or args.read_only
             else measure_pipeline(
                 spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
             )
@@ -567,12 +585,16 @@ def main() -> int:
         "--bulk-only", action="store_true", help="only the batch reads and writes (no streaming)"
     )
     parser.add_argument(
+        "--read-only", action="store_true", help="only the batch reads (and their floor)"
+    )
+    parser.add_argument(
         "--micro-only",
         action="store_true",
         help="only the micro-batch costs (no batch reads and writes, no pipeline)",
     )
     args = parser.parse_args()
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")
+    print(f"code: {Path(oncelog.__file__).parent}")
     print(
         f"machine: {platform.machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}; start: {load_average()}",

@@ -13,7 +13,10 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.spark import reader
 from oncelog.spark.consume import (
+    BATCH_FETCH_DEFAULTS,
+    FETCH_DEFAULTS,
     MAX_KEPT_CONSUMERS,
     KeptConsumers,
     consumer_settings,
@@ -234,3 +237,32 @@ def test_the_range_consumer_has_the_fetch_settings_of_a_range_reader_unless_over
         _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "50"}), GROUP
     )
     assert mine["fetch.wait.max.ms"] == "50"
+    # a batch read's large ranges: fewer empty fetches while the reader drains its queue
+    batch = consumer_settings(options, GROUP, BATCH_FETCH_DEFAULTS)
+    assert batch["fetch.wait.max.ms"] == "10" and batch["queued.min.messages"] == "200000"
+    overridden = consumer_settings(
+        _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "2"}),
+        GROUP,
+        BATCH_FETCH_DEFAULTS,
+    )
+    assert overridden["fetch.wait.max.ms"] == "2"
+
+
+def test_batch_reads_wait_longer_for_an_empty_fetch_than_streaming_reads(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    asked: list[object] = []
+
+    def read_range_spy(options, rng, group_id, consumers=None, fetch_defaults=FETCH_DEFAULTS):  # type: ignore[no-untyped-def]
+        asked.append(fetch_defaults)
+        return iter(())
+
+    monkeypatch.setattr(reader, "read_range", read_range_spy)
+    task = reader.OffsetRangePartition(0, (OffsetRange("t", 0, 0, 5),))
+    batch_options = parse_read_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}, False
+    )
+    stream_options = parse_read_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}, True
+    )
+    list(reader.OncelogBatchReader(batch_options).read(task))
+    list(reader.OncelogStreamReader(stream_options).read(task))
+    assert asked == [BATCH_FETCH_DEFAULTS, FETCH_DEFAULTS]
