@@ -78,6 +78,12 @@ def test_the_first_batch_at_latest_reads_its_planned_ranges_also_when_replayed(
         produce_transaction(bootstrap, topic, first)
         os.remove(hold / "hold")
         _wait("batch 0 to be recorded as done", (checkpoint / "commits" / "0").exists, query)
+        # a later trigger: it plans batch 1 (offsets/1) or finds no new data
+        _wait(
+            "a trigger after batch 0",
+            lambda: (checkpoint / "offsets" / "1").exists() or not query.status["isDataAvailable"],
+            query,
+        )
     finally:
         query.stop()
     assert sorted(v for _p, _o, v in seen[0][0]) == sorted(first)

@@ -8,7 +8,7 @@ import random
 
 from hypothesis import given
 from hypothesis import strategies as st
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from oncelog.spark import offsets as off
 from oncelog.spark.offsets import OffsetRange, TaskPlan
@@ -201,16 +201,19 @@ def test_the_first_batch_records_its_start_and_a_replay_plans_from_it() -> None:
     assert off.planned_from(end) == {t0: 10, t1: 10}
     batch_0 = [(OffsetRange("t", 0, 10, 15), OffsetRange("t", 1, 10, 12))]
 
-    # Spark runs batch 0 with a fresh initialOffset, after more records arrived, in the
-    # first attempt and in a replay after a restart (a new reader, other options)
+    # Spark asks for initialOffset again when it runs batch 0, after more records arrived:
+    # the same reader answers as before; a replay after a restart (a new reader, other
+    # options) resolves "latest" afresh, and plans from the recorded start
     log.latest = {t0: 30, t1: 30}
-    for runner in (stream, _stream(log, combineRangesUpTo="0")):
-        fresh = _stored(runner.initialOffset())
-        assert off.from_json(fresh) == {t0: 30, t1: 30}
-        assert [p.ranges for p in runner.partitions(fresh, end)] == batch_0  # type: ignore[attr-defined]
+    assert _stored(stream.initialOffset()) == start
+    assert [p.ranges for p in stream.partitions(start, end)] == batch_0  # type: ignore[attr-defined]
+    replay = _stream(log, combineRangesUpTo="0")
+    fresh = _stored(replay.initialOffset())
+    assert off.from_json(fresh) == {t0: 30, t1: 30}
+    assert [p.ranges for p in replay.partitions(fresh, end)] == batch_0  # type: ignore[attr-defined]
     # an end offset written before oncelog recorded the start: planned from the fresh one
     legacy = {k: v for k, v in end.items() if k != off.FROM_KEY}
-    assert stream.partitions(_stored(stream.initialOffset()), legacy) == []
+    assert replay.partitions(fresh, legacy) == []
 
     # the next batch starts at batch 0's end (Spark's offset log) and records no start
     end_1 = _stored(stream.latestOffset(end, ReadAllAvailable()))
@@ -220,6 +223,39 @@ def test_the_first_batch_records_its_start_and_a_replay_plans_from_it() -> None:
     ]
 
 
+def test_the_first_batch_records_its_start_under_limits_and_new_partitions() -> None:
+    t0, t1, t2 = ("t", 0), ("t", 1), ("t", 2)
+    log = _Log({t0: 100, t1: 100})
+    capped = _stream(log, maxOffsetsPerTrigger="10")
+    start = _stored(capped.initialOffset())
+    log.latest = {t0: 200, t1: 200, t2: 50}  # records, and a partition new since the start
+    end = _stored(capped.latestOffset(start, ReadMaxRows(10)))
+    # the start, not the capped end; the new partition is not in it (planned from 0)
+    assert off.planned_from(end) == {t0: 100, t1: 100}
+    assert off.from_json(end) == {t0: 104, t1: 104, t2: 2}  # 10 shared by backlog
+    replay = _stream(log)
+    ranges = [r for p in replay.partitions(_stored(replay.initialOffset()), end) for r in p.ranges]  # type: ignore[attr-defined]
+    assert ranges == [
+        OffsetRange("t", 0, 100, 104),
+        OffsetRange("t", 1, 100, 104),
+        OffsetRange("t", 2, 0, 2),
+    ]
+
+
+def test_the_end_offsets_json_is_chosen_from_the_start_alone() -> None:
+    plan, other = TaskPlan(None, None, 1000), TaskPlan(None, None, 0)
+    at = {("t", 0): 10}
+    initial = off.initial_json(at)
+    first = off.end_json(initial, {("t", 0): 12}, plan)
+    assert first == off.to_json({("t", 0): 12}, plan, start=at)
+    assert off.end_json(initial, at, plan) == off.to_json(at, plan, start=at)  # batch 0 runs
+    # nothing new: the start as Spark passed it, whatever keys it carries
+    assert off.end_json(first, {("t", 0): 12}, other) is first
+    assert off.end_json(off.to_json(at), at, plan) == off.to_json(at)  # an older oncelog's
+    later = off.end_json(first, {("t", 0): 20}, other)
+    assert later == off.to_json({("t", 0): 20}, other)  # no start beyond the first batch
+
+
 def test_with_nothing_new_the_start_comes_back_as_it_is() -> None:
     """Spark runs a batch when the end differs from the start as JSON: an end that differs
     by oncelog's keys alone (the first batch's start, another plan) would run an empty one."""
@@ -227,10 +263,11 @@ def test_with_nothing_new_the_start_comes_back_as_it_is() -> None:
     stream = _stream(log)
     end_0 = _stored(stream.latestOffset(_stored(stream.initialOffset()), ReadAllAvailable()))
     assert off.FROM_KEY in end_0  # the first batch always runs, empty or not
-    assert stream.latestOffset(end_0, ReadAllAvailable()) == end_0
+    # compared as Spark compares them: the JSON text
+    assert json.dumps(stream.latestOffset(end_0, ReadAllAvailable())) == json.dumps(end_0)
     # the next start under other options: no batch until records arrive
     other = _stream(log, combineRangesUpTo="0")
-    assert other.latestOffset(end_0, ReadAllAvailable()) == end_0
+    assert json.dumps(other.latestOffset(end_0, ReadAllAvailable())) == json.dumps(end_0)
     log.latest = {("t", 0): 11, ("t", 1): 10}
     moved = other.latestOffset(end_0, ReadAllAvailable())
     assert off.from_json(moved) == {("t", 0): 11, ("t", 1): 10}

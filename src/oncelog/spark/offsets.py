@@ -67,17 +67,17 @@ class TaskPlan:
 def to_json(
     offsets: Mapping[TopicPartitionKey, int],
     plan: TaskPlan | None = None,
-    planned_from: Mapping[TopicPartitionKey, int] | None = None,
+    start: Mapping[TopicPartitionKey, int] | None = None,
 ) -> dict[str, Any]:
     """The checkpoint's JSON of `offsets`; an end offset carries its batch's `plan`, and the
-    first batch's its start (`planned_from`)."""
+    first batch's its `start`."""
     out: dict[str, Any] = {}
     for (topic, partition), offset in sorted(offsets.items()):
         out.setdefault(topic, {})[str(partition)] = int(offset)
     if plan is not None:
         out[PLAN_KEY] = plan.to_json()
-    if planned_from is not None:
-        out[FROM_KEY] = to_json(planned_from)
+    if start is not None:
+        out[FROM_KEY] = to_json(start)
     return out
 
 
@@ -90,7 +90,7 @@ def initial_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, Any]:
 def is_initial(data: Mapping[str, Any] | None) -> bool:
     """Whether `data` is the start `initialOffset` gave: the batch ending at the next
     `latestOffset` is the query's first."""
-    return bool(data) and INITIAL_KEY in data  # type: ignore[operator]
+    return data is not None and INITIAL_KEY in data
 
 
 def from_json(data: Mapping[str, Any] | None) -> Offsets:
@@ -103,6 +103,21 @@ def from_json(data: Mapping[str, Any] | None) -> Offsets:
         if not topic.startswith(OWN_KEY_PREFIX)
         for p, o in per.items()
     }
+
+
+def end_json(start: Mapping[str, Any] | None, end: Offsets, plan: TaskPlan) -> Mapping[str, Any]:
+    """The JSON `latestOffset` returns for a batch from `start` (as Spark passed it) to `end`,
+    planned with `plan`. The first batch's records its start: Spark gives a replay of batch 0
+    a fresh `initialOffset`. With nothing new, `start` itself: Spark runs a batch whenever
+    the JSON differs, and an end that differed from the start only by oncelog's keys (the
+    first batch's start, a plan made under other options or by an older oncelog) would run
+    an empty one."""
+    positions = from_json(start)
+    if is_initial(start):
+        return to_json(end, plan, start=positions)
+    if start is not None and end == positions:
+        return start
+    return to_json(end, plan)
 
 
 def planned_from(end: Mapping[str, Any]) -> Offsets | None:

@@ -204,6 +204,7 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.group_id = _group_id(options, "spark-kafka-source")
         self._cluster: Cluster | None = None
+        self._initial: dict | None = None  # initialOffset's answer in this run
         self._target: off.Offsets | None = None  # availableNow: never read past this
         self._latest: off.Offsets | None = None  # for reportLatestOffset
         self._last_trigger_ms = 0  # minOffsetsPerTrigger: when a batch last ran
@@ -226,11 +227,15 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (`MicroBatchExecution.runBatch`; its own Kafka source keeps it in the checkpoint,
         which a Python source cannot). Under startingOffsets=latest, or earliest with a
         log start moved since, that start differs: `partitions` plans from the recorded
-        one."""
-        tps = self.cluster.partitions(self.options.subscription)
-        return off.initial_json(
-            resolve(self.cluster, self.options, self.options.starting, tps, starting=True)
-        )
+        one. Kept: the second request in the same run gets the same answer without asking
+        the cluster again; a new run (a replay) resolves the options again, so they must
+        still resolve then (a JSON `startingOffsets` must name every partition read)."""
+        if self._initial is None:
+            tps = self.cluster.partitions(self.options.subscription)
+            self._initial = off.initial_json(
+                resolve(self.cluster, self.options, self.options.starting, tps, starting=True)
+            )
+        return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_offsets_per_trigger is not None:
@@ -281,16 +286,8 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         admitted = self._admitted(current, starts, available, limit)
         if admitted is not None:
             end.update(admitted)
-        if off.is_initial(start):
-            # the first batch records its start: Spark gives a replay of it a fresh one
-            return off.to_json(end, task_plan(self.options), planned_from=current)
-        if start is not None and end == current:
-            # nothing new: the start as it is, so that an end offset that differs from it
-            # only by the keys it carries (the first batch's start, a plan made under other
-            # options or by an older oncelog) does not make Spark run an empty batch
-            return start
         # the batch ending here is planned (and replayed) with today's task options
-        return off.to_json(end, task_plan(self.options))
+        return dict(off.end_json(start, end, task_plan(self.options)))
 
     def _admitted(
         self,

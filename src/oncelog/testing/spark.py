@@ -87,8 +87,9 @@ class FailAfter:
 
 @dataclass(frozen=True)
 class CommitHold:
-    """A batch's driver-side commit waits while `path` exists, at most `limit_s`. (The
-    demonstration's driver kill SIGKILLs this Python worker with the JVM.)"""
+    """A wait while `path` exists, at most `limit_s`: a batch's driver-side commit
+    (holdCommitsWhile; the demonstration's driver kill SIGKILLs this Python worker with the
+    JVM), or a stream reader's first start (holdAfterInitialOffset)."""
 
     path: Path
     limit_s: float = HOLD_LIMIT_S
