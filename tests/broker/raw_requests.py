@@ -60,6 +60,11 @@ def metadata(conn: KafkaConnection, name: str) -> Any:
 
 def produce(conn: KafkaConnection, topic: str, partition: int, records: bytes) -> Any:
     """An acks=all Produce of one batch; the partition's answer."""
+    return produce_each(conn, topic, {partition: records})[partition]
+
+
+def produce_each(conn: KafkaConnection, topic: str, batches: dict[int, bytes]) -> dict[int, Any]:
+    """One acks=all Produce of a batch per partition; each partition's answer."""
     response = conn.request(
         ApiKey.PRODUCE,
         {
@@ -67,12 +72,17 @@ def produce(conn: KafkaConnection, topic: str, partition: int, records: bytes) -
             "acks": -1,
             "timeout": 5000,
             "topic_data": [
-                {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+                {
+                    "name": topic,
+                    "partition_data": [
+                        {"index": index, "records": records} for index, records in batches.items()
+                    ],
+                }
             ],
         },
     )
-    ((answer,),) = [t.partition_responses for t in response.responses]
-    return answer
+    (answers,) = [t.partition_responses for t in response.responses]
+    return {answer.index: answer for answer in answers}
 
 
 def fetch_body(

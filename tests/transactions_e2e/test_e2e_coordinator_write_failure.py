@@ -4,7 +4,7 @@ the coordinator takes that partition out until the broker restarts, the producer
 
 The faults are real system-call failures inside an in-process broker: ``os.write`` and
 ``os.fsync`` are wrapped so that, once armed, the call on a ``__transaction_state`` segment
-file fails (the wrapper finds the file through /proc/self/fd). Two faults:
+file fails (the wrapper finds the file through /proc/self/fd). Three faults:
 
 - **The PREPARE_COMMIT's write fails half-way (ENOSPC).** Before, the OSError escaped the
   coordinator runtime: EndTxn was answered UNKNOWN_SERVER_ERROR, an error the producer
@@ -23,6 +23,7 @@ finds prepared; the producer's retry then commits and a second transaction follo
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -33,7 +34,10 @@ import pytest
 from confluent_kafka import KafkaException
 
 from oncelog.broker.internal_topics import TRANSACTION_STATE
+from oncelog.client.connection import KafkaConnection
 from oncelog.coordinator_partitions import partition_for
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
 from oncelog.transactions.state import TransactionMetadata, TxnState
 
@@ -163,3 +167,107 @@ def test_a_failed_state_write_takes_the_partition_out_and_a_restart_brings_it_ba
         )
         producer.flush(0)
         del producer
+
+
+def find_coordinator(conn: KafkaConnection, tid: str, version: int) -> tuple[ErrorCode, int]:
+    """FindCoordinator for a transactional id: (error, node id)."""
+    if version >= 4:
+        response = conn.request(
+            ApiKey.FIND_COORDINATOR,
+            {"key_type": 1, "coordinator_keys": [tid]},
+            version=version,
+        )
+        (answer,) = response.coordinators
+    else:
+        answer = conn.request(ApiKey.FIND_COORDINATOR, {"key": tid, "key_type": 1}, version=version)
+    return answer.error_code, answer.node_id
+
+
+def add_partition(conn: KafkaConnection, tid: str, topic: str) -> ErrorCode:
+    """AddPartitionsToTxn v3 of ``topic``-0 for ``tid`` (producer 0, epoch 0): its error."""
+    response = conn.request(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        {
+            "v3_and_below_transactional_id": tid,
+            "v3_and_below_producer_id": 0,
+            "v3_and_below_producer_epoch": 0,
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+        },
+        version=3,
+    )
+    ((answer,),) = [t.results_by_partition for t in response.results_by_topic_v3_and_below]
+    return ErrorCode(answer.partition_error_code)
+
+
+@dataclass
+class OutPartition:
+    """A broker whose partition of ``tid`` is out after a failed fsync of its COMPLETE."""
+
+    broker: EmbeddedBroker
+    tid: str
+    other: str  # a transactional id of another, healthy partition
+
+
+@pytest.fixture
+def out_partition(
+    topic: str, faults: StateLogFaults, caplog: pytest.LogCaptureFixture
+) -> Iterator[OutPartition]:
+    tid = f"{topic}-txn"
+    count = int(FAST_START["transaction.state.log.num.partitions"])
+    other = next(
+        key
+        for key in (f"{topic}-other-{i}" for i in range(100))
+        if partition_for(key, count) != partition_for(tid, count)
+    )
+    with EmbeddedBroker(FAST_START) as embedded:
+        create_topic(embedded.bootstrap_servers, topic, 1)
+        producer = txn_producer(embedded.bootstrap_servers, tid)
+        producer.begin_transaction()
+        assert produce_flushed(producer, topic, [(0, b"x")]) == [None]
+        caplog.set_level(logging.DEBUG, logger="oncelog.broker")
+        faults.armed["fsync"] = 2  # the PREPARE_COMMIT's fsync passes, the COMPLETE's fails
+        producer.commit_transaction(TIMEOUT_S)
+        wait_until(lambda: partition_out(embedded, tid), TIMEOUT_S, "the partition taken out")
+        producer.flush(0)
+        del producer
+        yield OutPartition(embedded, tid, other)
+
+
+def test_find_coordinator_names_nobody_for_a_partition_that_is_out(
+    out_partition: OutPartition,
+) -> None:
+    """Kafka answers a key whose partition has no leader COORDINATOR_NOT_AVAILABLE; before,
+    this broker named itself, and the client came straight back to NOT_COORDINATOR."""
+    with KafkaConnection(out_partition.broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        for version in (1, 3, 4):
+            assert find_coordinator(conn, out_partition.tid, version) == (
+                ErrorCode.coordinator_not_available,
+                -1,
+            ), version
+            assert find_coordinator(conn, out_partition.other, version) == (
+                ErrorCode.none,
+                0,
+            ), version
+
+
+def test_a_partition_that_is_out_logs_its_failure_once_not_each_retry(
+    out_partition: OutPartition, topic: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The failure is logged once, at ERROR; each refused request only at DEBUG (before,
+    a WARNING per client retry, five a second from librdkafka)."""
+    with KafkaConnection(out_partition.broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        for _ in range(5):
+            assert add_partition(conn, out_partition.tid, topic) == ErrorCode.not_coordinator
+    records = caplog.get_records("setup") + caplog.get_records("call")
+    failures = [
+        r for r in records if r.levelno >= logging.ERROR and "storage failure" in r.getMessage()
+    ]
+    assert len(failures) == 1, failures
+    refusals = [
+        r
+        for r in records
+        if r.name == "oncelog.broker.transaction_coordinator"
+        and r.getMessage().startswith(f"transactional id {out_partition.tid!r}")
+    ]
+    assert len(refusals) >= 5  # each refused request is still there to see, at DEBUG
+    assert {r.levelno for r in refusals} == {logging.DEBUG}, [r.getMessage() for r in refusals]

@@ -344,6 +344,12 @@ class CoordinatorRuntime(Generic[S]):
     def loading(self) -> bool:
         return any(c.state is _State.LOADING for c in self._contexts.values())
 
+    def failed(self, partition: int) -> bool:
+        """Whether ``partition`` is out after a storage failure (or a failed load) until the
+        broker restarts: held here, coordinated by nobody."""
+        context = self._contexts.get(partition)
+        return context is not None and context.state is _State.FAILED
+
     def _active(self, partition: int) -> _Context[S]:
         context = self._contexts.get(partition)
         if context is None or context.state in (_State.CLOSED, _State.FAILED):

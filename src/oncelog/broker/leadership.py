@@ -93,6 +93,11 @@ class LedCoordinator(Generic[S]):
         """The partition coordinating ``key`` (a group id, a transactional id)."""
         return partition_for(key, self.num_partitions)
 
+    def offline(self, key: str) -> bool:
+        """Whether ``key``'s partition is out on this broker after a storage failure (until
+        a restart recovers it): nobody coordinates ``key`` now."""
+        return self._runtime.failed(self.partition_of(key))
+
     @property
     def shards(self) -> Mapping[int, S]:
         """The shards of the partitions this broker coordinates now."""

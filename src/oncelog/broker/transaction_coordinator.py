@@ -49,6 +49,14 @@ _FINAL_MARKER_ERRORS = frozenset(
         ErrorCode.transaction_coordinator_fenced,
     }
 )
+# What a request gets while this broker does not coordinate its id's partition.
+_NOT_COORDINATING = frozenset(
+    {
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_load_in_progress,
+        ErrorCode.coordinator_not_available,
+    }
+)
 
 
 class MarkerWriter(Protocol):
@@ -281,7 +289,11 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                     return response
                 write = retry
         except CoordinatorError as exc:
-            log.warning("transactional id %r: %s", transactional_id, exc)
+            # A partition that is not ours, loading, or out after a storage failure refuses
+            # every client retry alike until that changes, and the change is logged once
+            # (the runtime's load, unload and failure lines): per request, DEBUG only.
+            level = logging.DEBUG if exc.code in _NOT_COORDINATING else logging.WARNING
+            log.log(level, "transactional id %r: %s", transactional_id, exc)
             return TxnResponse(exc.code)
 
     def _in_flight(self, partition: int, transactional_id: str) -> bool:

@@ -1,6 +1,11 @@
 """FindCoordinator: on one node this broker coordinates every group and transactional id;
 in a cluster the leader of the key's partition of the internal topic does.
 
+On one node, a key whose partition is out after a storage failure (until a restart
+recovers it) gets COORDINATOR_NOT_AVAILABLE, as Kafka answers a key whose partition has no
+leader: naming this broker would send the client straight back to a partition that
+answers NOT_COORDINATOR.
+
 Finding a coordinator creates the internal topic it keeps its state in, as Kafka does.
 A group key needs Describe on the group (GROUP_AUTHORIZATION_FAILED), a transactional id
 Describe on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as in Kafka.
@@ -70,10 +75,14 @@ async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[
         except KafkaError as exc:
             return _failed(key, exc.code, exc.message)
         return _found(key, leader.broker_id, *leader.address_for(listener))
-    if key_type == TRANSACTION:
-        await broker.transactions.ready()
-    else:
-        await broker.groups.ready()
+    coordinator = broker.transactions if key_type == TRANSACTION else broker.groups
+    await coordinator.ready()
+    if coordinator.offline(key):
+        return _failed(
+            key,
+            ErrorCode.coordinator_not_available,
+            "the coordinator's partition is offline after a storage failure",
+        )
     return _found(key, broker.node_id, *broker.advertised_address_for(listener))
 
 

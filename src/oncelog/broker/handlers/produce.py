@@ -1,7 +1,8 @@
 """Produce: validate and append each partition's batches, then answer per acks.
 
 A refused batch (header, records, producer state) gets its partition's error, with the
-records at fault where Produce v8+ carries them; the other partitions are appended.
+records at fault where Produce v8+ carries them; the other partitions are appended. A
+batch whose log write fails (an OSError: ENOSPC, EIO) gets KAFKA_STORAGE_ERROR.
 
 Internal topics are written by their coordinators only: a client's batch for one is
 refused with INVALID_TOPIC_EXCEPTION, as Kafka does.
@@ -218,6 +219,8 @@ def _append(
         )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
+    except OSError as exc:
+        return _storage_failure(topic, index, exc), None, 0
 
 
 async def _append_admitted(
@@ -237,6 +240,8 @@ async def _append_admitted(
         )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
+    except OSError as exc:
+        return _storage_failure(topic, index, exc), None, 0
     finally:
         admission.done()
 
@@ -273,6 +278,16 @@ def _refused(topic: str, index: int, exc: KafkaError) -> dict[str, Any]:
     log.debug("produce to %s-%d refused: %s", topic, index, exc)
     record_errors = exc.record_errors if isinstance(exc, InvalidRecordBatch) else ()
     return _error(index, exc.code, exc.message, record_errors)
+
+
+def _storage_failure(topic: str, index: int, exc: OSError) -> dict[str, Any]:
+    """A write to the partition's log failed (ENOSPC, EIO: the segment cut the torn bytes
+    off, or took the log offline): that partition is answered KAFKA_STORAGE_ERROR, which
+    clients retry, and the request's other partitions as usual, as Kafka's
+    ``appendToLocalLog`` answers a KafkaStorageException. Produce has no top-level error
+    field: an escaping OSError would close the client's connection instead."""
+    log.warning("produce to %s-%d: the log write failed: %s", topic, index, exc)
+    return _error(index, ErrorCode.kafka_storage_error, f"the log write failed: {exc}")
 
 
 def _pending(index: int) -> dict[str, Any]:

@@ -1,0 +1,94 @@
+"""A produce whose log write fails answers that partition KAFKA_STORAGE_ERROR.
+
+The fault is a real system-call failure inside an in-process broker: ``os.write`` is
+wrapped so that, once armed, a write to partition 0's segment file fails with ENOSPC
+(the wrapper finds the file through /proc/self/fd). Kafka answers such a partition
+KAFKA_STORAGE_ERROR (``ReplicaManager.appendToLocalLog``) and the request's other
+partitions normally. Before, the OSError escaped the handler and, Produce having no
+top-level error field, the server closed the client's connection: every partition of the
+request, and every request pipelined behind it, went unanswered.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_batch import Record, build_batch
+from oncelog.testing import EmbeddedBroker
+
+from .raw_requests import create_topics, produce, produce_each
+
+TOPIC = "storage-failure"
+TIMEOUT_S = 10.0
+
+
+def _batch(value: bytes) -> bytes:
+    return build_batch([Record(None, value)], timestamp_ms=1_700_000_000_000)
+
+
+class WriteFaults:
+    """``armed = n``: the n-th write to partition 0's segment from now fails (ENOSPC)."""
+
+    def __init__(self) -> None:
+        self.armed = 0
+        self.fired = 0
+
+    def fails(self, fd: int) -> bool:
+        if not self.armed:
+            return False
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return False
+        if f"/{TOPIC}-0/" not in target or not target.endswith(".log"):
+            return False
+        self.armed -= 1
+        if self.armed:
+            return False
+        self.fired += 1
+        return True
+
+
+@pytest.fixture
+def faults(monkeypatch: pytest.MonkeyPatch) -> WriteFaults:
+    armed = WriteFaults()
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        if armed.fails(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return armed
+
+
+@pytest.fixture
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+def test_a_failed_write_answers_its_partition_and_keeps_the_connection(
+    broker: EmbeddedBroker, faults: WriteFaults
+) -> None:
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        assert create_topics(conn, {TOPIC: 2})[TOPIC].error_code == ErrorCode.none
+        assert produce(conn, TOPIC, 0, _batch(b"before")).error_code == ErrorCode.none
+        faults.armed = 1
+        answers = produce_each(conn, TOPIC, {0: _batch(b"during"), 1: _batch(b"during")})
+        assert faults.fired == 1
+        assert answers[0].error_code == ErrorCode.kafka_storage_error
+        assert answers[1].error_code == ErrorCode.none
+        # The same connection goes on, and partition 0 takes the retry at the offset the
+        # failed batch would have had (the torn write was cut off).
+        retry = produce(conn, TOPIC, 0, _batch(b"retry"))
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 1)
+        assert produce(conn, TOPIC, 1, _batch(b"after")).base_offset == 1
