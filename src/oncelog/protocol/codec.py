@@ -31,6 +31,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 from kio.static.protocol import RequestPayload, ResponsePayload
 
+from oncelog.protocol.response_writer import NotWritable, response_writer
 from oncelog.protocol.schema_walk import strip_unknown_tags, walk
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
@@ -147,7 +148,26 @@ def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
 
     `correlation_id` is the request's, as :func:`peek_api` read it from four signed bytes:
     always within i32's range, so it is not checked again here (kio's i32() would).
+    The body is written from the handler's dict by :mod:`oncelog.protocol.response_writer`
+    where it can (the same bytes, several times faster), else by kio.
     """
+    write_body = response_writer(codec.response_type)
+    if write_body is not None and isinstance(body, Mapping):
+        pieces = [b"", correlation_id.to_bytes(4, "big", signed=True)]
+        if codec.flexible_response_header:
+            pieces.append(b"\0")  # the response header's (empty) tagged fields
+        try:
+            write_body(pieces, body)
+        except NotWritable:
+            return encode_response_with_kio(correlation_id, codec, body)
+        pieces[0] = sum(map(len, pieces)).to_bytes(4, "big")
+        return b"".join(pieces)
+    return encode_response_with_kio(correlation_id, codec, body)
+
+
+def encode_response_with_kio(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
+    """:func:`encode_response` by kio's entities and writer (what the faster writer must
+    match, and what it leaves to kio)."""
     wire_id = cast(i32, correlation_id)
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
