@@ -63,6 +63,11 @@ class SingleNodeLeadership:
         wait for the same load."""
         if self._loaded is None:
             self._loaded = asyncio.ensure_future(self._load_all())
+        if self._loaded.done():
+            # Every coordinator request asks; once loaded, a shield (a new future and two
+            # callbacks) per request is all it would cost (issue 12).
+            self._loaded.result()  # raises what the load raised, as awaiting it would
+            return
         await asyncio.shield(self._loaded)
 
     async def _load_all(self) -> None:

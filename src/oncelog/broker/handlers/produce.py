@@ -22,6 +22,7 @@ shrank below it meanwhile). Only the partition's leader accepts it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +163,14 @@ async def _await_all(
     whose wait failed or did not end gets its own error."""
     futures = [future for _, future in waits]
     timeout = None if timeout_s is None else max(timeout_s, 0.0)
-    _, pending = await asyncio.wait(futures, timeout=timeout)
+    if timeout is None and len(futures) == 1:
+        # One partition's fsync, the common case: awaited as it is, without the sets, the
+        # callbacks and the extra future ``asyncio.wait`` makes (issue 12).
+        with contextlib.suppress(Exception):  # its failure is read below
+            await futures[0]
+        pending: set[asyncio.Future[None]] = set()
+    else:
+        _, pending = await asyncio.wait(futures, timeout=timeout)
     for answer, future in waits:
         if answer["error_code"] != ErrorCode.none:
             continue
