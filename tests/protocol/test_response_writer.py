@@ -32,7 +32,8 @@ from oncelog.protocol import codec
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS, ApiKey
 from oncelog.protocol.response_writer import NotWritable, response_writer
 
-BODIES_PER_TYPE = 12
+BODIES_PER_TYPE = 16
+MIN_WRITTEN = 4  # bodies per version the writer must have written itself
 # How kio and the writer refuse a value a field cannot hold (out of range, wrong type).
 _REFUSALS = (struct.error, TypeError, ValueError, OverflowError)
 _CODES = list(ErrorCode)
@@ -81,14 +82,17 @@ def _primitive(kafka_type: str, rng: random.Random, nullable: bool) -> Any:
     raise AssertionError(f"no generator for {kafka_type}")
 
 
-def _body(entity_type: type, rng: random.Random, depth: int = 0) -> dict[str, Any]:
-    """A dict as a handler gives it: every untagged field, some tagged ones."""
+def _body(
+    entity_type: type, rng: random.Random, tagged_structs: bool, depth: int = 0
+) -> dict[str, Any]:
+    """A dict as a handler gives it: every untagged field, some tagged ones; tagged structs
+    and arrays only with ``tagged_structs`` (one set sends the whole answer to kio)."""
     body: dict[str, Any] = {}
     for field in dataclasses.fields(entity_type):
         tagged = get_field_tag(field) is not None
-        if tagged and rng.random() < 0.5:
-            continue  # left at its default
         kind = classify_field(field)
+        if tagged and (rng.random() < 0.5 or not (tagged_structs or _is_primitive(kind))):
+            continue  # left at its default
         nullable = is_optional(field) and not tagged
         kafka_type = field.metadata.get("kafka_type", "")
         if isinstance(kind, EntityTupleField | PrimitiveTupleField):
@@ -97,14 +101,16 @@ def _body(entity_type: type, rng: random.Random, depth: int = 0) -> dict[str, An
                 continue
             count = 0 if depth > 2 else rng.choice([0, 1, 2, 3])
             body[field.name] = [
-                _body(kind.type_, rng, depth + 1)
+                _body(kind.type_, rng, tagged_structs, depth + 1)
                 if isinstance(kind, EntityTupleField)
                 else _primitive(kafka_type, rng, False)
                 for _ in range(count)
             ]
         elif isinstance(kind, EntityField):
             body[field.name] = (
-                None if nullable and rng.random() < 0.3 else _body(kind.type_, rng, depth + 1)
+                None
+                if nullable and rng.random() < 0.3
+                else _body(kind.type_, rng, tagged_structs, depth + 1)
             )
         else:
             body[field.name] = _primitive(kafka_type, rng, nullable)
@@ -113,12 +119,17 @@ def _body(entity_type: type, rng: random.Random, depth: int = 0) -> dict[str, An
 
 @pytest.mark.parametrize("api_key", sorted(SUPPORTED_VERSIONS))
 def test_every_response_is_written_as_kio_writes_it(api_key: int) -> None:
+    """Half the bodies set no tagged struct, so the writer writes them itself; at least
+    ``MIN_WRITTEN`` per version must have been, with a top-level array not empty where the
+    type has one (else the comparison would quietly be kio against kio)."""
     low, high = SUPPORTED_VERSIONS[api_key]
     for version in range(low, high + 1):
         api = codec.api_codec(api_key, version)
+        writer = response_writer(api.response_type)
         rng = random.Random(api_key * 1000 + version)
-        for _ in range(BODIES_PER_TYPE):
-            body = _body(api.response_type, rng)
+        written_by_writer = with_items = 0
+        for i in range(BODIES_PER_TYPE):
+            body = _body(api.response_type, rng, tagged_structs=i % 2 == 1)
             correlation_id = rng.randint(-(1 << 31), (1 << 31) - 1)
             expected = _kio_or_error(correlation_id, api, body)
             if isinstance(expected, Exception):
@@ -127,6 +138,33 @@ def test_every_response_is_written_as_kio_writes_it(api_key: int) -> None:
                 continue
             written = codec.encode_response(correlation_id, api, body)
             assert written == expected, (version, body)
+            if writer is not None and _writes_itself(writer, body):
+                written_by_writer += 1
+                with_items += any(isinstance(v, list) and v for v in body.values())
+        if writer is not None:
+            assert written_by_writer >= MIN_WRITTEN, (version, written_by_writer)
+            if _has_array(api.response_type):
+                assert with_items, version
+
+
+def _writes_itself(writer: Any, body: dict[str, Any]) -> bool:
+    try:
+        writer([], body)
+    except NotWritable:
+        return False
+    return True
+
+
+def _has_array(entity_type: type) -> bool:
+    return any(
+        isinstance(classify_field(f), EntityTupleField | PrimitiveTupleField)
+        for f in dataclasses.fields(entity_type)
+        if get_field_tag(f) is None
+    )
+
+
+def _is_primitive(kind: object) -> bool:
+    return not isinstance(kind, EntityField | EntityTupleField | PrimitiveTupleField)
 
 
 def _kio_or_error(correlation_id: int, api: codec.ApiCodec, body: Any) -> bytes | Exception:

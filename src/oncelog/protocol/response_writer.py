@@ -3,9 +3,9 @@
 The codec used to turn a handler's dict into a kio entity (``codec.build``: every field
 converted, every value checked by kio's phantom types as the entity is made) and then let
 kio's writer walk the entity, opening a ``BytesIO`` for the tagged fields of every flexible
-struct. On the event loop of a broker serving 16 transactional producers that cost about
-93 µs for a one-partition Produce answer, 45 µs for AddPartitionsToTxn and 13 µs for EndTxn
-(issue 12): a tenth of the loop's time per transaction.
+struct: about four times what this module's writer costs for the answers a transaction
+gets (``bench/encode.py`` prints both), on an event loop whose CPU per transaction bounds
+the commit latency with many producers (issue 12).
 
 Here each response type gets a writer made once from kio's schema (the same field
 metadata kio's own writer reads): a run of fixed-size fields is one ``struct.pack``, the
@@ -80,7 +80,9 @@ def _error_code(value: Any) -> int:
 def _milliseconds(value: Any) -> int:
     if isinstance(value, datetime.timedelta):
         return round(value.total_seconds() * 1000)
-    return int(value)
+    if isinstance(value, int):
+        return value
+    return round(float(value))  # as kio's timedelta(milliseconds=value) rounds it
 
 
 def _epoch_milliseconds(value: Any) -> int:
@@ -182,9 +184,9 @@ def _nullable_struct(write_struct: StructWriter) -> _ValueWriter:
     return write
 
 
-def _field_writer(field: dataclasses.Field[Any], flexible: bool, tagged: bool) -> _ValueWriter:
-    """The writer of one field's value, as kio's ``get_field_writer`` chooses it."""
-    nullable = False if tagged else is_optional(field)
+def _field_writer(field: dataclasses.Field[Any], flexible: bool) -> _ValueWriter:
+    """The writer of one untagged field's value, as kio's ``get_field_writer`` chooses it."""
+    nullable = is_optional(field)
     kind = classify_field(field)
     if isinstance(kind, PrimitiveField | PrimitiveTupleField):
         item = _primitive_writer(
@@ -305,9 +307,7 @@ def _entity(entity_type: type) -> StructWriter:
             steps.append(_fixed_run(run, run_format, entity_type))
             run, run_format = [], ""
         steps.append(
-            _variable(
-                field.name, _default_of(field), _field_writer(field, flexible, False), entity_type
-            )
+            _variable(field.name, _default_of(field), _field_writer(field, flexible), entity_type)
         )
     if run:
         steps.append(_fixed_run(run, run_format, entity_type))
