@@ -12,6 +12,7 @@ request, and every request pipelined behind it, went unanswered.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 
 from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
@@ -92,3 +94,43 @@ def test_a_failed_write_answers_its_partition_and_keeps_the_connection(
         retry = produce(conn, TOPIC, 0, _batch(b"retry"))
         assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 1)
         assert produce(conn, TOPIC, 1, _batch(b"after")).base_offset == 1
+
+
+def test_an_idempotent_batch_whose_write_failed_is_appended_by_its_retry(
+    broker: EmbeddedBroker, faults: WriteFaults, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The batch the producer retries with the same sequence after KAFKA_STORAGE_ERROR is
+    appended where the failed one would have been: neither a duplicate nor out of order
+    (the producer state is committed only after a successful write). While the write keeps
+    failing it is logged once, then again after an append has succeeded in between."""
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        assert create_topics(conn, {TOPIC: 1})[TOPIC].error_code == ErrorCode.none
+        pid = conn.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {"transactional_id": None, "transaction_timeout": 60_000},
+            version=2,
+        )
+        assert pid.error_code == ErrorCode.none
+
+        def batch(sequence: int) -> bytes:
+            return build_batch(
+                [Record(None, b"seq-%d" % sequence)],
+                producer_id=pid.producer_id,
+                producer_epoch=pid.producer_epoch,
+                base_sequence=sequence,
+                timestamp_ms=1_700_000_000_000,
+            )
+
+        assert produce(conn, TOPIC, 0, batch(0)).base_offset == 0
+        caplog.set_level(logging.DEBUG, logger="oncelog.broker.handlers.produce")
+        for _ in range(2):  # the disk stays full: the retry fails too
+            faults.armed = 1
+            failed = produce(conn, TOPIC, 0, batch(1))
+            assert failed.error_code == ErrorCode.kafka_storage_error
+        retry = produce(conn, TOPIC, 0, batch(1))
+        assert (retry.error_code, retry.base_offset) == (ErrorCode.none, 1)
+        faults.armed = 1
+        assert produce(conn, TOPIC, 0, batch(2)).error_code == ErrorCode.kafka_storage_error
+        assert produce(conn, TOPIC, 0, batch(2)).base_offset == 2
+    failures = [r.levelno for r in caplog.records if "the log write failed" in r.getMessage()]
+    assert failures == [logging.WARNING, logging.DEBUG, logging.WARNING]

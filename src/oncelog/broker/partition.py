@@ -101,6 +101,9 @@ class Partition:
         # 0; every appended batch is committed).
         self.leader_epoch = 0
         self.replicated_high_watermark: int | None = None
+        # A client's append failed in the log write and none has succeeded since: the
+        # produce path logs the first such failure, not each retry.
+        self.client_writes_failing = False
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"

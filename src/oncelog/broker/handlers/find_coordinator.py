@@ -81,7 +81,7 @@ async def _find(broker: Broker, key_type: int, key: str, listener: str) -> dict[
         return _failed(
             key,
             ErrorCode.coordinator_not_available,
-            "the coordinator's partition is offline after a storage failure",
+            "The coordinator is not available.",  # Kafka's text for this error
         )
     return _found(key, broker.node_id, *broker.advertised_address_for(listener))
 

@@ -227,8 +227,6 @@ def _append(
         )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
-    except OSError as exc:
-        return _storage_failure(topic, index, exc), None, 0
 
 
 async def _append_admitted(
@@ -248,8 +246,6 @@ async def _append_admitted(
         )
     except KafkaError as exc:
         return _refused(topic, index, exc), None, 0
-    except OSError as exc:
-        return _storage_failure(topic, index, exc), None, 0
     finally:
         admission.done()
 
@@ -262,13 +258,18 @@ def _append_now(
     received: int,
     acks: int,
     now_ms: int,
-) -> tuple[dict[str, Any], Partition, int]:
+) -> tuple[dict[str, Any], Partition | None, int]:
     """Append ``batch`` (the request's records after validation, recompressed if the
     topic's compression.type asks); BytesIn counts the ``received`` bytes, as Kafka's
-    appendToLocalLog marks the request's records.sizeInBytes."""
+    appendToLocalLog marks the request's records.sizeInBytes. A failed log write
+    (OSError) is this partition's KAFKA_STORAGE_ERROR (see ``_storage_failure``)."""
     if acks == -1 and broker.cluster is not None and broker.cluster.replicas is not None:
         broker.cluster.replicas.check_min_insync(partition)
-    outcome = partition.append_client_batch(batch, header, now_ms)
+    try:
+        outcome = partition.append_client_batch(batch, header, now_ms)
+    except OSError as exc:
+        return _storage_failure(partition, exc), None, 0
+    partition.client_writes_failing = False
     broker.metrics.count_produced(partition.topic, received, header.record_count)
     answer = {
         "index": partition.index,
@@ -288,14 +289,17 @@ def _refused(topic: str, index: int, exc: KafkaError) -> dict[str, Any]:
     return _error(index, exc.code, exc.message, record_errors)
 
 
-def _storage_failure(topic: str, index: int, exc: OSError) -> dict[str, Any]:
+def _storage_failure(partition: Partition, exc: OSError) -> dict[str, Any]:
     """A write to the partition's log failed (ENOSPC, EIO: the segment cut the torn bytes
     off, or took the log offline): that partition is answered KAFKA_STORAGE_ERROR, which
     clients retry, and the request's other partitions as usual, as Kafka's
     ``appendToLocalLog`` answers a KafkaStorageException. Produce has no top-level error
-    field: an escaping OSError would close the client's connection instead."""
-    log.warning("produce to %s-%d: the log write failed: %s", topic, index, exc)
-    return _error(index, ErrorCode.kafka_storage_error, f"the log write failed: {exc}")
+    field: an escaping OSError would close the client's connection instead. Logged once
+    until an append succeeds again; each client retry meanwhile at DEBUG."""
+    level = logging.DEBUG if partition.client_writes_failing else logging.WARNING
+    partition.client_writes_failing = True
+    log.log(level, "produce to %r: the log write failed: %s", partition, exc)
+    return _error(partition.index, ErrorCode.kafka_storage_error, f"the log write failed: {exc}")
 
 
 def _pending(index: int) -> dict[str, Any]:
