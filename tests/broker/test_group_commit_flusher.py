@@ -25,6 +25,7 @@ class _Log:
         self.end = 0
         self.recovery_point = 0
         self.closed = False
+        self.failed = False  # offline after a failed fsync (this log's failures pass)
         self.flushes_started = 0
         self.fail_next: OSError | None = None
         self.started = threading.Semaphore(0)

@@ -35,6 +35,14 @@ def _batch(value: bytes) -> bytes:
     return build_batch([Record(None, value)], timestamp_ms=1_700_000_000_000)
 
 
+def _is_partition_0_segment(fd: int) -> bool:
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return False
+    return f"/{TOPIC}-0/" in target and target.endswith(".log")
+
+
 class WriteFaults:
     """``armed = n``: the n-th write to partition 0's segment from now fails (ENOSPC)."""
 
@@ -43,13 +51,7 @@ class WriteFaults:
         self.fired = 0
 
     def fails(self, fd: int) -> bool:
-        if not self.armed:
-            return False
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return False
-        if f"/{TOPIC}-0/" not in target or not target.endswith(".log"):
+        if not self.armed or not _is_partition_0_segment(fd):
             return False
         self.armed -= 1
         if self.armed:
@@ -96,6 +98,26 @@ def test_a_failed_write_answers_its_partition_and_keeps_the_connection(
         assert produce(conn, TOPIC, 1, _batch(b"after")).base_offset == 1
 
 
+def _init_producer_id(conn: KafkaConnection) -> Any:
+    answer = conn.request(
+        ApiKey.INIT_PRODUCER_ID,
+        {"transactional_id": None, "transaction_timeout": 60_000},
+        version=2,
+    )
+    assert answer.error_code == ErrorCode.none
+    return answer
+
+
+def _idempotent_batch(pid: Any, sequence: int) -> bytes:
+    return build_batch(
+        [Record(None, b"seq-%d" % sequence)],
+        producer_id=pid.producer_id,
+        producer_epoch=pid.producer_epoch,
+        base_sequence=sequence,
+        timestamp_ms=1_700_000_000_000,
+    )
+
+
 def test_an_idempotent_batch_whose_write_failed_is_appended_by_its_retry(
     broker: EmbeddedBroker, faults: WriteFaults, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -105,24 +127,13 @@ def test_an_idempotent_batch_whose_write_failed_is_appended_by_its_retry(
     failing it is logged once, then again after an append has succeeded in between."""
     with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
         assert create_topics(conn, {TOPIC: 1})[TOPIC].error_code == ErrorCode.none
-        pid = conn.request(
-            ApiKey.INIT_PRODUCER_ID,
-            {"transactional_id": None, "transaction_timeout": 60_000},
-            version=2,
-        )
-        assert pid.error_code == ErrorCode.none
+        pid = _init_producer_id(conn)
 
         def batch(sequence: int) -> bytes:
-            return build_batch(
-                [Record(None, b"seq-%d" % sequence)],
-                producer_id=pid.producer_id,
-                producer_epoch=pid.producer_epoch,
-                base_sequence=sequence,
-                timestamp_ms=1_700_000_000_000,
-            )
+            return _idempotent_batch(pid, sequence)
 
         assert produce(conn, TOPIC, 0, batch(0)).base_offset == 0
-        caplog.set_level(logging.DEBUG, logger="oncelog.broker.handlers.produce")
+        caplog.set_level(logging.DEBUG, logger="oncelog.broker")
         for _ in range(2):  # the disk stays full: the retry fails too
             faults.armed = 1
             failed = produce(conn, TOPIC, 0, batch(1))
@@ -134,3 +145,30 @@ def test_an_idempotent_batch_whose_write_failed_is_appended_by_its_retry(
         assert produce(conn, TOPIC, 0, batch(2)).base_offset == 2
     failures = [r.levelno for r in caplog.records if "the log write failed" in r.getMessage()]
     assert failures == [logging.WARNING, logging.DEBUG, logging.WARNING]
+
+
+def test_a_failed_fsync_is_logged_once_not_at_each_retry(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An idempotent batch appended but not made durable (EIO from its fsync: the log goes
+    offline until a restart) is a duplicate when the producer retries it; each retry waits
+    for a durability the offline log refuses at once. The failed fsync is logged at ERROR,
+    the refusals of the retries at DEBUG (before: an ERROR per retry)."""
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if _is_partition_0_segment(fd):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    with KafkaConnection(broker.bootstrap_servers, timeout_s=TIMEOUT_S) as conn:
+        assert create_topics(conn, {TOPIC: 1})[TOPIC].error_code == ErrorCode.none
+        pid = _init_producer_id(conn)
+        assert produce(conn, TOPIC, 0, _idempotent_batch(pid, 0)).base_offset == 0
+        caplog.set_level(logging.DEBUG, logger="oncelog.broker.durability")
+        monkeypatch.setattr(os, "fsync", fsync)
+        for _ in range(4):  # the first attempt and three retries
+            answer = produce(conn, TOPIC, 0, _idempotent_batch(pid, 1))
+            assert answer.error_code == ErrorCode.kafka_storage_error
+    failures = [r.levelno for r in caplog.records if r.getMessage().startswith("fsync of")]
+    assert failures == [logging.ERROR, logging.DEBUG, logging.DEBUG, logging.DEBUG]

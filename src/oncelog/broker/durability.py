@@ -97,13 +97,19 @@ class GroupCommitFlusher:
         try:
             while state.waiters or state.requested:
                 state.requested = False
+                offline = partition.log.failed  # already: its failure was logged then
                 try:
                     started = time.monotonic()
                     durable = await threads.run(partition.log.flush)
                     if self.on_fsync is not None:
                         self.on_fsync(time.monotonic() - started)
                 except OSError as exc:
-                    log.error("fsync of %r failed: %s", partition, exc)
+                    log.log(
+                        logging.DEBUG if offline else logging.ERROR,
+                        "fsync of %r failed: %s",
+                        partition,
+                        exc,
+                    )
                     _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))
                     continue
                 self.fsync_rounds += 1
