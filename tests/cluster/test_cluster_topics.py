@@ -42,8 +42,10 @@ def test_create_describe_delete(cluster: LocalCluster, admin: AdminClient) -> No
         assert p.leader == p.replicas[0]  # the preferred replica leads a new partition
         state = cluster.partition_state("placed", p.id)
         assert state is not None and state["leader_epoch"] == 0
+    # A new partition's ISR is all its replicas at once (as in Kafka); each follower makes
+    # its log when its own ZooKeeper watch fires, which may be after the leader answers.
     replica_dirs = [b.data_dir / "placed-0" for b in cluster.brokers.values()]
-    assert all(d.is_dir() for d in replica_dirs)
+    cluster._wait(lambda: all(d.is_dir() for d in replica_dirs), "replicas created", 30)
     admin.delete_topics(["placed"], operation_timeout=30)["placed"].result(timeout=60)
     cluster._wait(lambda: cluster.partition_state("placed", 0) is None, "deletion", 30)
     # Every broker deletes its replica when the topic's znodes go.
