@@ -39,6 +39,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from oncelog.protocol.fixed_types import STRUCT_FORMATS
+
 Pieces = list[bytes]
 StructWriter = Callable[[Pieces, Mapping[str, Any]], None]
 _ValueWriter = Callable[[Pieces, Any], None]
@@ -98,22 +100,16 @@ def _uuid_bytes(value: uuid.UUID | None) -> bytes:
     return _ZERO_UUID if value is None else value.bytes
 
 
+# The values the handlers' dicts hold where the wire has a number or bytes.
+_CONVERSIONS: dict[str, Callable[[Any], Any]] = {
+    "error_code": _error_code,
+    "timedelta_i32": _milliseconds,
+    "timedelta_i64": _milliseconds,
+    "uuid": _uuid_bytes,
+    "datetime_i64": _epoch_milliseconds,
+}
 _FIXED: dict[str, tuple[str, Callable[[Any], Any] | None]] = {
-    "int8": ("b", None),
-    "int16": ("h", None),
-    "int32": ("i", None),
-    "int64": ("q", None),
-    "uint8": ("B", None),
-    "uint16": ("H", None),
-    "uint32": ("I", None),
-    "uint64": ("Q", None),
-    "float64": ("d", None),
-    "bool": ("?", None),
-    "error_code": ("h", _error_code),
-    "timedelta_i32": ("i", _milliseconds),
-    "timedelta_i64": ("q", _milliseconds),
-    "uuid": ("16s", _uuid_bytes),
-    "datetime_i64": ("q", _epoch_milliseconds),
+    name: (fmt, _CONVERSIONS.get(name)) for name, fmt in STRUCT_FORMATS.items()
 }
 
 

@@ -47,28 +47,14 @@ from kio.serial.writers import write_unsigned_varint
 from kio.static.primitive import uvarint
 from kio.static.protocol import Entity
 
+from oncelog.protocol.fixed_types import WIDTHS
+
 __all__ = ["Extent", "FrameError", "strip_unknown_tags", "walk"]
 
 _NULL = -1  # a null array, string, bytes, or (as the int8 marker) a null struct
 
-# Widths of the fixed-size Kafka types as kio names them; strings and byte fields are
-# length-prefixed (int16 / int32 before flexible versions, an unsigned varint after).
-_FIXED_WIDTHS = {
-    "bool": 1,
-    "int8": 1,
-    "int16": 2,
-    "uint16": 2,
-    "error_code": 2,
-    "int32": 4,
-    "uint32": 4,
-    "timedelta_i32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "float64": 8,
-    "timedelta_i64": 8,
-    "datetime_i64": 8,
-    "uuid": 16,
-}
+# Strings and byte fields are length-prefixed (int16 / int32 before flexible versions, an
+# unsigned varint after); the fixed-size types' widths are in fixed_types.WIDTHS.
 _LEGACY_PREFIX_WIDTHS = {"string": 2, "bytes": 4, "records": 4}
 
 
@@ -197,8 +183,8 @@ def _plan_field(
 
 
 def _primitive(name: str, kafka_type: str, nullable: bool, compact: bool) -> _Field:
-    if kafka_type in _FIXED_WIDTHS:
-        return _Field(name, _Kind.FIXED, width=_FIXED_WIDTHS[kafka_type])
+    if kafka_type in WIDTHS:
+        return _Field(name, _Kind.FIXED, width=WIDTHS[kafka_type])
     if kafka_type in _LEGACY_PREFIX_WIDTHS:
         width = 0 if compact else _LEGACY_PREFIX_WIDTHS[kafka_type]
         return _Field(name, _Kind.SIZED, nullable, width=width)
