@@ -5,6 +5,7 @@
     .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
     .venv/bin/python bench/spark.py --read-only --rounds 4   # batch reads only
     .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
+    .venv/bin/python bench/spark.py --rounds 3 --pipeline-baseline-src /tmp/a852cb3/src
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
 partitions per topic) and measures, in this order:
@@ -28,7 +29,11 @@ partitions per topic) and measures, in this order:
    of a task per partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of
    the progress reports after a warm-up, with the mean of the parts Spark reports
    (latestOffset, addBatch, ...);
-6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement).
+6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement);
+7. with --pipeline-baseline-src DIR (another checkout's `src`, such as issue 15's
+   baseline a852cb3), after the broker above is stopped: the pipeline of that checkout
+   against this tree's, `bench/pipeline.py --baseline-src`'s ABBA in child processes, so
+   that the pipeline's ratio comes from the same run as the other figures.
 
 It prints the load average (`uptime`) before and after: the machine is shared, so compare
 figures only as ratios within one run. Every output is checked (row counts, exactly once).
@@ -68,7 +73,7 @@ from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
 from oncelog.spark.schema import arrow_schema, spark_schema
 from oncelog.testing.process import BrokerProcess
-from pipeline import VerificationFailed, measure_pipeline
+from pipeline import VerificationFailed, compare, measure_pipeline
 
 PARTITIONS = 3
 VALUE_SIZE = 200
@@ -87,6 +92,9 @@ WRITE_BASELINE, WRITE_EOS, WRITE_ALO, WRITE_FLOOR = (
 )
 RATE, MICRO_FLOOR, MICRO_FLOOR_FED = "micro rate", "micro floor", "micro floor fed"
 TAIL, TAIL_SPLIT = "micro oncelog", "micro oncelog, a task per partition"
+# each child's warm-up per guarantee with --pipeline-baseline-src: a new JVM runs its first
+# queries at half speed or less until its compiler has caught up (bench/pipeline.py)
+BASELINE_WARMUP_ORDERS = 6000
 
 
 def _timed(what: str, call: Callable[[], int]) -> tuple[int, float]:
@@ -582,6 +590,14 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=2000)
     parser.add_argument("--skip-pipeline", action="store_true")
     parser.add_argument(
+        "--pipeline-baseline-src",
+        type=Path,
+        help="another checkout's src: its pipeline against this tree's, as a last phase",
+    )
+    parser.add_argument(
+        "--pipeline-pairs", type=int, default=2, help="with --pipeline-baseline-src: ABBA pairs"
+    )
+    parser.add_argument(
         "--bulk-only", action="store_true", help="only the batch reads and writes (no streaming)"
     )
     parser.add_argument(
@@ -605,6 +621,18 @@ def main() -> int:
             work = Path(tmp)
             with BrokerProcess(work / "broker", {"num.partitions": str(PARTITIONS)}) as broker:
                 measure(args, work, broker.bootstrap_servers)
+        if args.pipeline_baseline_src is not None:
+            print(f"\npipeline against {args.pipeline_baseline_src}: ABBA, one child each")
+            return compare(
+                argparse.Namespace(
+                    orders=args.orders,
+                    max_offsets_per_trigger=args.max_offsets_per_trigger,
+                    rounds=1,
+                    warmup_orders=BASELINE_WARMUP_ORDERS,
+                    baseline_src=args.pipeline_baseline_src,
+                    pairs=args.pipeline_pairs,
+                )
+            )
         return 0
     except VerificationFailed as exc:
         print(f"verification failed: {exc}", file=sys.stderr)
