@@ -1,6 +1,7 @@
 """The order-enrichment job's customer table: one constant map that each micro-batch's
 optimizer folds (`job.customer_lookup`), not a table joined to every micro-batch, which
-made every micro-batch collect, hash and broadcast it again."""
+made every micro-batch collect, hash and broadcast it again; above
+`job.LOOKUP_MAX_CUSTOMERS` customers, the broadcast join again, with the same rows."""
 
 from __future__ import annotations
 
@@ -69,7 +70,8 @@ def test_repeated_ids_and_too_large_tables_are_refused_before_any_sql() -> None:
 
 
 def test_enrich_folds_the_table_into_a_constant_and_joins_nothing(spark: Any) -> None:
-    plan = str(job.enrich(_orders(spark, generate(3)))._jdf.queryExecution().optimizedPlan())
+    enriched = job.enrich(_orders(spark, generate(3)), job.customer_rows())
+    plan = str(enriched._jdf.queryExecution().optimizedPlan())
     assert "Join" not in plan
     assert "map_from_entries" not in plan  # folded: parsed once by the optimizer
 
@@ -81,7 +83,7 @@ def test_enrich_writes_what_the_verifier_expects(spark: Any) -> None:
     orders = generate(300)
     unknown = {"order_id": 300, "customer_id": CUSTOMERS_COUNT + 5, "amount": 600.0, "ts": 1}
     no_id = {"order_id": 301, "customer_id": None, "amount": 6.0, "ts": 2}
-    rows = job.enrich(_orders(spark, [*orders, unknown, no_id])).collect()
+    rows = job.enrich(_orders(spark, [*orders, unknown, no_id]), job.customer_rows()).collect()
     table = {c["customer_id"]: c for c in customers()}
     written = {int(row.key): json.loads(row.value) for row in rows}
     assert len(rows) == len(orders) + 2
@@ -94,3 +96,28 @@ def test_enrich_writes_what_the_verifier_expects(spark: Any) -> None:
     wrong = {**expected_enrichment({**first, "customer_id": other["customer_id"]}, table)}
     wrong["customer_id"] = first["customer_id"]
     assert not matches(written[0], wrong)
+
+
+def test_a_table_above_the_lookups_bound_is_joined_with_the_same_rows(spark: Any) -> None:
+    """Above `LOOKUP_MAX_CUSTOMERS` the job joins the table (broadcast), as it did before
+    the lookup, where the lookup's code (425cf3e) refused the table with a ValueError. The
+    rows are the lookup's, for known, unknown and NULL ids; an order of a customer past
+    the first `LOOKUP_MAX_CUSTOMERS` rows gets that customer's fields."""
+    small = job.customer_rows()
+    extra = [
+        {"customer_id": i, "name": f"extra {i}", "tier": "gold", "country": "NL", "tax_rate": 0.21}
+        for i in range(CUSTOMERS_COUNT, job.LOOKUP_MAX_CUSTOMERS + 1)
+    ]
+    large = [*small, *extra]
+    assert len(large) == job.LOOKUP_MAX_CUSTOMERS + 1
+    unknown = {"order_id": 300, "customer_id": -5, "amount": 600.0, "ts": 1}
+    no_id = {"order_id": 301, "customer_id": None, "amount": 6.0, "ts": 2}
+    orders = _orders(spark, [*generate(300), unknown, no_id])
+    joined = job.enrich(orders, large)
+    assert "Join" in str(joined._jdf.queryExecution().optimizedPlan())
+    assert sorted(joined.collect()) == sorted(job.enrich(orders, small).collect())
+    last = extra[-1]
+    order = {"order_id": 302, "customer_id": last["customer_id"], "amount": 10.0, "ts": 3}
+    [row] = job.enrich(_orders(spark, [order]), large).collect()
+    table = {c["customer_id"]: c for c in large}
+    assert matches(json.loads(row.value), expected_enrichment(order, table))

@@ -22,6 +22,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,9 +41,10 @@ CUSTOMER_COLUMNS = (
 )
 CUSTOMER_FIELDS = tuple(name for name, _ in CUSTOMER_COLUMNS)
 CUSTOMER_TYPE = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in CUSTOMER_COLUMNS) + ">"
-# The optimizer folds the table again in every micro-batch (O(table) each time): 0.19 s at
-# 5,000 customers, more than the broadcast join it replaces cost (docs/spark.md, the
-# lookup's bound).
+# Above this many customers the job joins the table instead of looking each order's customer
+# up in a constant: the optimizer folds the constant again in every micro-batch (O(table)
+# each time), 0.19 s at 5,000 customers, more than the broadcast join costs (docs/spark.md,
+# the lookup's bound).
 LOOKUP_MAX_CUSTOMERS = 1000
 DEFAULT_SINK_ID = "order-enrichment"
 
@@ -101,11 +103,31 @@ def customer_lookup(table: Sequence[Mapping[str, Any]]) -> str:
     Why a constant and not a join: the table is one map, which each micro-batch's
     optimizer folds into a literal, where a broadcast table made every micro-batch collect
     the table, build and broadcast its hash relation and join (docs/spark.md, issue 15's
-    eighth session). Folding costs O(table) a micro-batch, hence `LOOKUP_MAX_CUSTOMERS`;
-    the lookup itself is a hash probe on Spark 4.3 for maps above
-    `spark.sql.optimizer.mapLookupHashThreshold` (1,000), a scan of the keys below it.
-    The table is read when `enrich` is called, once per query start: a changed table is
-    seen after a restart, and a batch replayed after a restart uses the table of then.
+    eighth session). Folding costs O(table) a micro-batch, hence `LOOKUP_MAX_CUSTOMERS`
+    (`enrich` joins a larger table); the lookup itself is a hash probe on Spark 4.3 for
+    maps above `spark.sql.optimizer.mapLookupHashThreshold` (1,000), a scan of the keys
+    below it. The table is read when `enrich` is called, once per query start: a changed
+    table is seen after a restart, and a batch replayed after a restart uses the table of
+    then."""
+    if len(table) > LOOKUP_MAX_CUSTOMERS:
+        raise ValueError(
+            f"{len(table)} customers: a constant lookup takes at most {LOOKUP_MAX_CUSTOMERS} "
+            "(every micro-batch folds it again); join a table of that size instead"
+        )
+    return f"try_element_at(map_from_entries({_customer_entries(table)}), customer_id)"
+
+
+def customer_relation(spark: Any, table: Sequence[Mapping[str, Any]]) -> Any:
+    """`table` as a relation (customer_id, customer: a struct of `CUSTOMER_FIELDS`), made
+    in the JVM from the same literal as `customer_lookup`'s, so that a join with it gives
+    what the lookup gives: for a table above `LOOKUP_MAX_CUSTOMERS`, which the job
+    broadcasts and joins in every micro-batch as it did before the lookup. No Python
+    worker takes part (the rows are not a Python RDD)."""
+    return spark.range(1).selectExpr(f"inline({_customer_entries(table)})")
+
+
+def _customer_entries(table: Sequence[Mapping[str, Any]]) -> str:
+    """A SQL expression for `table` as an array of (customer_id, customer) structs.
 
     The rows travel as JSON in one UTF-8 binary literal (X'..', cast to string), parsed
     FAILFAST, never in string literals: Spark substitutes `${...}` anywhere in an
@@ -113,14 +135,10 @@ def customer_lookup(table: Sequence[Mapping[str, Any]]) -> str:
     default), and how a string literal's backslashes read depends on
     `spark.sql.parser.escapedStringLiterals`; hex digits mean the same under any setting.
     A value JSON or the schema cannot hold (NaN, a rate that is no number) fails the
-    query's planning, before any row is written; so does a repeated customer_id here."""
-    if len(table) > LOOKUP_MAX_CUSTOMERS:
-        raise ValueError(
-            f"{len(table)} customers: a constant lookup takes at most {LOOKUP_MAX_CUSTOMERS} "
-            "(every micro-batch folds it again); join a table of that size instead"
-        )
-    ids = [row["customer_id"] for row in table]
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    query's planning, before any row is written; so does a repeated customer_id here (a
+    lookup would keep one of its rows, a join all of them)."""
+    counts = Counter(row["customer_id"] for row in table)
+    repeated = sorted(i for i, n in counts.items() if n > 1)
     if repeated:
         raise ValueError(f"customer ids appear more than once in the table: {repeated[:10]}")
     rows = [
@@ -129,20 +147,28 @@ def customer_lookup(table: Sequence[Mapping[str, Any]]) -> str:
     ]
     text = json.dumps(rows, separators=(",", ":"), allow_nan=False)
     entries = f"array<struct<customer_id: int, customer: {CUSTOMER_TYPE}>>"
-    parsed = (
+    return (
         f"from_json(CAST(X'{text.encode().hex()}' AS STRING), '{entries}', map('mode', 'FAILFAST'))"
     )
-    return f"try_element_at(map_from_entries({parsed}), customer_id)"
 
 
-def enrich(orders: Any) -> Any:
-    """orders (the Kafka source's rows) -> rows for the Kafka sink (key, value)."""
+def enrich(orders: Any, table: Sequence[Mapping[str, Any]]) -> Any:
+    """orders (the Kafka source's rows) and the customer table (`customer_rows`) -> rows
+    for the Kafka sink (key, value). Each order's customer comes from a constant lookup
+    (`customer_lookup`) or, for a table above `LOOKUP_MAX_CUSTOMERS`, a broadcast left
+    join (`customer_relation`): the same rows either way."""
     from pyspark.sql import functions as F
 
-    customer = F.expr(customer_lookup(customer_rows())).alias("customer")
-    return enriched_records(
-        parse_orders(orders).select(*ORDER_COLUMNS, customer).select(*ORDER_COLUMNS, "customer.*")
-    )
+    parsed = parse_orders(orders)
+    if len(table) <= LOOKUP_MAX_CUSTOMERS:
+        customer = F.expr(customer_lookup(table)).alias("customer")
+        with_customer = parsed.select(*ORDER_COLUMNS, customer)
+    else:
+        relation = F.broadcast(customer_relation(orders.sparkSession, table))
+        with_customer = parsed.join(relation, "customer_id", "left").select(
+            *ORDER_COLUMNS, "customer"
+        )
+    return enriched_records(with_customer.select(*ORDER_COLUMNS, "customer.*"))
 
 
 def parse_orders(orders: Any) -> Any:
@@ -195,7 +221,7 @@ def start_query(spark: Any, config: JobConfig) -> Any:
         register_faults(spark)
         sink_format = "oncelog_faults"
     writer = (
-        enrich(reader.load())
+        enrich(reader.load(), customer_rows())
         .writeStream.format(sink_format)
         .option("kafka.bootstrap.servers", config.bootstrap_servers)
         .option("topic", config.target_topic)
