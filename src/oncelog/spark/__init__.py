@@ -6,18 +6,27 @@ exactly-once sink. Needs the `spark` extra: `pip install 'oncelog[spark]'`.
     df = spark.readStream.format("oncelog").option("kafka.bootstrap.servers", ...)...
 
 docs/spark.md documents the options, the guarantee and its limits.
+
+The names are imported on first use, not with the package: PySpark starts a new
+interpreter for every streaming query's Python source, which imports this package before
+`oncelog.spark.source`, and importing the writer (with its claims and producers) there
+too cost every query's start for modules a source never uses.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from oncelog.spark.client import ClusterError, TopicNotFoundError
-from oncelog.spark.consume import DataLossError
-from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
-from oncelog.spark.schema import spark_schema
-from oncelog.spark.source import OncelogDataSource
-from oncelog.spark.writer import SinkGuaranteeError
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from oncelog.spark.client import ClusterError, TopicNotFoundError
+    from oncelog.spark.consume import DataLossError
+    from oncelog.spark.options import AT_LEAST_ONCE, EXACTLY_ONCE, OptionError
+    from oncelog.spark.schema import spark_schema
+    from oncelog.spark.source import OncelogDataSource
+    from oncelog.spark.writer import SinkGuaranteeError
 
 __all__ = [
     "AT_LEAST_ONCE",
@@ -31,12 +40,33 @@ __all__ = [
     "register",
     "spark_schema",
 ]
+_HOME = {
+    "AT_LEAST_ONCE": "oncelog.spark.options",
+    "EXACTLY_ONCE": "oncelog.spark.options",
+    "ClusterError": "oncelog.spark.client",
+    "DataLossError": "oncelog.spark.consume",
+    "OncelogDataSource": "oncelog.spark.source",
+    "OptionError": "oncelog.spark.options",
+    "SinkGuaranteeError": "oncelog.spark.writer",
+    "TopicNotFoundError": "oncelog.spark.client",
+    "spark_schema": "oncelog.spark.schema",
+}
 
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+def __getattr__(name: str) -> Any:
+    """`OncelogDataSource` and the other names, imported from their module when first
+    asked for."""
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
 
 
 def register(spark: SparkSession) -> None:
     """Register the `oncelog` format on a SparkSession."""
+    from oncelog.spark.source import OncelogDataSource
+
     spark.dataSource.register(OncelogDataSource)
