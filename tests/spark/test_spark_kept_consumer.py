@@ -15,15 +15,19 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.spark import reader
 from oncelog.spark.consume import (
-    BATCH_FETCH_DEFAULTS,
-    FETCH_DEFAULTS,
     MAX_KEPT_CONSUMERS,
     KeptConsumers,
     consumer_settings,
     read_range,
 )
 from oncelog.spark.offsets import OffsetRange
-from oncelog.spark.options import ReadOptions, parse_read_options
+from oncelog.spark.options import (
+    BATCH_FETCH_DEFAULTS,
+    FETCH_DEFAULTS,
+    ReadOptions,
+    parse_read_options,
+)
+from oncelog.spark.source import OncelogDataSource
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.process import BrokerProcess
 
@@ -229,40 +233,38 @@ def test_a_kept_consumer_reads_exact_ranges_after_the_leader_changed(tmp_path: P
 
 
 def test_the_range_consumer_has_the_fetch_settings_of_a_range_reader_unless_overridden() -> None:
-    options = _options("127.0.0.1:9", "t")
-    settings = consumer_settings(options, GROUP)
+    def streaming(**extra: str) -> ReadOptions:
+        return parse_read_options(
+            {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **extra}, True
+        )
+
+    settings = consumer_settings(streaming(), GROUP)
     # a held fetch at a range's end delays the kept consumer's next range (bench/tail_ranges.py)
     assert settings["fetch.wait.max.ms"] == "1" and settings["fetch.queue.backoff.ms"] == "10"
-    mine = consumer_settings(
-        _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "50"}), GROUP
-    )
+    mine = consumer_settings(streaming(**{"kafka.fetch.wait.max.ms": "50"}), GROUP)
     assert mine["fetch.wait.max.ms"] == "50"
     # a batch read's large ranges: fewer empty fetches while the reader drains its queue
-    batch = consumer_settings(options, GROUP, BATCH_FETCH_DEFAULTS)
+    batch = consumer_settings(_options("127.0.0.1:9", "t"), GROUP)
     assert batch["fetch.wait.max.ms"] == "10" and batch["queued.min.messages"] == "200000"
     overridden = consumer_settings(
-        _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "2"}),
-        GROUP,
-        BATCH_FETCH_DEFAULTS,
+        _options("127.0.0.1:9", "t", **{"kafka.fetch.wait.max.ms": "2"}), GROUP
     )
     assert overridden["fetch.wait.max.ms"] == "2"
 
 
 def test_batch_reads_wait_longer_for_an_empty_fetch_than_streaming_reads(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """From the data source to the range reader: the batch reader's ranges are read with
+    the batch read's fetch settings, the stream reader's with the streaming ones."""
     asked: list[object] = []
 
-    def read_range_spy(options, rng, group_id, consumers=None, fetch_defaults=FETCH_DEFAULTS):  # type: ignore[no-untyped-def]
-        asked.append(fetch_defaults)
+    def read_range_spy(options, rng, group_id, consumers=None):  # type: ignore[no-untyped-def]
+        asked.append(options.fetch_defaults)
         return iter(())
 
     monkeypatch.setattr(reader, "read_range", read_range_spy)
     task = reader.OffsetRangePartition(0, (OffsetRange("t", 0, 0, 5),))
-    batch_options = parse_read_options(
-        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}, False
-    )
-    stream_options = parse_read_options(
-        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}, True
-    )
-    list(reader.OncelogBatchReader(batch_options).read(task))
-    list(reader.OncelogStreamReader(stream_options).read(task))
+    source = OncelogDataSource({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"})
+    schema = source.schema()
+    list(source.reader(schema).read(task))
+    list(source.streamReader(schema).read(task))
     assert asked == [BATCH_FETCH_DEFAULTS, FETCH_DEFAULTS]

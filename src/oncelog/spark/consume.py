@@ -64,28 +64,6 @@ IDLE_CONSUMER_S = 300.0  # a kept consumer unused this long is closed (Spark: 5 
 # recently used closed first.
 MAX_KEPT_CONSUMERS = 8
 
-# librdkafka's defaults suit a consumer that waits for new data; a range reader never does.
-# fetch.queue.backoff.ms (1000 by default) idles the fetcher for a second once
-# queued.min.messages are queued. fetch.wait.max.ms (500) is how long the broker holds a
-# fetch at the end of the log: a range below the LSO never waits for new data, but the
-# client has sent the next fetch by the time a range's last record is read, and the kept
-# consumer's next range (another partition: the next range of a task, or of the worker's
-# next task) waits for that held fetch to come back before its own is sent: with 10 ms such
-# a range took 11.7 ms, with 1 ms 2.0 (medians, bench/tail_ranges.py, load 2.4-2.7).
-FETCH_DEFAULTS = {
-    "fetch.queue.backoff.ms": "10",
-    "fetch.wait.max.ms": "1",
-    "max.partition.fetch.bytes": str(8 << 20),
-    "queued.min.messages": "200000",
-}
-# A batch read's ranges are large and end at the LSO or below: once the fetcher reaches the
-# end of the log, while the reader still drains what is queued (up to queued.min.messages
-# plus a fetch), it asks again every fetch.wait.max.ms, and each empty fetch costs the
-# broker. With 1 ms, three range readers of 1,000,000 records cost the broker 0.39-0.47 s of
-# CPU a read against 0.27-0.35 s with 10 ms (bench/spark.py's read, 06:30 UTC, load 5.5): CPU
-# that the two cores of a read then lack. A batch task pays the held fetch at most once,
-# when its worker's kept consumer starts its next range: 10 ms at most.
-BATCH_FETCH_DEFAULTS = {**FETCH_DEFAULTS, "fetch.wait.max.ms": "10"}
 _DATA_LOSS = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _MILLIS, _MICROS = pa.timestamp("ms", tz="UTC"), pa.timestamp("us", tz="UTC")
@@ -96,15 +74,13 @@ class DataLossError(RuntimeError):
     """Offsets the query needs are gone (retention, deleted topic) and failOnDataLoss is true."""
 
 
-def consumer_settings(
-    options: ReadOptions, group_id: str, defaults: Mapping[str, str] = FETCH_DEFAULTS
-) -> dict[str, Any]:
+def consumer_settings(options: ReadOptions, group_id: str) -> dict[str, Any]:
     """The range reader's consumer: assign() only, never a group member, never committing.
-    `defaults` are the fetch settings (`FETCH_DEFAULTS` for streaming reads,
-    `BATCH_FETCH_DEFAULTS` for batch reads); `kafka.*` options override them."""
+    The fetch settings are the options' (`ReadOptions.fetch_defaults`: a batch read's or a
+    streaming read's); `kafka.*` options override them."""
     return with_logger(
         {
-            **defaults,
+            **options.fetch_defaults,
             **consumer_config(options.client),
             "group.id": group_id,
             "enable.auto.commit": False,
@@ -180,12 +156,11 @@ def read_range(
     rng: OffsetRange,
     group_id: str,
     consumers: KeptConsumers = CONSUMERS,
-    fetch_defaults: Mapping[str, str] = FETCH_DEFAULTS,
 ) -> Iterator[pa.RecordBatch]:
     """The records of one offset range as Arrow batches in the source's schema."""
     if rng.size == 0:
         return
-    with consumers.lend(consumer_settings(options, group_id, fetch_defaults)) as consumer:
+    with consumers.lend(consumer_settings(options, group_id)) as consumer:
         messages = _RangeReader(consumer, options, rng).messages()
         while True:
             with collector_paused():

@@ -532,6 +532,30 @@ def parse_subscription(raw: _Raw) -> Subscription:
 # -- the source ----------------------------------------------------------------------------
 
 
+# librdkafka's defaults suit a consumer that waits for new data; a range reader never does.
+# fetch.queue.backoff.ms (1000 by default) idles the fetcher for a second once
+# queued.min.messages are queued. fetch.wait.max.ms (500) is how long the broker holds a
+# fetch at the end of the log: a range below the LSO never waits for new data, but the
+# client has sent the next fetch by the time a range's last record is read, and the kept
+# consumer's next range (another partition: the next range of a task, or of the worker's
+# next task) waits for that held fetch to come back before its own is sent: with 10 ms such
+# a range took 11.7 ms, with 1 ms 2.0 (medians, bench/tail_ranges.py, load 2.4-2.7).
+FETCH_DEFAULTS = {
+    "fetch.queue.backoff.ms": "10",
+    "fetch.wait.max.ms": "1",
+    "max.partition.fetch.bytes": str(8 << 20),
+    "queued.min.messages": "200000",
+}
+# A batch read's ranges are large and end at the LSO or below: once the fetcher reaches the
+# end of the log, while the reader still drains what is queued (up to queued.min.messages
+# plus a fetch), it asks again every fetch.wait.max.ms, and each empty fetch costs the
+# broker. With 1 ms, three range readers of 1,000,000 records cost the broker 0.39-0.47 s of
+# CPU a read against 0.27-0.35 s with 10 ms (bench/spark.py's read, 06:30 UTC, load 5.5): CPU
+# that the two cores of a read then lack. A batch task pays the held fetch at most once,
+# when its worker's kept consumer starts its next range: 10 ms at most.
+BATCH_FETCH_DEFAULTS = {**FETCH_DEFAULTS, "fetch.wait.max.ms": "10"}
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The source's options, parsed and checked."""
@@ -554,6 +578,9 @@ class ReadOptions:
     group_id: str | None  # kafka.group.id: the executors' consumers use it as it is
     group_id_prefix: str | None
     include_headers: bool
+    # the range consumers' fetch settings (`kafka.*` options override them): a batch
+    # read's or a streaming read's
+    fetch_defaults: Mapping[str, str]
 
     @property
     def read_committed(self) -> bool:
@@ -655,6 +682,7 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         group_id=group_id,
         group_id_prefix=raw.get("groupIdPrefix"),
         include_headers=raw.boolean("includeHeaders", False),
+        fetch_defaults=BATCH_FETCH_DEFAULTS if streaming is False else FETCH_DEFAULTS,
     )
 
 

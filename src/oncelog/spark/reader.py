@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -28,12 +28,7 @@ from pyspark.sql.streaming.datasource import (
 
 from oncelog.spark import offsets as off
 from oncelog.spark.client import Cluster
-from oncelog.spark.consume import (
-    BATCH_FETCH_DEFAULTS,
-    FETCH_DEFAULTS,
-    DataLossError,
-    read_range,
-)
+from oncelog.spark.consume import DataLossError, read_range
 from oncelog.spark.options import (
     EARLIEST,
     LATEST,
@@ -148,15 +143,12 @@ def _names(tps: Any) -> str:
 
 
 def _read(
-    options: ReadOptions,
-    group_id: str,
-    partition: InputPartition,
-    fetch_defaults: Mapping[str, str] = FETCH_DEFAULTS,
+    options: ReadOptions, group_id: str, partition: InputPartition
 ) -> Iterator[pa.RecordBatch]:
     # PySpark hands an empty plan one placeholder partition: nothing to read
     if isinstance(partition, OffsetRangePartition):
         for rng in partition.ranges:
-            yield from read_range(options, rng, group_id, fetch_defaults=fetch_defaults)
+            yield from read_range(options, rng, group_id)
 
 
 class OncelogBatchReader(DataSourceReader):
@@ -193,7 +185,7 @@ class OncelogBatchReader(DataSourceReader):
         return _input_partitions(task_plan(options), off.plan_ranges(start, end, {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from _read(self.options, self.group_id, partition, BATCH_FETCH_DEFAULTS)
+        yield from _read(self.options, self.group_id, partition)
 
 
 class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
