@@ -134,7 +134,7 @@ def measure(args: argparse.Namespace) -> dict[str, float] | None:
         return None
 
 
-def _baseline(source: Path) -> Path:
+def baseline_source(source: Path) -> Path:
     """Another checkout's src: one with the compiled record scanner's source must have it
     built (`common.check_source`); one from before the scanner runs as it always did."""
     if (source / "oncelog" / "protocol" / "_record_scan.c").exists():
@@ -175,7 +175,7 @@ def _child(args: argparse.Namespace, source: Path | None) -> dict[str, float]:
 
 
 def compare(args: argparse.Namespace) -> int:
-    source = _baseline(args.baseline_src)
+    source = baseline_source(args.baseline_src)
     best: dict[str, dict[str, float]] = {"baseline": {}, "this tree": {}}
     for pair in range(args.pairs):
         sides = ("baseline", "this tree") if pair % 2 == 0 else ("this tree", "baseline")

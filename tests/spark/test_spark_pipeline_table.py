@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -59,10 +60,12 @@ def test_a_malformed_table_fails_the_planning_not_the_rows(spark: Any) -> None:
         job.customer_lookup([{**row, "tax_rate": float("nan")}])
 
 
-def test_repeated_ids_and_too_large_tables_are_refused_before_any_sql() -> None:
+def test_the_lookup_refuses_repeated_or_null_ids_and_too_large_tables_before_any_sql() -> None:
     row = {"customer_id": 7, "name": "Ada", "tier": "gold", "country": "DE", "tax_rate": 0.19}
     with pytest.raises(ValueError, match=r"more than once in the table: \[7\]"):
         job.customer_lookup([row, {**row, "name": "Grace"}])
+    with pytest.raises(ValueError, match="NULL"):
+        job.customer_lookup([row, {**row, "customer_id": None}])
     too_many = [{**row, "customer_id": i} for i in range(job.LOOKUP_MAX_CUSTOMERS + 1)]
     with pytest.raises(ValueError, match="at most 1000"):
         job.customer_lookup(too_many)
@@ -98,17 +101,22 @@ def test_enrich_writes_what_the_verifier_expects(spark: Any) -> None:
     assert not matches(written[0], wrong)
 
 
-def test_a_table_above_the_lookups_bound_is_joined_with_the_same_rows(spark: Any) -> None:
-    """Above `LOOKUP_MAX_CUSTOMERS` the job joins the table (broadcast), as it did before
-    the lookup, where the lookup's code (425cf3e) refused the table with a ValueError. The
-    rows are the lookup's, for known, unknown and NULL ids; an order of a customer past
-    the first `LOOKUP_MAX_CUSTOMERS` rows gets that customer's fields."""
-    small = job.customer_rows()
+def _above_the_bound() -> list[dict[str, Any]]:
+    """The job's customers and more, up to one row above `LOOKUP_MAX_CUSTOMERS`."""
     extra = [
         {"customer_id": i, "name": f"extra {i}", "tier": "gold", "country": "NL", "tax_rate": 0.21}
         for i in range(CUSTOMERS_COUNT, job.LOOKUP_MAX_CUSTOMERS + 1)
     ]
-    large = [*small, *extra]
+    return [*job.customer_rows(), *extra]
+
+
+def test_a_table_above_the_lookups_bound_is_joined_with_the_same_rows(spark: Any) -> None:
+    """Above `LOOKUP_MAX_CUSTOMERS` the job joins the table (broadcast), as it did before
+    the lookup; the lookup's code (425cf3e) refused the table with a ValueError (shown on
+    1cf6ed9's job.py with `enrich` given the table instead of `customer_rows()`). The
+    rows are the lookup's, for known, unknown and NULL ids; an order of a customer past
+    the first `LOOKUP_MAX_CUSTOMERS` rows gets that customer's fields."""
+    small, large = job.customer_rows(), _above_the_bound()
     assert len(large) == job.LOOKUP_MAX_CUSTOMERS + 1
     unknown = {"order_id": 300, "customer_id": -5, "amount": 600.0, "ts": 1}
     no_id = {"order_id": 301, "customer_id": None, "amount": 6.0, "ts": 2}
@@ -116,8 +124,52 @@ def test_a_table_above_the_lookups_bound_is_joined_with_the_same_rows(spark: Any
     joined = job.enrich(orders, large)
     assert "Join" in str(joined._jdf.queryExecution().optimizedPlan())
     assert sorted(joined.collect()) == sorted(job.enrich(orders, small).collect())
-    last = extra[-1]
+    last = large[-1]
     order = {"order_id": 302, "customer_id": last["customer_id"], "amount": 10.0, "ts": 3}
     [row] = job.enrich(_orders(spark, [order]), large).collect()
     table = {c["customer_id"]: c for c in large}
     assert matches(json.loads(row.value), expected_enrichment(order, table))
+
+
+def test_the_join_refuses_what_the_lookup_refuses(spark: Any) -> None:
+    """Above the bound too, a repeated or NULL id and a value JSON cannot hold are refused
+    before any SQL, and a value the schema cannot hold fails when the query is made, before
+    any row (the lookup's fails at its planning)."""
+    large = _above_the_bound()
+    orders = _orders(spark, generate(3))
+    with pytest.raises(ValueError, match=r"more than once in the table: \[7\]"):
+        job.enrich(orders, [*large, {**large[7], "name": "Grace"}])
+    with pytest.raises(ValueError, match="NULL"):
+        job.enrich(orders, [*large, {**large[7], "customer_id": None}])
+    with pytest.raises(ValueError, match="Out of range float"):
+        job.enrich(orders, [*large[:-1], {**large[-1], "tax_rate": float("nan")}])
+    # the relation is analysed when `enrich` makes it, and its inline table parsed then
+    with pytest.raises(Exception, match=r"INVALID_INLINE_TABLE\.FAILED_SQL_EXPRESSION_EVALUATION"):
+        job.enrich(orders, [*large[:-1], {**large[-1], "tax_rate": "0.21x"}])
+
+
+def test_a_streaming_query_joins_a_table_above_the_bound(spark: Any, tmp_path: Path) -> None:
+    """The job's query is a stream-static join above the bound: Spark takes it (a left
+    outer join with the stream on the left) and writes every order enriched."""
+    orders = generate(50)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "orders.json").write_text("\n".join(json.dumps(o) for o in orders))
+    stream = spark.readStream.format("text").load(str(tmp_path / "in"))
+    query = (
+        job.enrich(stream, _above_the_bound())
+        .writeStream.format("memory")
+        .queryName("enriched_above_the_bound")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    rows = spark.sql("SELECT key, value FROM enriched_above_the_bound").collect()
+    table = {c["customer_id"]: c for c in customers()}
+    written = {int(row.key): json.loads(row.value) for row in rows}
+    assert len(rows) == len(orders)
+    assert all(matches(written[o["order_id"]], expected_enrichment(o, table)) for o in orders)

@@ -59,6 +59,7 @@ def test_the_spark_package_still_gives_its_names() -> None:
     assert oncelog.spark.OncelogDataSource is OncelogDataSource
     assert oncelog.spark.SinkGuaranteeError is SinkGuaranteeError
     assert oncelog.spark.ClusterError is ClusterError
+    assert set(oncelog.spark._HOME) | {"register"} == set(oncelog.spark.__all__)  # no drift
     assert set(oncelog.spark.__all__) <= set(dir(oncelog.spark))
     assert all(getattr(oncelog.spark, name) is not None for name in oncelog.spark.__all__)
     with pytest.raises(AttributeError, match="Nothing"):

@@ -42,9 +42,10 @@ CUSTOMER_COLUMNS = (
 CUSTOMER_FIELDS = tuple(name for name, _ in CUSTOMER_COLUMNS)
 CUSTOMER_TYPE = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in CUSTOMER_COLUMNS) + ">"
 # Above this many customers the job joins the table instead of looking each order's customer
-# up in a constant: the optimizer folds the constant again in every micro-batch (O(table)
-# each time), 0.19 s at 5,000 customers, more than the broadcast join costs (docs/spark.md,
-# the lookup's bound).
+# up in a constant, which the optimizer folds again in every micro-batch (O(table) each
+# time). rate -> the job's shape -> noop, ms a micro-batch: 163 looked up at 1,000; 275
+# looked up against 272 joined at 5,000; 885 against 307 at 50,000 (docs/spark.md, the
+# lookup's bound).
 LOOKUP_MAX_CUSTOMERS = 1000
 DEFAULT_SINK_ID = "order-enrichment"
 
@@ -112,18 +113,25 @@ def customer_lookup(table: Sequence[Mapping[str, Any]]) -> str:
     if len(table) > LOOKUP_MAX_CUSTOMERS:
         raise ValueError(
             f"{len(table)} customers: a constant lookup takes at most {LOOKUP_MAX_CUSTOMERS} "
-            "(every micro-batch folds it again); join a table of that size instead"
+            "(every micro-batch folds it again); `enrich` joins a table of that size "
+            "(customer_relation)"
         )
     return f"try_element_at(map_from_entries({_customer_entries(table)}), customer_id)"
 
 
 def customer_relation(spark: Any, table: Sequence[Mapping[str, Any]]) -> Any:
-    """`table` as a relation (customer_id, customer: a struct of `CUSTOMER_FIELDS`), made
-    in the JVM from the same literal as `customer_lookup`'s, so that a join with it gives
-    what the lookup gives: for a table above `LOOKUP_MAX_CUSTOMERS`, which the job
-    broadcasts and joins in every micro-batch as it did before the lookup. No Python
-    worker takes part (the rows are not a Python RDD)."""
-    return spark.range(1).selectExpr(f"inline({_customer_entries(table)})")
+    """`table` as a relation (customer_id, customer: a struct of `CUSTOMER_FIELDS`) from the
+    same literal as `customer_lookup`'s, so that a join with it gives what the lookup
+    gives: for a table above `LOOKUP_MAX_CUSTOMERS`, which the job broadcasts and joins in
+    every micro-batch. The literal is parsed once, when the query is planned: an inline
+    table (VALUES) of one row is evaluated by Spark's analyzer into a local relation, which
+    later micro-batches only explode (`inline`). Parsed in the relation's own expression
+    instead, the optimizer folded it again in every micro-batch: 1,103 ms a micro-batch at
+    50,000 customers against 307 this way (docs/spark.md, the lookup's bound). No Python
+    worker takes part."""
+    return spark.sql(
+        f"SELECT inline(entries) FROM VALUES ({_customer_entries(table)}) AS t(entries)"
+    )
 
 
 def _customer_entries(table: Sequence[Mapping[str, Any]]) -> str:
@@ -135,8 +143,11 @@ def _customer_entries(table: Sequence[Mapping[str, Any]]) -> str:
     default), and how a string literal's backslashes read depends on
     `spark.sql.parser.escapedStringLiterals`; hex digits mean the same under any setting.
     A value JSON or the schema cannot hold (NaN, a rate that is no number) fails the
-    query's planning, before any row is written; so does a repeated customer_id here (a
-    lookup would keep one of its rows, a join all of them)."""
+    query's planning, before any row is written. A repeated or NULL customer_id is refused
+    here, before any SQL: a lookup would keep one of a repeated id's rows and a join all of
+    them; `map_from_entries` fails on a NULL key where a join never matches it."""
+    if any(row["customer_id"] is None for row in table):
+        raise ValueError("a customer id in the table is NULL")
     counts = Counter(row["customer_id"] for row in table)
     repeated = sorted(i for i, n in counts.items() if n > 1)
     if repeated:

@@ -55,10 +55,13 @@ _HOME = {
 
 def __getattr__(name: str) -> Any:
     """`OncelogDataSource` and the other names, imported from their module when first
-    asked for."""
+    asked for. (The type checker takes them from the TYPE_CHECKING imports; a misspelt
+    name is an AttributeError at run time.)"""
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOME[name]), name)
+    value = getattr(importlib.import_module(_HOME[name]), name)
+    globals()[name] = value  # the next access finds it without this call
+    return value
 
 
 def __dir__() -> list[str]:
