@@ -155,9 +155,10 @@ def test_a_streaming_query_joins_a_table_above_the_bound(spark: Any, tmp_path: P
     (tmp_path / "in").mkdir()
     (tmp_path / "in" / "orders.json").write_text("\n".join(json.dumps(o) for o in orders))
     stream = spark.readStream.format("text").load(str(tmp_path / "in"))
+    enriched = job.enrich(stream, _above_the_bound())
+    assert "Join" in str(enriched._jdf.queryExecution().analyzed())
     query = (
-        job.enrich(stream, _above_the_bound())
-        .writeStream.format("memory")
+        enriched.writeStream.format("memory")
         .queryName("enriched_above_the_bound")
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(availableNow=True)

@@ -682,6 +682,8 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         group_id=group_id,
         group_id_prefix=raw.get("groupIdPrefix"),
         include_headers=raw.boolean("includeHeaders", False),
+        # streaming=None (`schema()`, which reads nothing) takes the streaming ones only
+        # because the field needs a value
         fetch_defaults=BATCH_FETCH_DEFAULTS if streaming is False else FETCH_DEFAULTS,
     )
 
