@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -136,7 +136,8 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
     ) -> R | None:
         await self.ready()
-        response = await self._execute(self.partition_of(group_id), operation)
+        executing = self._execute(self.partition_of(group_id), operation)
+        response = await _regardless_of_the_requester(executing)
         self._wake.set()  # a join or session may have set an earlier deadline
         return response
 
@@ -217,3 +218,26 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         if expired:
             log.info("expired %d committed offset(s) older than %d ms", expired, retention)
         return expired
+
+
+async def _regardless_of_the_requester(operation: Coroutine[Any, Any, R]) -> R:
+    """``operation``'s outcome, with the operation carried to its end even if the request
+    that awaits it is cancelled (its client went away, so its connection's handlers are).
+
+    A group's writes are serial: each operation must see every earlier write of its
+    partition replayed. An operation cancelled while its records wait for their fsync
+    would release the partition before replaying them, and the members its result
+    completes (a SyncGroup leader's assignment for the followers parked on it) would
+    never be answered. One task per operation is the price, off the transaction path's
+    hot loop (a TxnOffsetCommit per transaction at most)."""
+    task = asyncio.ensure_future(operation)
+    task.add_done_callback(_retrieve_abandoned)
+    return await asyncio.shield(task)
+
+
+def _retrieve_abandoned(task: asyncio.Future[Any]) -> None:
+    """Mark the operation's failure as seen. A requester still waiting gets it; one that
+    went away cannot, and what matters (a storage failure) the runtime has logged already:
+    asyncio's "exception was never retrieved" would only repeat it."""
+    if not task.cancelled():
+        task.exception()

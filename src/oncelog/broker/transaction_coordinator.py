@@ -275,10 +275,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         try:
             write = self._runtime.begin_write(partition, handler)
             while True:
-                result = await write.settled()
-                if result.records:
-                    self._wake(transactional_id)
-                self._send_markers(partition, result)
+                result = await self._settled(partition, transactional_id, write)
                 response = result.response or TxnResponse(ErrorCode.none)
                 if response.error != ErrorCode.concurrent_transactions or not self._in_flight(
                     partition, transactional_id
@@ -295,6 +292,43 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             level = logging.DEBUG if exc.code in _NOT_COORDINATING else logging.WARNING
             log.log(level, "transactional id %r: %s", transactional_id, exc)
             return TxnResponse(exc.code)
+
+    async def _settled(
+        self, partition: int, transactional_id: str, write: InFlightWrite[CoordinatorResult]
+    ) -> CoordinatorResult:
+        """The write's result once durable and replayed, with what follows it begun: the
+        requests parked behind the id woken, the transaction's markers sent.
+
+        That follow-up does not depend on the requester. A client that goes away while its
+        EndTxn's PREPARE record waits for its fsync gets its handler cancelled; without
+        the follow-up the record would stay unreplayed (the id refused as busy) and its
+        markers unsent, leaving the transaction prepared with nobody to complete it and
+        every partition in it held below its last stable offset until a restart."""
+        try:
+            result = await write.settled()
+        except asyncio.CancelledError:
+            self._spawn(partition, self._follow_up(partition, transactional_id, write))
+            raise
+        self._begin_what_follows(partition, transactional_id, result)
+        return result
+
+    async def _follow_up(
+        self, partition: int, transactional_id: str, write: InFlightWrite[CoordinatorResult]
+    ) -> None:
+        """``_settled`` for a write whose requester went away."""
+        try:
+            result = await write.settled()
+        except CoordinatorError as exc:
+            log.debug("transactional id %r: abandoned write: %s", transactional_id, exc)
+            return
+        self._begin_what_follows(partition, transactional_id, result)
+
+    def _begin_what_follows(
+        self, partition: int, transactional_id: str, result: CoordinatorResult
+    ) -> None:
+        if result.records:
+            self._wake(transactional_id)
+        self._send_markers(partition, result)
 
     def _in_flight(self, partition: int, transactional_id: str) -> bool:
         """A write, or markers and the completion, are in flight for the id."""
@@ -315,20 +349,35 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         give_up: float,
     ) -> InFlightWrite[CoordinatorResult] | None:
         """Wait until ``_wake`` runs ``handler`` again for the id; its write, or None if
-        ``give_up`` (loop time) came first."""
+        ``give_up`` (loop time) came first.
+
+        A request that stops waiting (it gave up, or its task was cancelled: the broker
+        stopping, the client gone) takes its entry back, so no later ``_wake`` begins a write
+        for a request nobody answers."""
         retry: asyncio.Future[InFlightWrite[CoordinatorResult]]
         retry = asyncio.get_running_loop().create_future()
-        parked = self._parked.setdefault(transactional_id, [])
         entry = (partition, handler, retry)
-        parked.append(entry)
+        self._parked.setdefault(transactional_id, []).append(entry)
         left = give_up - asyncio.get_running_loop().time()
-        await asyncio.wait([retry], timeout=max(left, 0))
+        try:
+            await asyncio.wait([retry], timeout=max(left, 0))
+        except asyncio.CancelledError:
+            if retry.done() and retry.exception() is None:  # begun for us in this turn
+                self._spawn(partition, self._follow_up(partition, transactional_id, retry.result()))
+            raise
+        finally:
+            if not retry.done():
+                self._unpark(transactional_id, entry)
         if retry.done():
             return retry.result()  # raises the CoordinatorError the retry met
-        parked.remove(entry)
-        if not parked:
-            del self._parked[transactional_id]
         return None
+
+    def _unpark(self, transactional_id: str, entry: tuple[int, Any, asyncio.Future[Any]]) -> None:
+        parked = self._parked.get(transactional_id, [])
+        if entry in parked:
+            parked.remove(entry)
+        if not parked:
+            self._parked.pop(transactional_id, None)
 
     def _wake(self, transactional_id: str) -> None:
         """Run the requests parked for the id again, now, in this step."""

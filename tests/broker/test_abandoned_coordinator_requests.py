@@ -1,0 +1,180 @@
+"""Coordinator requests whose requester goes away (the client disconnects, so the broker
+cancels its connection's handlers): what they began is carried to its end, and what they
+had not begun is not begun for them.
+
+- An EndTxn cancelled while its PREPARE record waits for its fsync: the record is replayed
+  and the markers are sent all the same, or the transaction would stay prepared and hold
+  its partitions' last stable offset until a restart.
+- A request parked behind its id's markers (CONCURRENT_TRANSACTIONS answered by waiting)
+  that is cancelled takes its place back: no write is begun for it later.
+- An offset commit cancelled while its record waits for its fsync: the commit is replayed
+  when durable, not only once some later write of the partition settles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oncelog.broker.group_coordinator import GroupCoordinator
+from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnResponse
+from oncelog.coordinator_partitions import partition_for
+from oncelog.groups import GroupConfig, OffsetCommitPartition, OffsetCommitRequest
+from oncelog.transactions.state import TxnState
+
+from .memory_log import MemoryLog
+from .test_coordinator_leadership import (
+    TID,
+    RecordingMarkers,
+    commit_until_prepared,
+    transaction_coordinator,
+)
+
+
+async def _parked_behind_markers() -> tuple[
+    MemoryLog, TransactionCoordinator, RecordingMarkers, int, asyncio.Future[TxnResponse]
+]:
+    """A transaction prepared with its markers held, and the next transaction's
+    AddPartitionsToTxn (orders-2) parked behind them."""
+    log = MemoryLog(partitions=3)
+    markers = RecordingMarkers()
+    markers.hold = True
+    coordinator = transaction_coordinator(log, markers)
+    await coordinator.on_elected(partition_for(TID, 3), 0)
+    pid = await commit_until_prepared(coordinator)
+    parked = asyncio.ensure_future(coordinator.add_partitions(TID, pid, 0, [("orders", 2)]))
+    await asyncio.sleep(0.05)
+    return log, coordinator, markers, pid, parked
+
+
+def test_a_cancelled_parked_request_is_not_run_when_its_id_settles() -> None:
+    """The next transaction's AddPartitionsToTxn arrives while the last one's markers are in
+    flight and is parked; its task is cancelled (the client went away). When the markers
+    land, nothing may begin a write on its behalf. Before the fix the parked entry stayed
+    behind and the completion ran it: an ONGOING record appended that nobody settled, so
+    the id stayed "being written" and the client's own retry was refused with
+    CONCURRENT_TRANSACTIONS after a second's wait, again and again, until some other
+    write of the partition happened to replay it."""
+
+    async def scenario() -> None:
+        log, coordinator, markers, pid, parked = await _parked_behind_markers()
+        partition = partition_for(TID, 3)
+        assert not parked.done()  # waiting for the markers, not answered
+        parked.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+
+        markers.hold = False
+        shard = coordinator.shards[partition]
+        for _ in range(200):
+            metadata = shard.get(TID)
+            if metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # any write begun for the cancelled request is appended
+        metadata = shard.get(TID)
+        assert metadata is not None
+        assert metadata.state is TxnState.COMPLETE_COMMIT
+        assert shard.pending(TID) is None
+        assert len(log.log(partition)) == 4  # init, add, prepare, complete: nothing after
+        # The client's own retry after reconnecting is answered as a first try would be.
+        retried = await coordinator.add_partitions(TID, pid, 0, [("orders", 2)])
+        assert retried.error.name == "none"
+        await coordinator.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_parked_request_runs_when_its_id_settles() -> None:
+    """The control: the same request, left waiting, is run when the markers land and is
+    answered as a first try would be."""
+
+    async def scenario() -> None:
+        _, coordinator, markers, _, parked = await _parked_behind_markers()
+        partition = partition_for(TID, 3)
+        assert not parked.done()
+        markers.hold = False
+        answer = await parked
+        assert answer.error.name == "none"
+        metadata = coordinator.shards[partition].get(TID)
+        assert metadata is not None
+        assert metadata.state is TxnState.ONGOING
+        assert ("orders", 2) in metadata.partitions
+        await coordinator.stop()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition: object, tries: int = 200) -> None:
+    for _ in range(tries):
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.01)
+
+
+def test_an_end_txn_whose_requester_went_away_still_completes() -> None:
+    async def scenario() -> None:
+        log = MemoryLog(partitions=3)
+        partition = partition_for(TID, 3)
+        markers = RecordingMarkers()
+        coordinator = transaction_coordinator(log, markers)
+        await coordinator.on_elected(partition, 0)
+        init = await coordinator.init_producer_id(TID, 60_000, -1, -1)
+        pid, epoch = init.producer_id, init.producer_epoch
+        parts = [("orders", 0), ("orders", 1)]
+        assert (await coordinator.add_partitions(TID, pid, epoch, parts)).error.name == "none"
+
+        log.auto_durable = False  # the PREPARE record waits for its fsync
+        end = asyncio.ensure_future(coordinator.end_txn(TID, pid, epoch, True))
+        await asyncio.sleep(0.05)
+        assert not end.done()
+        end.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await end
+        log.auto_durable = True
+        log.make_durable(partition)  # the fsync completes after the client went away
+
+        shard = coordinator.shards[partition]
+
+        def completed() -> bool:
+            metadata = shard.get(TID)
+            return metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT
+
+        await _until(completed)
+        assert markers.sent == [(pid, epoch, True, 0, (("orders", 0), ("orders", 1)))]
+        assert completed()
+        await coordinator.stop()
+
+    asyncio.run(scenario())
+
+
+def test_an_offset_commit_whose_requester_went_away_is_replayed_once_durable() -> None:
+    async def scenario() -> None:
+        log = MemoryLog(partitions=1)
+        coordinator = GroupCoordinator(
+            log, log, log, lambda: 1_000, GroupConfig(initial_rebalance_delay_ms=0)
+        )
+        await coordinator.on_elected(0, 1)
+        commit = OffsetCommitRequest("g", (OffsetCommitPartition("orders", 0, 42),))
+
+        log.auto_durable = False
+        committing = asyncio.ensure_future(
+            coordinator.run("g", lambda shard, now: shard.commit_offsets(commit, now))
+        )
+        await asyncio.sleep(0.05)
+        assert not committing.done()
+        committing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await committing
+        log.make_durable(0)
+
+        def offset() -> int | None:
+            partitions = coordinator.shard_for("g").fetch_offsets("g").partitions
+            return partitions[0].offset if partitions else None
+
+        await _until(lambda: offset() == 42)
+        assert offset() == 42
+        await coordinator.stop()
+
+    asyncio.run(scenario())
