@@ -17,8 +17,19 @@ class NumberedProducer:
     """Sends 0, 1, 2, ... (the value is the number as text) to partition 0 of ``topic``
     until stopped, and records, for each acknowledged number, the offset it was given."""
 
-    def __init__(self, client: str, servers: str, topic: str, acks: str, idempotent: bool) -> None:
+    def __init__(
+        self,
+        client: str,
+        servers: str,
+        topic: str,
+        acks: str,
+        idempotent: bool,
+        delivery_timeout_ms: int = 120_000,
+    ) -> None:
+        """``delivery_timeout_ms``: how long a record may go unacknowledged before the
+        client gives up on it (and ``stop`` waits for that at most)."""
         self.client = client
+        self.delivery_timeout_ms = delivery_timeout_ms
         self.topic = topic
         self.servers = servers
         self.acks = acks
@@ -67,7 +78,7 @@ class NumberedProducer:
                 "acks": self.acks,
                 "enable.idempotence": self.idempotent,
                 "linger.ms": 5,
-                "message.timeout.ms": 120_000,
+                "message.timeout.ms": self.delivery_timeout_ms,
             }
         )
 
@@ -95,7 +106,7 @@ class NumberedProducer:
             enable_idempotence=self.idempotent,
             linger_ms=5,
             retries=2**31 - 1,
-            delivery_timeout_ms=120_000,
+            delivery_timeout_ms=self.delivery_timeout_ms,
             request_timeout_ms=30_000,
         )
         while not self._stop.is_set():

@@ -121,3 +121,35 @@ def test_decide_covers_every_partition() -> None:
         (1, 1, (1,)),
         (2, 1, (1,)),
     ]
+
+
+def test_an_offline_replica_counts_as_dead_for_its_partition_alone() -> None:
+    """Broker 1's log of t-0 failed: t-0 gets leader 2 and loses 1 from its ISR; t-1, led
+    by 1 too, is left as it is; t-2's offline follower 1 leaves its ISR."""
+    live = {1: 1, 2: 2, 3: 3}
+    views = [
+        PartitionView("t", 0, (1, 2, 3), state(1, (1, 2, 3)), offline=frozenset({1})),
+        PartitionView("t", 1, (1, 2, 3), state(1, (1, 2, 3))),
+        PartitionView("t", 2, (2, 1, 3), state(2, (2, 1, 3)), offline=frozenset({1})),
+    ]
+    changes = decide(views, live, controller_epoch=4)
+    assert [(c.partition, c.state.leader, c.state.isr, c.state.leader_epoch) for c in changes] == [
+        (0, 2, (2, 3), 5),
+        (2, 2, (2, 3), 5),
+    ]
+    # Written, the states need nothing more while the replica stays offline.
+    for change in changes:
+        written = PartitionState(
+            change.state.leader, change.state.leader_epoch, change.state.isr, 4, 8, ZXID * 9
+        )
+        view = PartitionView("t", change.partition, (1, 2, 3), written, offline=frozenset({1}))
+        assert decide([view], live, controller_epoch=4) == []
+
+
+def test_an_offline_replica_is_not_elected_even_as_the_last_isr_member() -> None:
+    view = PartitionView("t", 0, (1, 2), state(1, (1,)), offline=frozenset({1}))
+    [change] = decide([view], {1: 1, 2: 2}, controller_epoch=4)
+    assert (change.state.leader, change.state.isr) == (NO_LEADER, (1,))
+    unclean = PartitionView("t", 0, (1, 2), state(1, (1,)), unclean=True, offline=frozenset({1}))
+    [change] = decide([unclean], {1: 1, 2: 2}, controller_epoch=4)
+    assert (change.state.leader, change.state.isr) == (2, (2,))

@@ -81,6 +81,7 @@ class Controller:
                 replicas,
                 self._cache.states.get((topic, partition)),
                 self._unclean(topic),
+                self._cache.offline_replicas.get((topic, partition), frozenset()),
             )
             for topic, assignment in self._cache.topics.items()
             for partition, replicas in assignment.replicas.items()

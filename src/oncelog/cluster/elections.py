@@ -15,6 +15,10 @@ again with fresher state. The rules are Kafka's ZooKeeper-mode controller
    records it lacks are lost: that is the trade unclean election makes).
 4. A dead ISR follower of a live leader leaves the ISR. Leader epoch + 1 (ZooKeeper mode
    bumps it for every controller change of the ISR).
+5. An offline replica (its broker's log of the partition failed: Kafka's OfflineReplica)
+   counts as dead for that partition alone: an offline leader is replaced by the next live
+   ISR member, an offline follower leaves the ISR, and neither is elected until its
+   broker restarts (which recovers the log and clears the mark).
 
 "Live" is judged per state: a broker that registered after the state was written (its
 broker epoch, the creation zxid of its registration, is larger than the state's
@@ -51,6 +55,7 @@ class PartitionView:
     replicas: tuple[int, ...]
     state: PartitionState | None  # None: new, no state written yet
     unclean: bool = False
+    offline: frozenset[int] = frozenset()  # brokers whose replica of it is offline
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +79,13 @@ def _changes(
     partitions: Sequence[PartitionView], live: Mapping[int, int], controller_epoch: int
 ) -> Iterator[StateChange]:
     for view in partitions:
+        alive = live
+        if view.offline:
+            alive = {b: epoch for b, epoch in live.items() if b not in view.offline}
         if view.state is None:
-            state = initial_state(view.replicas, live, controller_epoch)
+            state = initial_state(view.replicas, alive, controller_epoch)
         else:
-            state = next_state(view.replicas, view.state, live, controller_epoch, view.unclean)
+            state = next_state(view.replicas, view.state, alive, controller_epoch, view.unclean)
         if state is not None:
             yield StateChange(view.topic, view.partition, state)
 

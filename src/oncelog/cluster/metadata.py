@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.cluster.zookeeper import (
     BROKER_IDS,
     CONTROLLER,
+    OFFLINE_REPLICAS,
     TOPICS,
     BrokerRegistration,
     EntityConfig,
@@ -31,6 +32,7 @@ from oncelog.cluster.zookeeper import (
     decode_controller,
     decode_partition_state,
     decode_topic,
+    parse_offline_replica,
     partition_state_path,
     topic_path,
 )
@@ -69,6 +71,8 @@ class MetadataCache:
         self.topic_configs: dict[str, dict[str, str]] = {}
         self._config_zxids: dict[str, int] = {}
         self.states: dict[tuple[str, int], PartitionState] = {}
+        # The brokers whose replica of a partition is offline (its log failed), by partition
+        self.offline_replicas: dict[tuple[str, int], frozenset[int]] = {}
         self._by_id: dict[uuid.UUID, str] = {}
         self._listeners: list[Listener] = []
         self._changed = asyncio.Event()
@@ -138,6 +142,9 @@ class MetadataWatcher:
         self._handles.append(self._zk.watch_children(BROKER_IDS, self._brokers_changed))
         self._handles.append(self._zk.watch_data(CONTROLLER, self._controller_changed))
         self._handles.append(self._zk.watch_children(TOPICS, self._topics_changed))
+        self._handles.append(
+            self._zk.watch_children(OFFLINE_REPLICAS, self._offline_replicas_changed)
+        )
 
     def stop(self) -> None:
         for handle in self._handles:
@@ -166,6 +173,16 @@ class MetadataWatcher:
         if controller != self._cache.controller_id:
             self._cache.controller_id = controller
             self._cache._notify(Change(controller=True))
+
+    def _offline_replicas_changed(self, children: list[str]) -> None:
+        offline = _offline_by_partition(children)
+        before = self._cache.offline_replicas
+        changed = {
+            key for key in offline.keys() | before.keys() if offline.get(key) != before.get(key)
+        }
+        if changed:
+            self._cache.offline_replicas = offline
+            self._cache._notify(Change(partitions=frozenset(changed)))
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -261,6 +278,17 @@ class MetadataWatcher:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("reading cluster metadata failed", exc_info=task.exception())
+
+
+def _offline_by_partition(children: list[str]) -> dict[tuple[str, int], frozenset[int]]:
+    """The OFFLINE_REPLICAS children as the brokers offline for each partition."""
+    brokers: dict[tuple[str, int], set[int]] = {}
+    for name in children:
+        parsed = parse_offline_replica(name)
+        if parsed is not None:
+            broker, topic, partition = parsed
+            brokers.setdefault((topic, partition), set()).add(broker)
+    return {key: frozenset(ids) for key, ids in brokers.items()}
 
 
 class _Coalesced:

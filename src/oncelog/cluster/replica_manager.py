@@ -7,7 +7,11 @@ a request: after any change the affected replicas are reconciled with their stat
   leadership granted to a previous run of this broker is void until the controller writes
   a new one): become leader at that leader epoch, or take the new ISR of the same epoch;
 - it names another broker: follow it (truncate by leader epoch, then fetch);
-- the topic is gone or this broker no longer hosts the partition: drop the replica.
+- the topic is gone or this broker no longer hosts the partition: drop the replica;
+- its log failed (an fsync, a torn write): the replica is offline until this broker
+  restarts. It neither leads nor follows, and the broker names it offline in ZooKeeper, so
+  the controller elects another leader from the ISR and drops it from the ISR (Kafka's
+  ``handleLogDirFailure``: one failed disk does not stop a replicated partition).
 
 As leader it tracks followers (isr.py), moves the high watermark, releases acks=all
 producers, and changes the ISR itself with compare-and-set on the state znode. Losing the
@@ -27,10 +31,10 @@ import logging
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import config as cfg
 from oncelog.broker.topics import apply_settings, open_partition
@@ -47,7 +51,14 @@ from oncelog.cluster.replica import (
     write_high_watermarks,
     write_topic_id,
 )
-from oncelog.cluster.zookeeper import NO_LEADER, PartitionState, SessionExpired, ZooKeeperError
+from oncelog.cluster.zookeeper import (
+    NO_LEADER,
+    OFFLINE_REPLICAS,
+    PartitionState,
+    SessionExpired,
+    ZooKeeperError,
+    offline_replica_name,
+)
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage.atomic_file import write_in_thread
 from oncelog.storage.leader_epoch import LeaderEpochCache
@@ -60,6 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LeadershipListener = Callable[[str, int, bool, int], None]
+OFFLINE_MARK_RETRY_S = 0.5
 
 
 class ReplicaManager:
@@ -84,6 +96,10 @@ class ReplicaManager:
         self._listeners: list[LeadershipListener] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_updates: set[asyncio.Task[None]] = set()
+        # Replicas whose log failed, and the tasks telling ZooKeeper so
+        self.offline: set[tuple[str, int]] = set()
+        self._offline_marks: set[asyncio.Task[None]] = set()
+        flusher.on_offline = self.log_failed
         # ISR changes this broker wrote as leader (Kafka's IsrShrinksPerSec, IsrExpandsPerSec;
         # the controller's removal of a dead broker is not counted, as in Kafka)
         self.isr_shrinks = 0
@@ -102,9 +118,10 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self.node.cache.unsubscribe(self._on_metadata)
-        for task in [*self._tasks, *self._isr_updates]:
+        background = [*self._tasks, *self._isr_updates, *self._offline_marks]
+        for task in background:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._isr_updates, return_exceptions=True)
+        await asyncio.gather(*background, return_exceptions=True)
         for fetcher in self.fetchers.values():
             await fetcher.stop()
         self.fetchers.clear()
@@ -313,7 +330,56 @@ class ReplicaManager:
                 if isinstance(replica.role, LeaderRole):
                     replica.role.abandon("the ZooKeeper session was lost")
                     self._set_role(replica, None)
+        else:  # a new session: its offline marks went with the old one
+            for key in sorted(self.offline):
+                self._mark_offline(key)
         self.reconcile_all()
+
+    # -- offline replicas ------------------------------------------------------------------
+
+    def log_failed(self, partition: Partition) -> None:
+        """``partition``'s log failed and is offline until this broker restarts: stop
+        leading or following it, and have the controller move its leadership and drop it
+        from the ISR. Called by the flusher at every failed flush of an offline log."""
+        key = (partition.topic, partition.index)
+        replica = self.replicas.get(key)
+        if replica is None or replica.partition is not partition or key in self.offline:
+            return
+        self.offline.add(key)
+        log.error(
+            "%s-%d is offline on broker %d (its log failed) until this broker restarts; "
+            "asking the controller to elect another leader",
+            *key,
+            self.broker_id,
+        )
+        self._set_role(replica, None)
+        self._mark_offline(key)
+
+    def _mark_offline(self, key: tuple[str, int]) -> None:
+        self._spawn_offline_work(self._write_offline_mark(key), key)
+
+    def _spawn_offline_work(self, work: Coroutine[Any, Any, None], key: tuple[str, int]) -> None:
+        task = asyncio.create_task(work, name=f"offline-mark-{key[0]}-{key[1]}")
+        self._offline_marks.add(task)
+        task.add_done_callback(self._offline_marks.discard)
+
+    async def _remove_offline_mark(self, key: tuple[str, int]) -> None:
+        path = f"{OFFLINE_REPLICAS}/{offline_replica_name(self.broker_id, *key)}"
+        try:
+            await self.node.zk.delete_if_present(path)
+        except ZooKeeperError as exc:  # it goes with this broker's session in any case
+            log.warning("could not remove the offline mark of %s-%d: %s", *key, exc)
+
+    async def _write_offline_mark(self, key: tuple[str, int]) -> None:
+        """Write the mark until it is written or the session is gone (the next session's
+        lease change writes it again)."""
+        while self.node.lease.session_id is not None:
+            try:
+                await self.node.zk.mark_replica_offline(self.broker_id, *key)
+                return
+            except ZooKeeperError as exc:
+                log.warning("could not mark %s-%d offline yet: %s", *key, exc)
+                await asyncio.sleep(OFFLINE_MARK_RETRY_S)
 
     def _reconcile(self, key: tuple[str, int]) -> None:
         topic, index = key
@@ -328,6 +394,8 @@ class ReplicaManager:
         if state is None:
             return  # the controller has not elected anyone yet
         replica = self._ensure_replica(topic, index, assignment.topic_id)
+        if key in self.offline:
+            return  # neither leads nor follows until the broker restarts
         if state.leader == self.broker_id:
             if self._may_lead(state):
                 self._lead(replica, state, replicas)
@@ -559,6 +627,9 @@ class ReplicaManager:
 
     def _drop(self, key: tuple[str, int], *, delete: bool) -> None:
         replica = self.replicas.pop(key)
+        if key in self.offline:  # a topic created again later gets a healthy replica here
+            self.offline.discard(key)
+            self._spawn_offline_work(self._remove_offline_mark(key), key)
         self._set_role(replica, None)
         if delete:
             log.info("deleting the replica of %s-%d (topic deleted)", *key)

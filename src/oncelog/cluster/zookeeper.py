@@ -6,6 +6,9 @@ cluster the way a Kafka operator expects::
     /brokers/ids/<id>                         ephemeral: a live broker and its address
     /brokers/topics/<t>                       a topic's id and replica assignment
     /brokers/topics/<t>/partitions/<p>/state  leader, leader epoch, ISR, controller epoch
+    /brokers/offline_replicas/<id>:<t>:<p>    ephemeral: broker <id>'s replica of <t>-<p> is
+                                              offline (its log failed; oncelog's own, see
+                                              mark_replica_offline)
     /config/topics/<t>                        a topic's configuration overrides
     /config/brokers/<id>, /config/brokers/<default>
                                               dynamic broker configuration (KIP-226)
@@ -62,6 +65,7 @@ log = logging.getLogger(__name__)
 # -- the layout ------------------------------------------------------------------------------
 
 BROKER_IDS = "/brokers/ids"
+OFFLINE_REPLICAS = "/brokers/offline_replicas"
 TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
@@ -75,6 +79,7 @@ PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 # Created at start, as Kafka's ZkData.PersistentZkPaths, so watches have parents to sit on.
 PERSISTENT_PATHS = (
     BROKER_IDS,
+    OFFLINE_REPLICAS,
     TOPICS,
     CONFIG_TOPICS,
     CONFIG_BROKERS,
@@ -90,6 +95,20 @@ NEW_ZNODE = -1  # the version of a state not written yet
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{broker_id}"
+
+
+def offline_replica_name(broker_id: int, topic: str, partition: int) -> str:
+    """The child of OFFLINE_REPLICAS naming one offline replica (a topic name has no ':')."""
+    return f"{broker_id}:{topic}:{partition}"
+
+
+def parse_offline_replica(name: str) -> tuple[int, str, int] | None:
+    """(broker id, topic, partition) of an OFFLINE_REPLICAS child; None if it is not one."""
+    broker, _, rest = name.partition(":")
+    topic, _, partition = rest.rpartition(":")
+    if not (broker.isdigit() and topic and partition.isdigit()):
+        return None
+    return int(broker), topic, int(partition)
 
 
 def topic_path(topic: str) -> str:
@@ -507,6 +526,21 @@ class ZooKeeperSession:
                 stat.ephemeralOwner,
             )
             await asyncio.sleep(min(0.2, self.session_timeout_ms / 4000))
+
+    async def mark_replica_offline(self, broker_id: int, topic: str, partition: int) -> None:
+        """Tell the controller that this broker's replica of ``topic``-``partition`` is
+        offline: its log failed, and only a restart recovers it.
+
+        Kafka's broker writes a log directory event notification and the controller then
+        asks it, with LeaderAndIsr, which replicas are offline. oncelog's controller sends
+        no requests (it reconciles from ZooKeeper), so the broker names each offline
+        replica itself, in an ephemeral znode of its session: it lives exactly as long as
+        this run of the broker, whose restart recovers the log."""
+        path = f"{OFFLINE_REPLICAS}/{offline_replica_name(broker_id, topic, partition)}"
+        try:
+            await self._retry(lambda: self._client.create_async(path, b"", ephemeral=True))
+        except NodeExistsError:
+            pass  # a retry of a create that reached the server
 
     # -- controller --------------------------------------------------------------------
 

@@ -317,6 +317,7 @@ def _describe_in_cluster(cluster: ClusterNode, name: str) -> dict[str, Any]:
     partitions = []
     for index, replicas in sorted(assignment.replicas.items()):
         state = cache.states.get((name, index))
+        offline = cache.offline_replicas.get((name, index), frozenset())
         leader = NO_LEADER if state is None else state.leader
         error = ErrorCode.none if leader in live else ErrorCode.leader_not_available
         partitions.append(
@@ -327,7 +328,8 @@ def _describe_in_cluster(cluster: ClusterNode, name: str) -> dict[str, Any]:
                 "leader_epoch": -1 if state is None else state.leader_epoch,
                 "replica_nodes": list(replicas),
                 "isr_nodes": [] if state is None else list(state.isr),
-                "offline_replicas": [r for r in replicas if r not in live],
+                # As Kafka's: on a dead broker, or offline there (its log failed)
+                "offline_replicas": [r for r in replicas if r not in live or r in offline],
             }
         )
     return {
