@@ -116,6 +116,7 @@ class ClusterNode:
         await self.connect()
         await self._register()
         self.replicas = ReplicaManager(self, data_dir, flusher, clean_start)
+        flusher.on_offline = self.replicas.log_failed  # a failed log moves its leadership
         self.replicas.start()
         self._watcher.start()
         self.configs.start()

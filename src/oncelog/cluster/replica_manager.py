@@ -99,7 +99,6 @@ class ReplicaManager:
         # Replicas whose log failed, and the tasks telling ZooKeeper so
         self.offline: set[tuple[str, int]] = set()
         self._offline_marks: set[asyncio.Task[None]] = set()
-        flusher.on_offline = self.log_failed
         # ISR changes this broker wrote as leader (Kafka's IsrShrinksPerSec, IsrExpandsPerSec;
         # the controller's removal of a dead broker is not counted, as in Kafka)
         self.isr_shrinks = 0
