@@ -14,6 +14,7 @@ had not begun is not begun for them.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -21,6 +22,7 @@ from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnResponse
 from oncelog.coordinator_partitions import partition_for
 from oncelog.groups import GroupConfig, OffsetCommitPartition, OffsetCommitRequest
+from oncelog.transactions.coordinator import TransactionCoordinatorShard
 from oncelog.transactions.state import TxnState
 
 from .memory_log import MemoryLog
@@ -67,11 +69,7 @@ def test_a_cancelled_parked_request_is_not_run_when_its_id_settles() -> None:
 
         markers.hold = False
         shard = coordinator.shards[partition]
-        for _ in range(200):
-            metadata = shard.get(TID)
-            if metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT:
-                break
-            await asyncio.sleep(0.01)
+        await _until(lambda: _state(shard) is TxnState.COMPLETE_COMMIT)
         await asyncio.sleep(0.05)  # any write begun for the cancelled request is appended
         metadata = shard.get(TID)
         assert metadata is not None
@@ -106,11 +104,49 @@ def test_a_parked_request_runs_when_its_id_settles() -> None:
     asyncio.run(scenario())
 
 
-async def _until(condition: object, tries: int = 200) -> None:
+async def _until(condition: Callable[[], bool], tries: int = 200) -> None:
+    """Until ``condition`` holds, for up to ``tries`` hundredths of a second."""
     for _ in range(tries):
-        if condition():  # type: ignore[operator]
+        if condition():
             return
         await asyncio.sleep(0.01)
+
+
+def _state(shard: TransactionCoordinatorShard) -> TxnState | None:
+    metadata = shard.get(TID)
+    return None if metadata is None else metadata.state
+
+
+def test_a_request_cancelled_in_the_step_its_retry_begins_is_followed_up() -> None:
+    """``_wake`` begins the parked request's retry (its ONGOING record appended) and, in
+    that same step, the request's task is cancelled. Its write must still be settled:
+    left unsettled, the id would stay "being written" and every retry of the client's
+    would be refused with CONCURRENT_TRANSACTIONS."""
+
+    async def scenario() -> None:
+        _, coordinator, markers, pid, parked = await _parked_behind_markers()
+        partition = partition_for(TID, 3)
+        wake = coordinator._wake
+
+        def wake_then_cancel(transactional_id: str) -> None:
+            wake(transactional_id)
+            parked.cancel()
+
+        coordinator._wake = wake_then_cancel  # type: ignore[method-assign]
+        markers.hold = False
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+        shard = coordinator.shards[partition]
+        await _until(lambda: shard.pending(TID) is None)
+        assert shard.pending(TID) is None
+        assert _state(shard) is TxnState.ONGOING
+        metadata = shard.get(TID)
+        assert metadata is not None and ("orders", 2) in metadata.partitions
+        retried = await coordinator.add_partitions(TID, pid, 0, [("orders", 2)])
+        assert retried.error.name == "none"
+        await coordinator.stop()
+
+    asyncio.run(scenario())
 
 
 def test_an_end_txn_whose_requester_went_away_still_completes() -> None:
@@ -137,13 +173,9 @@ def test_an_end_txn_whose_requester_went_away_still_completes() -> None:
 
         shard = coordinator.shards[partition]
 
-        def completed() -> bool:
-            metadata = shard.get(TID)
-            return metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT
-
-        await _until(completed)
+        await _until(lambda: _state(shard) is TxnState.COMPLETE_COMMIT)
         assert markers.sent == [(pid, epoch, True, 0, (("orders", 0), ("orders", 1)))]
-        assert completed()
+        assert _state(shard) is TxnState.COMPLETE_COMMIT
         await coordinator.stop()
 
     asyncio.run(scenario())

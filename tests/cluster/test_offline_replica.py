@@ -1,18 +1,20 @@
 """A replica whose log fails goes offline, and its partition's leadership moves.
 
-After a failed fsync a log is offline until its broker restarts (tests/storage/
-test_failed_fsync.py says why). On one node that stops the partition. In a cluster it
-must not: Kafka takes the failed log directory offline and its controller elects another
-leader from the ISR and drops the replica from the ISR, so the producers go on against the
-new leader. Here the leader is an in-process broker (broker 3, its fsyncs of the
-partition's files made to fail with EIO from the test) beside two broker processes, and an
-idempotent confluent-kafka producer sends numbered records with acks=all throughout.
+After a failed fsync, or a torn write that could not be cut back, a log is offline until
+its broker restarts (tests/storage/test_failed_fsync.py says why). On one node that stops
+the partition. In a cluster it must not: Kafka takes the failed log directory offline and
+its controller elects another leader from the ISR and drops the replica from the ISR, so
+the producers go on against the new leader. Here the leader is an in-process broker
+(broker 3, the faults injected from the test into its system calls on one partition's
+files) beside two broker processes, and an idempotent confluent-kafka producer sends
+numbered records with acks=all throughout.
 
-Every acknowledged number must be in the new leader's log exactly once, in the order
-acknowledged. The control: the same fault with the broker's offline handling switched off (the
-flusher no longer tells the replica manager) leaves the failed broker leader and the
-producer acknowledged nothing more: what every partition led by a broker with a failed
-disk did before.
+Every acknowledged number must be in the new leader's log exactly once, at the offset it
+was acknowledged with. The control: the same fault with the broker's offline handling
+switched off (the partition no longer tells the replica manager) leaves the failed broker
+leader and the producer acknowledged nothing more: what every partition led by a broker
+with a failed disk did before. Broker 3 keeps each test's failed log to the end of the
+module; each test fails a partition of its own.
 """
 
 from __future__ import annotations
@@ -50,27 +52,67 @@ CONTROL_WAIT_S = 6.0
 CONTROL_DELIVERY_TIMEOUT_MS = 10_000  # the control's records are never acknowledged
 
 
-class FailingFsync:
-    """``fsync_together`` of the log module, failing with EIO for the files of one
-    partition directory once armed (the broker in this process is the only one using it)."""
+class _PartitionFiles:
+    """Whether a descriptor is one of a partition directory's files."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = f"{directory}{os.sep}"
-        self.armed = False
-        self.fired = 0
-        self._real = log_module.fsync_together
 
-    def __call__(self, fds: list[int]) -> None:
-        if self.armed and any(self._in_directory(fd) for fd in fds):
-            self.fired += 1
-            raise OSError(errno.EIO, "Input/output error (injected)")
-        self._real(fds)
-
-    def _in_directory(self, fd: int) -> bool:
+    def __contains__(self, fd: object) -> bool:
         try:
             return os.readlink(f"/proc/self/fd/{fd}").startswith(self.directory)
         except OSError:
             return False
+
+
+class FailingFsync:
+    """Once armed, ``fsync_together`` of the log module fails with EIO for the partition's
+    files (the broker in this process is the only one using it)."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.files = _PartitionFiles(directory)
+        self.armed = False
+        self.fired = 0
+        self._real = log_module.fsync_together
+        monkeypatch.setattr(log_module, "fsync_together", self)
+
+    def __call__(self, fds: list[int]) -> None:
+        if self.armed and any(fd in self.files for fd in fds):
+            self.fired += 1
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        self._real(fds)
+
+
+class TornWrites:
+    """Once armed, ``os.write`` to the partition's files fails with ENOSPC, and so does the
+    ``ftruncate`` that would cut the failed write back: the segment is torn and its log
+    offline at the append itself, with no fsync involved."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.files = _PartitionFiles(directory)
+        self.armed = False
+        self.fired = 0
+        self._write = os.write
+        self._ftruncate = os.ftruncate
+        monkeypatch.setattr(os, "write", self.write)
+        monkeypatch.setattr(os, "ftruncate", self.ftruncate)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.armed and fd in self.files:
+            self.fired += 1
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return self._write(fd, data)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        if self.armed and fd in self.files:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        self._ftruncate(fd, length)
+
+
+FAULTS: dict[str, type[FailingFsync] | type[TornWrites]] = {
+    "fsync": FailingFsync,
+    "torn-write": TornWrites,
+}
 
 
 @pytest.fixture(scope="module")
@@ -107,15 +149,15 @@ def _create(local: LocalCluster, topic: str, replicas: list[int]) -> None:
 def _producing_to_a_failing_leader(
     cluster: tuple[LocalCluster, EmbeddedBroker],
     topic: str,
+    fault: str,
     monkeypatch: pytest.MonkeyPatch,
     delivery_timeout_ms: int = 120_000,
-) -> tuple[FailingFsync, NumberedProducer]:
-    """``topic`` led by broker 3, whose fsyncs of it fail once armed, and an idempotent
-    acks=all producer sending numbers to it."""
+) -> tuple[FailingFsync | TornWrites, NumberedProducer]:
+    """``topic`` led by broker 3, where ``fault`` strikes its partition once armed, and an
+    idempotent acks=all producer sending numbers to it."""
     local, embedded = cluster
     _create_led_by_the_failing_broker(local, topic)
-    fsync = FailingFsync(embedded.data_dir / f"{topic}-0")
-    monkeypatch.setattr(log_module, "fsync_together", fsync)
+    injected = FAULTS[fault](embedded.data_dir / f"{topic}-0", monkeypatch)
     producer = NumberedProducer(
         "confluent",
         embedded.bootstrap_servers,
@@ -124,22 +166,23 @@ def _producing_to_a_failing_leader(
         True,
         delivery_timeout_ms=delivery_timeout_ms,
     )
-    return fsync, producer.start()
+    return injected, producer.start()
 
 
+@pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_the_leadership_moves_and_every_acknowledged_record_is_kept_once(
-    cluster: tuple[LocalCluster, EmbeddedBroker], monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[LocalCluster, EmbeddedBroker], fault: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     local, _ = cluster
-    topic = "offline-replica"
-    fsync, producer = _producing_to_a_failing_leader(cluster, topic, monkeypatch)
+    topic = f"offline-replica-{fault}"
+    injected, producer = _producing_to_a_failing_leader(cluster, topic, fault, monkeypatch)
     try:
         producer.wait_for_progress(200)
-        fsync.armed = True
+        injected.armed = True
         producer.wait_for_progress(500, timeout_s=TIMEOUT_S)
     finally:
         producer.stop()
-    assert fsync.fired >= 1
+    assert injected.fired >= 1
 
     leader = local.wait_for_leader(topic, 0)
     assert leader in (1, 2)
@@ -162,11 +205,13 @@ def test_control_without_the_offline_handling_the_partition_stops(
 ) -> None:
     local, embedded = cluster
     topic = "offline-replica-control"
-    assert embedded.broker is not None
-    monkeypatch.setattr(embedded.broker.flusher, "on_offline", None)
     fsync, producer = _producing_to_a_failing_leader(
-        cluster, topic, monkeypatch, delivery_timeout_ms=CONTROL_DELIVERY_TIMEOUT_MS
+        cluster, topic, "fsync", monkeypatch, delivery_timeout_ms=CONTROL_DELIVERY_TIMEOUT_MS
     )
+    cluster_node = embedded.broker.cluster if embedded.broker is not None else None
+    assert cluster_node is not None and cluster_node.replicas is not None
+    partition = cluster_node.replicas.replicas[(topic, 0)].partition
+    monkeypatch.setattr(partition, "on_offline", None)  # the mechanism, switched off
     try:
         producer.wait_for_progress(200)
         fsync.armed = True
@@ -205,8 +250,7 @@ def test_a_coordinator_whose_log_failed_moves_and_the_transactions_go_on(
         if partition_for(f"txn-{i}", INTERNAL_PARTITIONS) == led_by_3[0]
     )
     assert wait_for_coordinator(local, tid, TRANSACTION) == FAILING_BROKER
-    fsync = FailingFsync(embedded.data_dir / f"{TXN_STATE}-{led_by_3[0]}")
-    monkeypatch.setattr(log_module, "fsync_together", fsync)
+    fsync = FailingFsync(embedded.data_dir / f"{TXN_STATE}-{led_by_3[0]}", monkeypatch)
 
     producer = Producer({"bootstrap.servers": local.bootstrap_servers, "transactional.id": tid})
     producer.init_transactions(TIMEOUT_S)

@@ -50,8 +50,6 @@ class GroupCommitFlusher:
         self._stopping = False
         self.fsync_rounds = 0  # partition fsyncs done (a round covers all its waiters)
         self.on_fsync: Callable[[float], None] | None = None  # seconds of each fsync
-        # Told of each failed flush of a log that is offline (a cluster moves its leadership)
-        self.on_offline: Callable[[Partition], None] | None = None
 
     def start(self) -> None:
         self._threads = FsyncThreads(FSYNC_THREADS)
@@ -113,8 +111,7 @@ class GroupCommitFlusher:
                         exc,
                     )
                     _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {exc}"))
-                    if self.on_offline is not None and partition.log.failed:
-                        self.on_offline(partition)
+                    partition.check_offline()
                     continue
                 self.fsync_rounds += 1
                 if partition.log.closed:  # its topic was deleted: the offsets never will be

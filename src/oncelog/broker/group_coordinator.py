@@ -73,6 +73,7 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         self._expirer: asyncio.Task[None] | None = None
         self._expiry = expiry or OffsetExpiry()
         self._wake = asyncio.Event()
+        self._operations: set[asyncio.Future[Any]] = set()  # see _to_the_end
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -88,6 +89,10 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         self._runtime.unload_all()
+        operations = list(self._operations)
+        for operation in operations:
+            operation.cancel()
+        await asyncio.gather(*operations, return_exceptions=True)
 
     def _on_unloaded(self, partition: int, shard: GroupCoordinatorShard) -> None:
         """Parked requests of the partition will not be answered here: NOT_COORDINATOR
@@ -136,8 +141,13 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         self, group_id: str, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
     ) -> R | None:
         await self.ready()
-        executing = self._execute(self.partition_of(group_id), operation)
-        response = await _regardless_of_the_requester(executing)
+        answering = self._answer(self.partition_of(group_id), operation)
+        return await self._to_the_end(answering)
+
+    async def _answer(
+        self, partition: int, operation: Callable[[GroupCoordinatorShard, int], Result[R]]
+    ) -> R | None:
+        response = await self._execute(partition, operation)
         self._wake.set()  # a join or session may have set an earlier deadline
         return response
 
@@ -167,9 +177,37 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
     ) -> None:
         """Write a transaction marker to `__consumer_offsets`-``partition``; once durable
         the producer's pending offsets there are committed or dropped."""
-        await self._runtime.complete_transaction(
-            partition, producer_id, producer_epoch, committed, coordinator_epoch
+        await self._to_the_end(
+            self._runtime.complete_transaction(
+                partition, producer_id, producer_epoch, committed, coordinator_epoch
+            )
         )
+
+    async def _to_the_end(self, operation: Coroutine[Any, Any, R]) -> R:
+        """``operation``'s outcome, the operation carried to its end even if the request
+        awaiting it is cancelled (its client went away, so its connection's handlers are;
+        a transaction coordinator that resigned stops its marker tasks).
+
+        A group's writes are serial: each operation must see every earlier write of its
+        partition replayed. An operation cancelled while its records wait for their fsync
+        would release the partition before replaying them, and the members its result
+        completes (a SyncGroup leader's assignment for the followers parked on it) would
+        never be answered. The price is a task per group request (heartbeats included);
+        ``stop`` cancels those still running."""
+        task = asyncio.ensure_future(operation)
+        self._operations.add(task)
+        task.add_done_callback(self._operation_done)
+        return await asyncio.shield(task)
+
+    def _operation_done(self, task: asyncio.Future[Any]) -> None:
+        """Forget the task, and see its failure: a requester still waiting gets it too; one
+        that went away cannot, so anything but a coordinator's refusal is logged here."""
+        self._operations.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and not isinstance(error, CoordinatorError):
+            log.error("group operation failed", exc_info=error)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -218,26 +256,3 @@ class GroupCoordinator(LedCoordinator[GroupCoordinatorShard]):
         if expired:
             log.info("expired %d committed offset(s) older than %d ms", expired, retention)
         return expired
-
-
-async def _regardless_of_the_requester(operation: Coroutine[Any, Any, R]) -> R:
-    """``operation``'s outcome, with the operation carried to its end even if the request
-    that awaits it is cancelled (its client went away, so its connection's handlers are).
-
-    A group's writes are serial: each operation must see every earlier write of its
-    partition replayed. An operation cancelled while its records wait for their fsync
-    would release the partition before replaying them, and the members its result
-    completes (a SyncGroup leader's assignment for the followers parked on it) would
-    never be answered. One task per operation is the price, off the transaction path's
-    hot loop (a TxnOffsetCommit per transaction at most)."""
-    task = asyncio.ensure_future(operation)
-    task.add_done_callback(_retrieve_abandoned)
-    return await asyncio.shield(task)
-
-
-def _retrieve_abandoned(task: asyncio.Future[Any]) -> None:
-    """Mark the operation's failure as seen. A requester still waiting gets it; one that
-    went away cannot, and what matters (a storage failure) the runtime has logged already:
-    asyncio's "exception was never retrieved" would only repeat it."""
-    if not task.cancelled():
-        task.exception()

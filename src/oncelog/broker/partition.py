@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from oncelog.broker.config import TopicConfig
@@ -104,6 +105,9 @@ class Partition:
         # A client's append failed in the log write and none has succeeded since: the
         # produce path logs the first such failure, not each retry.
         self.client_writes_failing = False
+        # Cluster mode: told when a failed write or flush has left the log offline (until a
+        # restart), so the replica manager moves the partition's leadership. None on one node.
+        self.on_offline: Callable[[Partition], None] | None = None
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -197,15 +201,28 @@ class Partition:
     def append_batch(
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
     ) -> AppendResult:
-        result = self.log.append(
-            batch,
-            header,
-            now_ms,
-            log_append_time=self.settings.log_append_time,
-            leader_epoch=self.leader_epoch,
-        )
+        try:
+            result = self.log.append(
+                batch,
+                header,
+                now_ms,
+                log_append_time=self.settings.log_append_time,
+                leader_epoch=self.leader_epoch,
+            )
+        except OSError:
+            self.check_offline()
+            raise
         self._wake_waiters()
         return result
+
+    def check_offline(self) -> None:
+        """After a log write or flush failed: tell ``on_offline`` if it left the log
+        offline (a torn write that could not be cut back, a failed fsync)."""
+        if self.on_offline is not None and self.log.failed:
+            try:
+                self.on_offline(self)
+            except Exception:  # the write's own error must still reach its caller
+                log.exception("%r: handling its offline log failed", self)
 
     def append_replicated(
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
@@ -213,7 +230,11 @@ class Partition:
         """A follower's append: the leader's batch byte for byte. The producer state learns
         from it as at recovery (Kafka's replication origin: the leader validated it), so a
         follower that becomes leader answers retries and knows open transactions."""
-        self.log.append_replicated(batch, header, now_ms)
+        try:
+            self.log.append_replicated(batch, header, now_ms)
+        except OSError:
+            self.check_offline()
+            raise
         marker = None
         if header.is_control and header.has_producer_id:
             found = control_marker(batch)

@@ -82,6 +82,11 @@ class TxnSettings:
     id_expiration_ms: int  # transactional.id.expiration.ms
 
 
+# A parked request: its coordinator partition, its handler, and the future ``_wake`` sets
+# to the retry's write (or the CoordinatorError that retry met).
+_Parked = tuple[int, Any, asyncio.Future[Any]]
+
+
 class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
     """Transactional ids of every `__transaction_state` partition this broker leads."""
 
@@ -119,7 +124,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         self._tasks: dict[int, set[asyncio.Task[None]]] = {}  # marker tasks by partition
         # Requests waiting for their id's write or markers (see _run): id -> entries of
         # (partition, handler, the retry's write once begun).
-        self._parked: dict[str, list[tuple[int, Any, asyncio.Future[Any]]]] = {}
+        self._parked: dict[str, list[_Parked]] = {}
         self._timer: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -307,10 +312,19 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         try:
             result = await write.settled()
         except asyncio.CancelledError:
-            self._spawn(partition, self._follow_up(partition, transactional_id, write))
+            self._follow_up_later(partition, transactional_id, write)
             raise
         self._begin_what_follows(partition, transactional_id, result)
         return result
+
+    def _follow_up_later(
+        self, partition: int, transactional_id: str, write: InFlightWrite[CoordinatorResult]
+    ) -> None:
+        """Settle an abandoned write in a marker task of its partition, unless the
+        partition is no longer coordinated here (resigned, or the coordinator stopped):
+        then the next coordinator's load finds the record and completes what it began."""
+        if partition in self._runtime.shards:
+            self._spawn(partition, self._follow_up(partition, transactional_id, write))
 
     async def _follow_up(
         self, partition: int, transactional_id: str, write: InFlightWrite[CoordinatorResult]
@@ -326,6 +340,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
     def _begin_what_follows(
         self, partition: int, transactional_id: str, result: CoordinatorResult
     ) -> None:
+        """Once a write settled: run the requests parked behind the id, send its markers."""
         if result.records:
             self._wake(transactional_id)
         self._send_markers(partition, result)
@@ -363,7 +378,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             await asyncio.wait([retry], timeout=max(left, 0))
         except asyncio.CancelledError:
             if retry.done() and retry.exception() is None:  # begun for us in this turn
-                self._spawn(partition, self._follow_up(partition, transactional_id, retry.result()))
+                self._follow_up_later(partition, transactional_id, retry.result())
             raise
         finally:
             if not retry.done():
@@ -372,12 +387,13 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             return retry.result()  # raises the CoordinatorError the retry met
         return None
 
-    def _unpark(self, transactional_id: str, entry: tuple[int, Any, asyncio.Future[Any]]) -> None:
-        parked = self._parked.get(transactional_id, [])
-        if entry in parked:
-            parked.remove(entry)
+    def _unpark(self, transactional_id: str, entry: _Parked) -> None:
+        """Take back the entry of a request that stopped waiting before ``_wake`` ran it
+        (``_wake`` empties an id's whole list at once, so the entry is still there)."""
+        parked = self._parked[transactional_id]
+        parked.remove(entry)
         if not parked:
-            self._parked.pop(transactional_id, None)
+            del self._parked[transactional_id]
 
     def _wake(self, transactional_id: str) -> None:
         """Run the requests parked for the id again, now, in this step."""

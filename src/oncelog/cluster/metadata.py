@@ -132,10 +132,12 @@ class MetadataWatcher:
         self._handles: list[WatchHandle] = []
         self._topic_handles: dict[str, list[WatchHandle]] = {}
         self._topics_listed = False
+        self._offline_listed = False
         self._broker_reads = _Coalesced(self._read_brokers)
         self.caught_up = asyncio.Event()
-        """Set once the cache first holds this broker among the live ones and every topic
-        ZooKeeper listed: from then on it describes the whole cluster. Never cleared."""
+        """Set once the cache first holds this broker among the live ones, every topic
+        ZooKeeper listed and the offline replicas: from then on it describes the whole
+        cluster. Never cleared."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
@@ -175,6 +177,7 @@ class MetadataWatcher:
             self._cache._notify(Change(controller=True))
 
     def _offline_replicas_changed(self, children: list[str]) -> None:
+        self._offline_listed = True
         offline = _offline_by_partition(children)
         before = self._cache.offline_replicas
         changed = {
@@ -183,6 +186,7 @@ class MetadataWatcher:
         if changed:
             self._cache.offline_replicas = offline
             self._cache._notify(Change(partitions=frozenset(changed)))
+        self._note_progress()
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -251,6 +255,7 @@ class MetadataWatcher:
             not self.caught_up.is_set()
             and self._broker_id in self._cache.brokers
             and self._topics_listed
+            and self._offline_listed
             and all(name in self._cache.topics for name in self._topic_handles)
         ):
             self.caught_up.set()

@@ -116,7 +116,6 @@ class ClusterNode:
         await self.connect()
         await self._register()
         self.replicas = ReplicaManager(self, data_dir, flusher, clean_start)
-        flusher.on_offline = self.replicas.log_failed  # a failed log moves its leadership
         self.replicas.start()
         self._watcher.start()
         self.configs.start()
@@ -224,6 +223,8 @@ class ClusterNode:
     async def _register(self) -> None:
         assert self._address is not None
         host, port = self._address
+        if self.replicas is not None:  # a new session: its marks first, then the broker
+            await self.replicas.write_offline_marks()
         sent_at = time.monotonic()
         self.registration = await self.zk.register_broker(
             BrokerRegistration(self.broker_id, host, port, endpoints=self._endpoints),

@@ -31,10 +31,10 @@ import logging
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from oncelog.broker import config as cfg
 from oncelog.broker.topics import apply_settings, open_partition
@@ -51,14 +51,7 @@ from oncelog.cluster.replica import (
     write_high_watermarks,
     write_topic_id,
 )
-from oncelog.cluster.zookeeper import (
-    NO_LEADER,
-    OFFLINE_REPLICAS,
-    PartitionState,
-    SessionExpired,
-    ZooKeeperError,
-    offline_replica_name,
-)
+from oncelog.cluster.zookeeper import NO_LEADER, PartitionState, SessionExpired, ZooKeeperError
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage.atomic_file import write_in_thread
 from oncelog.storage.leader_epoch import LeaderEpochCache
@@ -71,7 +64,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LeadershipListener = Callable[[str, int, bool, int], None]
-OFFLINE_MARK_RETRY_S = 0.5
+OFFLINE_MARK_RETRY_S = 0.5  # between attempts to write or remove an offline mark
 
 
 class ReplicaManager:
@@ -98,7 +91,7 @@ class ReplicaManager:
         self._isr_updates: set[asyncio.Task[None]] = set()
         # Replicas whose log failed, and the tasks telling ZooKeeper so
         self.offline: set[tuple[str, int]] = set()
-        self._offline_marks: set[asyncio.Task[None]] = set()
+        self._mark_work: dict[tuple[str, int], asyncio.Task[None]] = {}  # the latest, by key
         # ISR changes this broker wrote as leader (Kafka's IsrShrinksPerSec, IsrExpandsPerSec;
         # the controller's removal of a dead broker is not counted, as in Kafka)
         self.isr_shrinks = 0
@@ -117,7 +110,7 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         self.node.cache.unsubscribe(self._on_metadata)
-        background = [*self._tasks, *self._isr_updates, *self._offline_marks]
+        background = [*self._tasks, *self._isr_updates, *self._mark_work.values()]
         for task in background:
             task.cancel()
         await asyncio.gather(*background, return_exceptions=True)
@@ -329,9 +322,6 @@ class ReplicaManager:
                 if isinstance(replica.role, LeaderRole):
                     replica.role.abandon("the ZooKeeper session was lost")
                     self._set_role(replica, None)
-        else:  # a new session: its offline marks went with the old one
-            for key in sorted(self.offline):
-                self._mark_offline(key)
         self.reconcile_all()
 
     # -- offline replicas ------------------------------------------------------------------
@@ -339,7 +329,9 @@ class ReplicaManager:
     def log_failed(self, partition: Partition) -> None:
         """``partition``'s log failed and is offline until this broker restarts: stop
         leading or following it, and have the controller move its leadership and drop it
-        from the ISR. Called by the flusher at every failed flush of an offline log."""
+        from the ISR. Called (``Partition.on_offline``) after each failed write or flush
+        that leaves the log offline: the client's, a coordinator's or the fetcher's
+        append, or the flusher's fsync."""
         key = (partition.topic, partition.index)
         replica = self.replicas.get(key)
         if replica is None or replica.partition is not partition or key in self.offline:
@@ -354,30 +346,58 @@ class ReplicaManager:
         self._set_role(replica, None)
         self._mark_offline(key)
 
+    async def write_offline_marks(self) -> None:
+        """Mark every offline replica in ZooKeeper (ZooKeeperError if it cannot be reached).
+        A new session does this before it registers the broker: the old session's marks
+        went with it, and the controller must never see this broker live without them (it
+        would elect an offline replica that is the last of its ISR)."""
+        for key in sorted(self.offline):
+            await self.node.zk.mark_replica_offline(self.broker_id, *key)
+
     def _mark_offline(self, key: tuple[str, int]) -> None:
-        self._spawn_offline_work(self._write_offline_mark(key), key)
+        self._in_turn(key, self._write_offline_mark)
 
-    def _spawn_offline_work(self, work: Coroutine[Any, Any, None], key: tuple[str, int]) -> None:
-        task = asyncio.create_task(work, name=f"offline-mark-{key[0]}-{key[1]}")
-        self._offline_marks.add(task)
-        task.add_done_callback(self._offline_marks.discard)
+    def _in_turn(
+        self, key: tuple[str, int], work: Callable[[tuple[str, int]], Awaitable[None]]
+    ) -> None:
+        """Run ``work(key)`` once the key's earlier mark work is done, so a mark and its
+        removal reach ZooKeeper in the order they were decided (a topic deleted, created
+        again, and its new replica failing at once keeps its mark)."""
+        previous = self._mark_work.get(key)
 
-    async def _remove_offline_mark(self, key: tuple[str, int]) -> None:
-        path = f"{OFFLINE_REPLICAS}/{offline_replica_name(self.broker_id, *key)}"
-        try:
-            await self.node.zk.delete_if_present(path)
-        except ZooKeeperError as exc:  # it goes with this broker's session in any case
-            log.warning("could not remove the offline mark of %s-%d: %s", *key, exc)
+        async def after_previous() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await work(key)
+
+        task = asyncio.create_task(after_previous(), name=f"offline-mark-{key[0]}-{key[1]}")
+        self._mark_work[key] = task
+        task.add_done_callback(lambda done: self._mark_work_done(key, done))
+
+    def _mark_work_done(self, key: tuple[str, int], task: asyncio.Task[None]) -> None:
+        if self._mark_work.get(key) is task:
+            del self._mark_work[key]
 
     async def _write_offline_mark(self, key: tuple[str, int]) -> None:
-        """Write the mark until it is written or the session is gone (the next session's
-        lease change writes it again)."""
-        while self.node.lease.session_id is not None:
+        """Write the mark until it is written, the replica is no longer offline here, or
+        the session is gone (the next session writes it before registering)."""
+        while key in self.offline and self.node.lease.session_id is not None:
             try:
                 await self.node.zk.mark_replica_offline(self.broker_id, *key)
                 return
             except ZooKeeperError as exc:
                 log.warning("could not mark %s-%d offline yet: %s", *key, exc)
+                await asyncio.sleep(OFFLINE_MARK_RETRY_S)
+
+    async def _remove_offline_mark(self, key: tuple[str, int]) -> None:
+        """Remove the mark of a replica whose topic was deleted, until it is removed or
+        the session is gone (and the mark with it)."""
+        while key not in self.offline and self.node.lease.session_id is not None:
+            try:
+                await self.node.zk.unmark_replica_offline(self.broker_id, *key)
+                return
+            except ZooKeeperError as exc:
+                log.warning("could not remove the offline mark of %s-%d yet: %s", *key, exc)
                 await asyncio.sleep(OFFLINE_MARK_RETRY_S)
 
     def _reconcile(self, key: tuple[str, int]) -> None:
@@ -392,9 +412,9 @@ class ReplicaManager:
         state = cache.states.get(key)
         if state is None:
             return  # the controller has not elected anyone yet
-        replica = self._ensure_replica(topic, index, assignment.topic_id)
         if key in self.offline:
-            return  # neither leads nor follows until the broker restarts
+            return  # neither leads nor follows (nor is reopened) until the broker restarts
+        replica = self._ensure_replica(topic, index, assignment.topic_id)
         if state.leader == self.broker_id:
             if self._may_lead(state):
                 self._lead(replica, state, replicas)
@@ -617,6 +637,7 @@ class ReplicaManager:
             clean_shutdown=self._clean_start,
             now_ms=wall_clock_ms(),
         )
+        partition.on_offline = self.log_failed
         end = partition.log.log_end_offset
         partition.replicated_high_watermark = min(self._checkpointed_hw.get(key, 0), end)
         epochs = LeaderEpochCache.load(partition.log.directory, partition.log.log_start_offset, end)
@@ -626,9 +647,9 @@ class ReplicaManager:
 
     def _drop(self, key: tuple[str, int], *, delete: bool) -> None:
         replica = self.replicas.pop(key)
-        if key in self.offline:  # a topic created again later gets a healthy replica here
+        if delete and key in self.offline:  # a topic created again gets a healthy replica
             self.offline.discard(key)
-            self._spawn_offline_work(self._remove_offline_mark(key), key)
+            self._in_turn(key, self._remove_offline_mark)
         self._set_role(replica, None)
         if delete:
             log.info("deleting the replica of %s-%d (topic deleted)", *key)

@@ -102,6 +102,10 @@ def offline_replica_name(broker_id: int, topic: str, partition: int) -> str:
     return f"{broker_id}:{topic}:{partition}"
 
 
+def offline_replica_path(broker_id: int, topic: str, partition: int) -> str:
+    return f"{OFFLINE_REPLICAS}/{offline_replica_name(broker_id, topic, partition)}"
+
+
 def parse_offline_replica(name: str) -> tuple[int, str, int] | None:
     """(broker id, topic, partition) of an OFFLINE_REPLICAS child; None if it is not one."""
     broker, _, rest = name.partition(":")
@@ -536,11 +540,15 @@ class ZooKeeperSession:
         no requests (it reconciles from ZooKeeper), so the broker names each offline
         replica itself, in an ephemeral znode of its session: it lives exactly as long as
         this run of the broker, whose restart recovers the log."""
-        path = f"{OFFLINE_REPLICAS}/{offline_replica_name(broker_id, topic, partition)}"
+        path = offline_replica_path(broker_id, topic, partition)
         try:
             await self._retry(lambda: self._client.create_async(path, b"", ephemeral=True))
         except NodeExistsError:
             pass  # a retry of a create that reached the server
+
+    async def unmark_replica_offline(self, broker_id: int, topic: str, partition: int) -> None:
+        """Remove the mark (the topic was deleted: a new one of that name starts healthy)."""
+        await self.delete_if_present(offline_replica_path(broker_id, topic, partition))
 
     # -- controller --------------------------------------------------------------------
 

@@ -258,6 +258,8 @@ class PartitionLog:
         log cleaner removed the batches in between (offsets keep their gaps, as Kafka's
         follower append allows); never before it."""
         with self._lock:
+            if self._storage_failure is not None:
+                raise KafkaError(ErrorCode.kafka_storage_error, self._offline_reason())
             if header.base_offset < self.log_end_offset:
                 raise KafkaError(
                     ErrorCode.unknown_server_error,
@@ -265,7 +267,12 @@ class PartitionLog:
                     f"offset {self.log_end_offset}",
                 )
             active = self._segment_for_locked(header, header.base_offset, now_ms)
-            active.append(batch if isinstance(batch, bytes) else bytes(batch), header, now_ms)
+            try:
+                active.append(batch if isinstance(batch, bytes) else bytes(batch), header, now_ms)
+            except OSError as exc:
+                if active.torn is not None:  # as ``append``: offline until a restart
+                    self._storage_failure = f"a write to {active.path.name} was torn: {exc}"
+                raise
 
     def _segment_for_locked(self, header: BatchHeader, base: int, now_ms: int) -> LogSegment:
         """The segment a batch at ``base`` goes into, rolling a new one when the active one
