@@ -55,16 +55,39 @@ def test_a_mark_decided_after_a_removal_is_written_after_it(tmp_path: Path) -> N
         manager = _manager(tmp_path, zk)
         manager.offline.add(KEY)  # the first replica's log failed: marked
         manager._mark_offline(KEY)
+        await _settled(manager)
         manager.offline.discard(KEY)  # its topic deleted (ReplicaManager._drop)
         manager._in_turn(KEY, manager._remove_offline_mark)
+        await asyncio.sleep(0.01)  # the removal is on its way to ZooKeeper
         manager.offline.add(KEY)  # the re-created topic's replica fails at once
         manager._mark_offline(KEY)
-        while manager._mark_work:
-            await asyncio.gather(*manager._mark_work.values())
+        await _settled(manager)
         assert zk.calls == ["mark", "unmark", "mark"]
         return zk.marked
 
     assert asyncio.run(scenario()) == {(3, *KEY)}
+
+
+async def _settled(manager: ReplicaManager) -> None:
+    """Until the mark work is done, and anything else on its way to ZooKeeper landed."""
+    while manager._mark_work:
+        await asyncio.gather(*manager._mark_work.values())
+    await asyncio.sleep(0.1)
+
+
+def test_a_deleted_topic_loses_its_mark(tmp_path: Path) -> None:
+    async def scenario() -> set[tuple[int, str, int]]:
+        zk = SlowMarks(mark_s=0.05, unmark_s=0.0)  # the mark is the slow one
+        manager = _manager(tmp_path, zk)
+        manager.offline.add(KEY)
+        manager._mark_offline(KEY)
+        manager.offline.discard(KEY)  # its topic deleted while the mark is being written
+        manager._in_turn(KEY, manager._remove_offline_mark)
+        await _settled(manager)
+        assert zk.calls[-1] == "unmark"
+        return zk.marked
+
+    assert asyncio.run(scenario()) == set()
 
 
 def test_a_new_session_writes_every_mark(tmp_path: Path) -> None:
