@@ -27,7 +27,7 @@ class _Log:
         self.closed = False
         self.failed = False  # offline after a failed fsync (this log's failures pass)
         self.flushes_started = 0
-        self.fail_next: OSError | None = None
+        self.fail_next: Exception | None = None
         self.started = threading.Semaphore(0)
         self.release = threading.Semaphore(0)
 
@@ -119,5 +119,25 @@ def test_a_failed_fsync_fails_its_waiters_and_the_next_fsync_answers_later_ones(
             await _let_a_flush_finish(log)
             await asyncio.wait_for(later, TIMEOUT_S)
             assert log.recovery_point == 1
+
+    _run(test)
+
+
+def test_a_flush_that_fails_other_than_by_os_error_answers_its_waiters_too() -> None:
+    """A bug in a flush (not an OSError) gives its waiters UNKNOWN_SERVER_ERROR rather
+    than leaving them waiting, and the next append is flushed as usual."""
+
+    async def test() -> None:
+        async with _flushing() as (flusher, partition, log):
+            log.end = 1
+            log.fail_next = ValueError("a bug")
+            failed = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(log)
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(failed, TIMEOUT_S)
+            assert raised.value.code == ErrorCode.unknown_server_error
+            later = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(log)
+            await asyncio.wait_for(later, TIMEOUT_S)
 
     _run(test)
