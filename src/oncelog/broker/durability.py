@@ -104,12 +104,31 @@ class GroupCommitFlusher:
         if state.flushing is None and not self._stopping and self._threads is not None:
             loop = asyncio.get_running_loop()
             state.flushing = loop.create_future()
-            loop.call_soon(self._hand_off, partition, state)
+            loop.call_soon(self._next, partition, state)
+
+    def _next(self, partition: Partition, state: _Partition) -> None:
+        """Hand off the partition's next fsync while anyone waits for one, else end its
+        chain. Every path ends in one or the other: a chain left half-way would keep
+        ``flushing`` set, so no later append would start an fsync and ``stop`` would wait
+        for ever."""
+        if state.waiters or state.requested:
+            try:
+                self._hand_off(partition, state)
+                return
+            except RuntimeError as exc:  # the threads are stopped: no fsync will come
+                _fail(state, KafkaError(ErrorCode.request_timed_out, f"not flushed: {exc}"))
+                state.requested = False
+        assert state.flushing is not None
+        if not state.flushing.done():  # cancelled when a cancelled ``stop`` gathered it
+            state.flushing.set_result(None)
+        state.flushing = None
+        self._partitions.pop(partition, None)
 
     def _hand_off(self, partition: Partition, state: _Partition) -> None:
         """Have a thread fsync the partition; ``_flushed`` gets its answer."""
         threads = self._threads
-        assert threads is not None  # ``stop`` awaits ``flushing`` before it ends them
+        if threads is None:
+            raise RuntimeError("the fsync threads have stopped")
         state.requested = False
         state.offline = partition.log.failed  # already: its failure was logged then
         state.started = time.monotonic()
@@ -125,9 +144,27 @@ class GroupCommitFlusher:
         durable: int | None,
         error: BaseException | None,
     ) -> None:
-        """Answer the waiters the fsync covered; fsync again while any is left."""
+        """On the loop, with an fsync's outcome: answer its waiters, then go on."""
+        try:
+            self._answer(partition, state, durable, error)
+        except Exception:  # a bug of ours must not leave the chain half-way (see _next)
+            log.exception("answering the waiters of %r failed", partition)
+            _fail(state, KafkaError(ErrorCode.request_timed_out, "not known to be flushed"))
         if error is None and self.on_fsync is not None:
-            self.on_fsync(time.monotonic() - state.started)
+            try:
+                self.on_fsync(time.monotonic() - state.started)
+            except Exception:
+                log.exception("the fsync hook failed")
+        self._next(partition, state)
+
+    def _answer(
+        self,
+        partition: Partition,
+        state: _Partition,
+        durable: int | None,
+        error: BaseException | None,
+    ) -> None:
+        """Answer the waiters the fsync covered, or fail them all when it failed."""
         if isinstance(error, OSError):
             log.log(
                 logging.DEBUG if state.offline else logging.ERROR,
@@ -136,33 +173,20 @@ class GroupCommitFlusher:
                 error,
             )
             _fail(state, KafkaError(ErrorCode.kafka_storage_error, f"fsync failed: {error}"))
-            partition.check_offline()
-        elif error is not None:  # a bug of ours: its waiters get an error, not a hang
+            partition.check_offline()  # cluster: its leadership moves (guarded there)
+        elif error is not None:
+            # A bug of ours, not a storage failure: the log keeps the appends and a later
+            # fsync covers them, so the waiters get Kafka's retriable answer for an acks=all
+            # append not known durable in time (an idempotent retry is deduplicated).
             log.error("flush of %r failed", partition, exc_info=error)
-            _fail(state, KafkaError(ErrorCode.unknown_server_error, f"flush failed: {error!r}"))
+            _fail(state, KafkaError(ErrorCode.request_timed_out, f"flush failed: {error!r}"))
         elif partition.log.closed:  # its topic was deleted: the offsets never will be
             self.fsync_rounds += 1
             _fail(state, KafkaError(ErrorCode.unknown_topic_or_partition, "deleted"))
         else:
             assert durable is not None
             self.fsync_rounds += 1
-            still = []
-            for end_offset, future in state.waiters:
-                if future.done():
-                    continue
-                if end_offset <= durable:
-                    future.set_result(None)
-                else:  # appended after the fsync started: the next one covers it
-                    still.append((end_offset, future))
-            state.waiters = still
-        if state.waiters or state.requested:
-            self._hand_off(partition, state)
-            return
-        assert state.flushing is not None
-        if not state.flushing.done():  # cancelled when a cancelled ``stop`` gathered it
-            state.flushing.set_result(None)
-        state.flushing = None
-        self._partitions.pop(partition, None)
+            state.waiters = _answer_covered(state.waiters, durable)
 
 
 def _fail(state: _Partition, error: KafkaError) -> None:
@@ -170,3 +194,19 @@ def _fail(state: _Partition, error: KafkaError) -> None:
         if not future.done():
             future.set_exception(error)
     state.waiters = []
+
+
+def _answer_covered(
+    waiters: list[tuple[int, asyncio.Future[None]]], durable: int
+) -> list[tuple[int, asyncio.Future[None]]]:
+    """Answer every waiter whose offsets are below ``durable``; the ones still waiting
+    (appended after the fsync took the log's end: the next fsync covers them)."""
+    still = []
+    for end_offset, future in waiters:
+        if future.done():
+            continue
+        if end_offset <= durable:
+            future.set_result(None)
+        else:
+            still.append((end_offset, future))
+    return still
