@@ -69,6 +69,18 @@ async def _let_a_flush_finish(log: _Log) -> None:
     log.release.release()
 
 
+async def _append_twice_the_second_while_fsyncing(
+    flusher: GroupCommitFlusher, partition: Any
+) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
+    """Offset 0 appended and waited for; once its fsync has started (and taken the log's
+    end), offset 1 appended and waited for."""
+    partition.log.end = 1
+    first = flusher.wait_durable(partition, 1)
+    assert await asyncio.to_thread(partition.log.started.acquire, True, TIMEOUT_S)
+    partition.log.end = 2
+    return first, flusher.wait_durable(partition, 2)
+
+
 def _run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), TIMEOUT_S * 2))
 
@@ -76,11 +88,7 @@ def _run(test: Callable[[], Awaitable[None]]) -> None:
 def test_an_append_made_while_an_fsync_runs_waits_for_the_next_one() -> None:
     async def test() -> None:
         async with _flushing() as (flusher, partition, log):
-            log.end = 1
-            first = flusher.wait_durable(partition, 1)
-            assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
-            log.end = 2  # appended after the fsync took the log's end
-            second = flusher.wait_durable(partition, 2)
+            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition)
             log.release.release()
             await asyncio.wait_for(first, TIMEOUT_S)
             assert not second.done(), "answered by an fsync that did not cover it"
@@ -171,11 +179,7 @@ def test_a_failing_fsync_hook_leaves_the_partition_flushable_and_stop_returns() 
 def test_stop_waits_for_the_fsync_in_flight_and_its_follow_up() -> None:
     async def test() -> None:
         async with _flushing() as (flusher, partition, log):
-            log.end = 1
-            first = flusher.wait_durable(partition, 1)
-            assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
-            log.end = 2
-            second = flusher.wait_durable(partition, 2)  # appended while it fsyncs
+            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition)
             stopping = asyncio.ensure_future(flusher.stop())
             for _ in range(3):
                 await asyncio.sleep(0)
