@@ -49,6 +49,9 @@ class _Partition:
     def __init__(self) -> None:
         self.log = _Log()
 
+    def check_offline(self) -> None:
+        """A cluster's hook after a failed flush (broker.partition.Partition): none here."""
+
 
 @contextlib.asynccontextmanager
 async def _flushing() -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log]]:
