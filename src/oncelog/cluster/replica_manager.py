@@ -379,25 +379,36 @@ class ReplicaManager:
             del self._mark_work[key]
 
     async def _write_offline_mark(self, key: tuple[str, int]) -> None:
-        """Write the mark until it is written, the replica is no longer offline here, or
-        the session is gone (the next session writes it before registering)."""
-        while key in self.offline and self.node.lease.session_id is not None:
-            try:
-                await self.node.zk.mark_replica_offline(self.broker_id, *key)
-                return
-            except ZooKeeperError as exc:
-                log.warning("could not mark %s-%d offline yet: %s", *key, exc)
-                await asyncio.sleep(OFFLINE_MARK_RETRY_S)
+        """Write the mark, while the replica is still offline here."""
+        await self._retry_mark(
+            key, True, self.node.zk.mark_replica_offline, "could not mark %s-%d offline yet"
+        )
 
     async def _remove_offline_mark(self, key: tuple[str, int]) -> None:
-        """Remove the mark of a replica whose topic was deleted, until it is removed or
-        the session is gone (and the mark with it)."""
-        while key not in self.offline and self.node.lease.session_id is not None:
+        """Remove the mark of a replica whose topic was deleted, while it stays online."""
+        await self._retry_mark(
+            key,
+            False,
+            self.node.zk.unmark_replica_offline,
+            "could not remove the offline mark of %s-%d yet",
+        )
+
+    async def _retry_mark(
+        self,
+        key: tuple[str, int],
+        offline: bool,
+        call: Callable[[int, str, int], Awaitable[None]],
+        failure: str,
+    ) -> None:
+        """``call`` for the key's mark until it succeeds, the replica's offline state is no
+        longer ``offline`` (a later decision took over), or the session is gone (the next
+        session writes the marks before registering)."""
+        while (key in self.offline) == offline and self.node.lease.session_id is not None:
             try:
-                await self.node.zk.unmark_replica_offline(self.broker_id, *key)
+                await call(self.broker_id, *key)
                 return
             except ZooKeeperError as exc:
-                log.warning("could not remove the offline mark of %s-%d yet: %s", *key, exc)
+                log.warning(failure + ": %s", *key, exc)
                 await asyncio.sleep(OFFLINE_MARK_RETRY_S)
 
     def _reconcile(self, key: tuple[str, int]) -> None:
