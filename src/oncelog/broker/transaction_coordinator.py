@@ -69,7 +69,8 @@ class MarkerWriter(Protocol):
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> Awaitable[dict[TopicPartition, ErrorCode]]: ...
+    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
+        """The outcome per partition once written (a local writer appends in the call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +151,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 "commit" if marker.committed else "abort",
                 marker.transactional_id,
             )
-            self._spawn(partition, self._write_markers(partition, marker))
+            self._send_marker(partition, marker)
 
     def _on_unloaded(self, partition: int, shard: TransactionCoordinatorShard) -> None:
         """The new coordinator completes what this one was writing markers for; parked
@@ -160,11 +161,12 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         for tid in [t for t, entries in self._parked.items() if entries[0][0] == partition]:
             self._wake(tid)
 
-    def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coroutine)
         tasks = self._tasks.setdefault(partition, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+        return task
 
     # -- requests ------------------------------------------------------------------------
 
@@ -405,12 +407,47 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
 
     def _send_markers(self, partition: int, result: CoordinatorResult) -> None:
         for marker in result.markers:
-            self._spawn(partition, self._write_markers(partition, marker))
+            self._send_marker(partition, marker)
 
     # -- markers -----------------------------------------------------------------------------
 
-    async def _write_markers(self, partition: int, marker: MarkerRequest) -> None:
-        """Write the marker to every participant until each holds it durably, then complete.
+    def _send_marker(self, partition: int, marker: MarkerRequest) -> None:
+        """Write the marker now, and follow it up in a marker task of the partition.
+
+        The first write is asked for here, in the caller's step, not in the task's first
+        step one loop turn later: the local writer appends the markers in the call, so an
+        EndTxn answer written in this step follows them in the log (a client reading the
+        log end after its commit finds the markers there), and their fsyncs start sooner.
+        """
+        written: Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]
+        try:
+            written = self._write_marker(marker, marker.partitions)
+        except Exception as exc:  # a bug of ours ends the marker task, not the request
+            written = _raised(exc)
+        task = self._spawn(partition, self._write_markers(partition, marker, written))
+        # A task cancelled before its first step never awaits ``written``: close it, so it
+        # is not reported as a coroutine never awaited (once awaited, closing does nothing).
+        task.add_done_callback(lambda _: written.close())
+
+    def _write_marker(
+        self, marker: MarkerRequest, partitions: Iterable[TopicPartition]
+    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
+        return self._markers.write(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.committed,
+            marker.coordinator_epoch,
+            sorted(partitions),
+        )
+
+    async def _write_markers(
+        self,
+        partition: int,
+        marker: MarkerRequest,
+        written: Awaitable[dict[TopicPartition, ErrorCode]],
+    ) -> None:
+        """Wait for the marker's first write (``written``), write it again to every
+        participant that did not take it, until each holds it durably, then complete.
 
         A partition that refuses the marker as stale (a newer producer epoch or coordinator
         already wrote there) or that was deleted is done with; any other failure is retried,
@@ -418,13 +455,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         """
         remaining = set(marker.partitions)
         while True:
-            outcomes = await self._markers.write(
-                marker.producer_id,
-                marker.producer_epoch,
-                marker.committed,
-                marker.coordinator_epoch,
-                sorted(remaining),
-            )
+            outcomes = await written
             for (topic, index), code in outcomes.items():
                 if code == ErrorCode.none:
                     remaining.discard((topic, index))
@@ -436,6 +467,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             if not remaining:
                 break
             await asyncio.sleep(MARKER_RETRY_S)
+            written = self._write_marker(marker, remaining)
         tid = marker.transactional_id
         try:
             completing = self._runtime.begin_write(
@@ -480,3 +512,9 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             for marker in result.markers:
                 log.info("transactional id %r timed out: aborting", marker.transactional_id)
             self._send_markers(partition, result)
+
+
+async def _raised(exc: Exception) -> dict[TopicPartition, ErrorCode]:
+    """Raises ``exc`` where it is awaited (in the marker task, where it was raised before
+    markers were written in the caller's step)."""
+    raise exc

@@ -5,7 +5,7 @@ leads itself in a cluster) and for the WriteTxnMarkers API.
 A marker for ``__consumer_offsets`` goes through the group coordinator, which writes it
 and settles the transaction's offsets once it is durable (Kafka 4's
 ``GroupCoordinator.completeTransaction``); every other marker is appended to its
-partition here. Appends happen before the first await, so markers take effect in the order
+partition here. Appends happen in the call to ``write``, so markers take effect in the order
 they were asked for; all of them then share the fsyncs (and, in a cluster, the
 replication to the ISR) that make them durable.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -89,18 +89,24 @@ class LocalMarkerWriter:
         self._complete_offsets = complete_offsets
         self._clock = clock
 
-    async def write(
+    def write(
         self,
         producer_id: int,
         producer_epoch: int,
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Write the marker to each partition and wait until each is durable; the outcome
-        per partition (NONE, or the refusal: UNKNOWN_TOPIC_OR_PARTITION,
-        NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, a
-        storage error...)."""
+    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
+        """Write the marker to each partition now, in this call; await the result for the
+        outcome per partition once each is durable (NONE, or the refusal:
+        UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH,
+        TRANSACTION_COORDINATOR_FENCED, a storage error...).
+
+        The appends happen in the call, not when a task first runs the coroutine: the
+        transaction coordinator writes a transaction's markers in the step that finds its
+        PREPARE record durable, so they are in the log before the EndTxn answer is written
+        (which its handler now does in that same step, see server.py), and their fsyncs
+        start a loop turn sooner."""
         outcomes: dict[TopicPartition, ErrorCode] = {}
         waits: dict[TopicPartition, Awaitable[None]] = {}
         now = self._clock()
@@ -138,10 +144,47 @@ class LocalMarkerWriter:
                 offset,
             )
             waits[topic, index] = self._partitions.wait_durable(partition, offset + 1)
-        done = await asyncio.gather(*waits.values(), return_exceptions=True)
-        for (topic, index), outcome in zip(waits, done, strict=True):
-            outcomes[topic, index] = _outcome(topic, index, outcome)
-        return outcomes
+        return _durable_outcomes(outcomes, waits)
+
+
+async def _durable_outcomes(
+    outcomes: dict[TopicPartition, ErrorCode], waits: dict[TopicPartition, Awaitable[None]]
+) -> dict[TopicPartition, ErrorCode]:
+    """``outcomes`` (the refused partitions) with each awaited partition's outcome."""
+    for (topic, index), outcome in (await _settle_each(waits)).items():
+        outcomes[topic, index] = _outcome(topic, index, outcome)
+    return outcomes
+
+
+async def _settle_each(
+    waits: dict[TopicPartition, Awaitable[None]],
+) -> dict[TopicPartition, BaseException | None]:
+    """Each wait's outcome (None, or what it raised), as ``asyncio.gather(...,
+    return_exceptions=True)`` gives them, but awaited one after the other: the task wakes
+    one loop turn after the last wait ends, where gather takes two (its callback per
+    wait, then its own future's wake-up of the task), and for one partition, the
+    commonest transaction, it is a plain await. The waits run at once all the same (they
+    are futures, or become tasks here); if this task is cancelled, so are they, as with
+    gather."""
+    futures = {key: asyncio.ensure_future(wait) for key, wait in waits.items()}
+    task = asyncio.current_task()
+    outcomes: dict[TopicPartition, BaseException | None] = {}
+    try:
+        for key, future in futures.items():
+            try:
+                await future
+                outcomes[key] = None
+            except asyncio.CancelledError as exc:
+                if task is not None and task.cancelling():
+                    raise
+                outcomes[key] = exc  # the wait itself was cancelled, not this task
+            except Exception as exc:
+                outcomes[key] = exc
+    except asyncio.CancelledError:
+        for future in futures.values():
+            future.cancel()
+        raise
+    return outcomes
 
 
 def _outcome(topic: str, index: int, outcome: BaseException | None) -> ErrorCode:

@@ -1,0 +1,135 @@
+"""The server's answers: in request order on a connection, and the next one written by its
+own handler as it ends (one loop turn before the writer loop could write it).
+
+A KafkaServer in this test's event loop, with a dispatcher whose handlers wait on gates the
+test opens, and a plain blocking socket as the client: while the test blocks in ``recv``
+the loop runs nothing else, so what arrives then was written before, in the loop turns
+the test let run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from oncelog.broker.server import ConnectionInfo, ConnectionLimits, KafkaServer, Listener
+from oncelog.protocol import codec
+from oncelog.protocol.api_versions import ApiKey
+from oncelog.protocol.errors import ErrorCode
+
+LIST_GROUPS = codec.api_codec(ApiKey.LIST_GROUPS, 4)
+IO_TIMEOUT_S = 5.0
+LIMITS = ConnectionLimits(
+    max_request_bytes=1 << 20,
+    queued_max_request_bytes=None,
+    read_timeout_s=30.0,
+    idle_timeout_s=600.0,
+    max_connections=10,
+    max_connections_per_ip=10,
+    per_ip_overrides={},
+)
+
+
+class GatedDispatcher:
+    """Answers each request (by correlation id) once the test opens its gate."""
+
+    def __init__(self) -> None:
+        self.gates: dict[int, asyncio.Future[None]] = {}
+        self.started: dict[int, asyncio.Event] = {}
+
+    def gate(self, correlation_id: int) -> asyncio.Future[None]:
+        if correlation_id not in self.gates:
+            self.gates[correlation_id] = asyncio.get_running_loop().create_future()
+            self.started[correlation_id] = asyncio.Event()
+        return self.gates[correlation_id]
+
+    def dispatch(
+        self, header: codec.RequestHeader, request: Any, connection: ConnectionInfo
+    ) -> Awaitable[Any]:
+        return self._answer(header.correlation_id)
+
+    async def _answer(self, correlation_id: int) -> dict[str, Any]:
+        gate = self.gate(correlation_id)
+        self.started[correlation_id].set()
+        await gate
+        return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
+
+
+@asynccontextmanager
+async def serving() -> AsyncIterator[tuple[GatedDispatcher, socket.socket]]:
+    dispatcher = GatedDispatcher()
+    server = KafkaServer(dispatcher, [Listener("PLAINTEXT", "127.0.0.1", 0)], LIMITS)
+    await server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=IO_TIMEOUT_S) as sock:
+            yield dispatcher, sock
+    finally:
+        await server.stop()
+
+
+def send(sock: socket.socket, *correlation_ids: int) -> None:
+    body = {"states_filter": [], "types_filter": []}
+    sock.sendall(b"".join(codec.encode_request(LIST_GROUPS, c, "t", body) for c in correlation_ids))
+
+
+def receive_answers(sock: socket.socket, count: int, timeout_s: float) -> list[int]:
+    """The correlation ids of the next ``count`` answers; blocks the loop's thread."""
+    sock.settimeout(timeout_s)
+    ids = []
+    for _ in range(count):
+        size = int.from_bytes(_exactly(sock, 4), "big")
+        ids.append(codec.decode_response(LIST_GROUPS, _exactly(sock, size))[0])
+    return ids
+
+
+def _exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return data
+
+
+async def started(dispatcher: GatedDispatcher, *correlation_ids: int) -> None:
+    for correlation_id in correlation_ids:
+        dispatcher.gate(correlation_id)
+    async with asyncio.timeout(IO_TIMEOUT_S):
+        for correlation_id in correlation_ids:
+            await dispatcher.started[correlation_id].wait()
+
+
+def test_answers_keep_request_order_when_later_handlers_end_first() -> None:
+    async def scenario() -> list[int]:
+        async with serving() as (dispatcher, sock):
+            send(sock, 1, 2, 3)
+            await started(dispatcher, 1, 2, 3)
+            dispatcher.gates[3].set_result(None)
+            dispatcher.gates[2].set_result(None)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            dispatcher.gates[1].set_result(None)
+            await asyncio.sleep(0.05)  # the writer loop writes 2 and 3 after 1
+            return receive_answers(sock, 3, IO_TIMEOUT_S)
+
+    assert asyncio.run(scenario()) == [1, 2, 3]
+
+
+def test_the_next_answer_is_written_in_its_handlers_own_loop_turn() -> None:
+    """The gate opens; one loop turn later the handler ends, and its answer is already on
+    the socket when the test resumes in that same turn. Written by the writer loop, as
+    before, it would come one turn later, and the blocking receive would time out."""
+
+    async def scenario() -> list[int]:
+        async with serving() as (dispatcher, sock):
+            send(sock, 7)
+            await started(dispatcher, 7)
+            await asyncio.sleep(0.05)  # the writer loop is waiting for request 7's task
+            dispatcher.gates[7].set_result(None)
+            await asyncio.sleep(0)  # the handler's wake-up runs first in the next turn
+            return receive_answers(sock, 1, timeout_s=1.0)
+
+    assert asyncio.run(scenario()) == [7]
