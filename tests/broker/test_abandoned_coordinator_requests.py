@@ -210,3 +210,29 @@ def test_an_offset_commit_whose_requester_went_away_is_replayed_once_durable() -
         await coordinator.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_request_cancelled_in_the_step_before_its_id_settles_takes_nothing() -> None:
+    """The parked request's task is cancelled (the client went away, or its wait ran out)
+    and, in that same step, before the task has run again, ``_wake`` runs the id's parked
+    requests. The parked future is cancelled with the task, so ``_wake`` begins nothing
+    for it (and must not fail setting it: the markers task calls ``_wake`` in the step
+    that appends the COMPLETE record), and the request's entry is gone afterwards."""
+
+    async def scenario() -> None:
+        _, coordinator, markers, pid, parked = await _parked_behind_markers()
+        partition = partition_for(TID, 3)
+        parked.cancel()
+        coordinator._wake(TID)
+        with pytest.raises(asyncio.CancelledError):
+            await parked
+        shard = coordinator.shards[partition]
+        assert shard.pending(TID) is None
+        assert coordinator._parked == {}
+        markers.hold = False
+        await _until(lambda: _state(shard) is TxnState.COMPLETE_COMMIT)
+        retried = await coordinator.add_partitions(TID, pid, 0, [("orders", 2)])
+        assert retried.error.name == "none"
+        await coordinator.stop()
+
+    asyncio.run(scenario())

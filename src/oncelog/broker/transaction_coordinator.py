@@ -370,36 +370,48 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
 
         A request that stops waiting (it gave up, or its task was cancelled: the broker
         stopping, the client gone) takes its entry back, so no later ``_wake`` begins a write
-        for a request nobody answers."""
-        retry: asyncio.Future[InFlightWrite[CoordinatorResult]]
-        retry = asyncio.get_running_loop().create_future()
+        for a request nobody answers.
+
+        The future is awaited as it is, under ``asyncio.timeout``: the task wakes one loop
+        turn after ``_wake``, where ``asyncio.wait`` took two (its callback, then its own
+        future's). The parked request is the next transaction's first, so that turn was
+        on every transaction's path under load. Awaited directly, the future is cancelled
+        with the task (or by the timeout): a cancelled entry is taken back as well."""
+        loop = asyncio.get_running_loop()
+        retry: asyncio.Future[InFlightWrite[CoordinatorResult]] = loop.create_future()
         entry = (partition, handler, retry)
         self._parked.setdefault(transactional_id, []).append(entry)
-        left = give_up - asyncio.get_running_loop().time()
         try:
-            await asyncio.wait([retry], timeout=max(left, 0))
+            async with asyncio.timeout(max(give_up - loop.time(), 0)):
+                return await retry  # raises the CoordinatorError the retry met
+        except TimeoutError:
+            if retry.done() and not retry.cancelled():  # begun for us as time ran out
+                return retry.result()
+            return None
         except asyncio.CancelledError:
-            if retry.done() and retry.exception() is None:  # begun for us in this turn
+            if _begun(retry):  # begun for us in this turn
                 self._follow_up_later(partition, transactional_id, retry.result())
             raise
         finally:
-            if not retry.done():
+            if not retry.done() or retry.cancelled():
                 self._unpark(transactional_id, entry)
-        if retry.done():
-            return retry.result()  # raises the CoordinatorError the retry met
-        return None
 
     def _unpark(self, transactional_id: str, entry: _Parked) -> None:
-        """Take back the entry of a request that stopped waiting before ``_wake`` ran it
-        (``_wake`` empties an id's whole list at once, so the entry is still there)."""
-        parked = self._parked[transactional_id]
-        parked.remove(entry)
-        if not parked:
-            del self._parked[transactional_id]
+        """Take back the entry of a request that stopped waiting before ``_wake`` ran it.
+        ``_wake`` empties an id's whole list at once, so the entry is still there unless
+        ``_wake`` ran after its future was cancelled and before its task ran again."""
+        parked = self._parked.get(transactional_id, [])
+        if entry in parked:
+            parked.remove(entry)
+            if not parked:
+                del self._parked[transactional_id]
 
     def _wake(self, transactional_id: str) -> None:
-        """Run the requests parked for the id again, now, in this step."""
+        """Run the requests parked for the id again, now, in this step (not those whose
+        future was cancelled with their task, which have not run since)."""
         for partition, handler, retry in self._parked.pop(transactional_id, []):
+            if retry.cancelled():
+                continue
             try:
                 retry.set_result(self._runtime.begin_write(partition, handler))
             except CoordinatorError as exc:
@@ -512,6 +524,11 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             for marker in result.markers:
                 log.info("transactional id %r timed out: aborting", marker.transactional_id)
             self._send_markers(partition, result)
+
+
+def _begun(retry: asyncio.Future[Any]) -> bool:
+    """``_wake`` began the parked request's write (it neither failed nor was cancelled)."""
+    return retry.done() and not retry.cancelled() and retry.exception() is None
 
 
 async def _raised(exc: Exception) -> dict[TopicPartition, ErrorCode]:
