@@ -24,11 +24,13 @@ import argparse
 import os
 import statistics
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import compare
-from common import check_source, uptime
+from common import alternated, source_trees, uptime
 from throughput import BrokerProcess
 
 TXN_WORKLOAD = next(w for w in compare.WORKLOADS if w.records_per_txn == 10)
@@ -53,25 +55,30 @@ def thread_cpu_seconds(pid: int, tid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(tree: str, source: Path, producers: int, seconds: float) -> Run:
-    with tempfile.TemporaryDirectory(prefix=f"oncelog-commit-{tree}-") as tmp:
+@contextmanager
+def broker_from(tree: str, source: Path) -> Iterator[tuple[str, int]]:
+    """A fresh broker run from ``source`` (on PYTHONPATH): its bootstrap address and pid;
+    stopped on the way out."""
+    with tempfile.TemporaryDirectory(prefix=f"oncelog-{tree}-") as tmp:
         broker = BrokerProcess(Path(tmp), [], {**os.environ, "PYTHONPATH": str(source)})
         broker.start()
         try:
             assert broker.proc is not None
-            pid = broker.proc.pid
-            loop: list[float | None] = []
-
-            def cpu() -> float | None:
-                loop.append(thread_cpu_seconds(pid, pid))  # the main thread runs the loop
-                return compare.process_cpu_seconds(pid)
-
-            settings = {**compare.PRODUCER_SETTINGS, "linger.ms": 0}
-            cell = compare.run_cell(
-                tree, broker.bootstrap, TXN_WORKLOAD, producers, 1, seconds, settings, cpu
-            )
+            yield broker.bootstrap, broker.proc.pid
         finally:
             broker.stop()
+
+
+def one_run(tree: str, source: Path, producers: int, seconds: float) -> Run:
+    with broker_from(tree, source) as (bootstrap, pid):
+        loop: list[float | None] = []
+
+        def cpu() -> float | None:
+            loop.append(thread_cpu_seconds(pid, pid))  # the main thread runs the loop
+            return compare.process_cpu_seconds(pid)
+
+        settings = {**compare.PRODUCER_SETTINGS, "linger.ms": 0}
+        cell = compare.run_cell(tree, bootstrap, TXN_WORKLOAD, producers, 1, seconds, settings, cpu)
     if cell.errors:
         raise SystemExit(f"{tree}: {cell.errors[:3]}")
     commits = len(cell.commit_ms)
@@ -108,16 +115,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    trees = []
-    for spec in args.src:
-        name, _, directory = spec.partition("=")
-        if not name or not directory:
-            parser.error(f"--src takes NAME=DIR, not {spec!r}")
-        trees.append((name, check_source(Path(directory))))
+    trees = source_trees(args.src)
     print(f"load before: {uptime()}", flush=True)
     runs: list[Run] = []
     for round_ in range(args.rounds):
-        for name, source in trees if round_ % 2 == 0 else trees[::-1]:
+        for name, source in alternated(trees, round_):
             runs.append(one_run(name, source, args.producers, args.seconds))
             print(describe(runs[-1]), flush=True)
     print(f"load after:  {uptime()}")

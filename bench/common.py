@@ -101,6 +101,24 @@ def check_source(source: Path) -> Path:
     return source
 
 
+def source_trees(specs: list[str]) -> list[tuple[str, Path]]:
+    """``--src NAME=DIR`` options as (name, checked source) pairs, in the given order;
+    SystemExit on a malformed one (see ``check_source``)."""
+    trees = []
+    for spec in specs:
+        name, _, directory = spec.partition("=")
+        if not name or not directory:
+            raise SystemExit(f"--src takes NAME=DIR, not {spec!r}")
+        trees.append((name, check_source(Path(directory))))
+    return trees
+
+
+def alternated(trees: list[tuple[str, Path]], round_: int) -> list[tuple[str, Path]]:
+    """The trees in the given order in even rounds, reversed in odd ones (ABBA...), so
+    that a load drifting over the run weighs on every tree alike."""
+    return trees if round_ % 2 == 0 else trees[::-1]
+
+
 @contextmanager
 def sink_on_a_new_broker(prefix: str, sink_id: str) -> Iterator[Any]:
     """The options of an exactly-once sink writing topic `out` (one partition) of a new

@@ -1,0 +1,135 @@
+"""Where the machine's CPU goes per record, cell by cell: the broker (every thread, and its
+event-loop thread) against everything else, for brokers from several source trees,
+alternated round by round (issue 12).
+
+    .venv/bin/python bench/cpu_split.py --src main=/tmp/main/src --src this=src
+    .venv/bin/python bench/cpu_split.py --src this=src --workloads 'idempotent acks=all' \\
+        --producers 8 --partitions 3 --seconds 5 --rounds 3
+
+Each run is one ``bench/compare.py`` cell (its producers, settings and fresh broker) and
+prints records/s, the broker's CPU per record (user + system, every thread, from /proc),
+its event-loop thread's, the loop thread's busy share, the CPU per record of everything
+else on the machine (the producer processes, and whatever else runs: say the load), and
+the machine's idle share. When the machine is never idle and the producers take most of
+it, a ratio between two workloads is a ratio of their total CPU per record; idle time in
+a transactional cell is the producers waiting for their flush and commit. Round r runs
+the trees in the given order when r is even and reversed when odd (ABBA...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import compare
+from commit_latency import broker_from, thread_cpu_seconds
+from common import alternated, source_trees, uptime
+
+
+@dataclass(frozen=True)
+class MachineTimes:
+    """Every core's idle and total time since boot, in clock ticks (/proc/stat)."""
+
+    idle: int
+    total: int
+
+    @classmethod
+    def now(cls) -> MachineTimes:
+        with open("/proc/stat") as stat:
+            ticks = [int(t) for t in stat.readline().split()[1:]]
+        return cls(idle=ticks[3] + ticks[4], total=sum(ticks))  # idle + iowait
+
+
+@dataclass(frozen=True)
+class Split:
+    tree: str
+    workload: str
+    records_per_s: float
+    broker_us: float  # broker CPU per record, every thread
+    loop_us: float  # its event-loop thread's
+    loop_busy: float  # share of the run the loop thread was on a CPU
+    rest_us: float  # everything else on the machine, per record
+    idle: float  # share of the machine's CPU time idle
+
+
+def one_run(
+    tree: str, source: Path, workload: compare.Workload, producers: int, partitions: int, s: float
+) -> Split:
+    with broker_from(tree, source) as (bootstrap, pid):
+        marks: list[tuple[float | None, MachineTimes]] = []
+
+        def cpu() -> float | None:
+            marks.append((thread_cpu_seconds(pid, pid), MachineTimes.now()))
+            return compare.process_cpu_seconds(pid)
+
+        cell = compare.run_cell(
+            tree, bootstrap, workload, producers, partitions, s, compare.PRODUCER_SETTINGS, cpu
+        )
+    if cell.errors or not cell.records or cell.broker_cpu_s is None:
+        raise SystemExit(f"{tree}, {workload.name}: no figures ({cell.errors[:3]})")
+    (loop_before, before), (loop_after, after) = marks
+    if loop_before is None or loop_after is None:
+        raise SystemExit("the broker's loop thread could not be read from /proc")
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = after.total - before.total
+    busy_s = (total - (after.idle - before.idle)) / ticks
+    per_record = 1e6 / cell.records
+    return Split(
+        tree,
+        workload.name,
+        cell.rps,
+        cell.broker_cpu_s * per_record,
+        (loop_after - loop_before) * per_record,
+        (loop_after - loop_before) / cell.seconds if cell.seconds else 0.0,
+        (busy_s - cell.broker_cpu_s) * per_record,
+        (after.idle - before.idle) / total if total else 0.0,
+    )
+
+
+def describe(split: Split) -> str:
+    return (
+        f"  {split.tree:<8} {split.workload:<20} {split.records_per_s:9,.0f} records/s  "
+        f"broker {split.broker_us:5.2f} µs  loop {split.loop_us:5.2f} µs "
+        f"({split.loop_busy:4.0%} busy)  rest {split.rest_us:5.2f} µs  idle {split.idle:4.0%}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", action="append", required=True, help="NAME=DIR, repeatable")
+    parser.add_argument(
+        "--workloads",
+        default="plain acks=1,acks=all,idempotent acks=all,txn every 1000",
+        help="comma-separated bench/compare.py workload names",
+    )
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    trees = source_trees(args.src)
+    wanted = args.workloads.split(",")
+    workloads = [w for w in compare.WORKLOADS if w.name in wanted]
+    if len(workloads) != len(wanted):
+        parser.error(f"unknown workload in {args.workloads!r}")
+    print(f"load before: {uptime()}", flush=True)
+    print(
+        f"CPU per record, {args.producers} producers, {args.partitions} partition(s), "
+        f"{args.seconds:g} s per run:",
+        flush=True,
+    )
+    for round_ in range(args.rounds):
+        for workload in workloads:
+            for name, source in alternated(trees, round_):
+                split = one_run(
+                    name, source, workload, args.producers, args.partitions, args.seconds
+                )
+                print(describe(split), flush=True)
+    print(f"load after:  {uptime()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
