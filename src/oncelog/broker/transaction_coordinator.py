@@ -3,8 +3,14 @@ runtime, with the markers they ask for and the timers they need.
 
 Every request runs the same way: the runtime runs the shard's handler, writes its records
 to the shard's `__transaction_state` partition and replays them once durable; only then is
-the client answered. Markers are written afterwards (WriteTxnMarkers semantics, in process
-on one node); once every participating partition holds its marker durably, the COMPLETE
+the client answered. The markers a PREPARE record asks for are sent in the step that
+finds it durable (WriteTxnMarkers semantics, in process on one node): on one node the
+data partitions' markers are appended in that step, before the EndTxn answer (which that
+step writes) is on the wire, so a client that reads a partition's end after its commit
+finds the marker there. Kafka does not promise that, and neither does a cluster here
+(markers for other brokers travel by WriteTxnMarkers, and the local writer is awaited
+there, a turn later), nor a ``__consumer_offsets`` marker (the group coordinator's task
+writes it). Once every participating partition holds its marker durably, the COMPLETE
 record is written. Writes for different transactional ids overlap and share fsyncs.
 """
 
@@ -25,6 +31,7 @@ from oncelog.broker.coordinator_runtime import (
 )
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
 from oncelog.broker.leadership import InternalTopic, LedCoordinator
+from oncelog.broker.txn_markers import MarkerOutcomes
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import (
     CoordinatorResult,
@@ -69,8 +76,9 @@ class MarkerWriter(Protocol):
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
-        """The outcome per partition once written (a local writer appends in the call)."""
+    ) -> MarkerOutcomes:
+        """The outcome per partition once written (a local writer appends to data
+        partitions in the call)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,23 +435,24 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         """Write the marker now, and follow it up in a marker task of the partition.
 
         The first write is asked for here, in the caller's step, not in the task's first
-        step one loop turn later: the local writer appends the markers in the call, so an
-        EndTxn answer written in this step follows them in the log (a client reading the
-        log end after its commit finds the markers there), and their fsyncs start sooner.
+        step one loop turn later: on one node the local writer appends the data
+        partitions' markers in the call, so an EndTxn answer written in this step follows
+        them in the log (see the module docstring), and their fsyncs start sooner.
         """
-        written: Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]
+        written: MarkerOutcomes
         try:
             written = self._write_marker(marker, marker.partitions)
         except Exception as exc:  # a bug of ours ends the marker task, not the request
             written = _raised(exc)
         task = self._spawn(partition, self._write_markers(partition, marker, written))
-        # A task cancelled before its first step never awaits ``written``: close it, so it
-        # is not reported as a coroutine never awaited (once awaited, closing does nothing).
+        # A task cancelled before its first step never awaits ``written``: close it, so its
+        # waits are cancelled and nothing is reported as never awaited (once awaited to its
+        # end, closing changes nothing).
         task.add_done_callback(lambda _: written.close())
 
     def _write_marker(
         self, marker: MarkerRequest, partitions: Iterable[TopicPartition]
-    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
+    ) -> MarkerOutcomes:
         return self._markers.write(
             marker.producer_id,
             marker.producer_epoch,

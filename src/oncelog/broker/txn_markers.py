@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
@@ -96,17 +96,20 @@ class LocalMarkerWriter:
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> Coroutine[Any, Any, dict[TopicPartition, ErrorCode]]:
+    ) -> MarkerOutcomes:
         """Write the marker to each partition now, in this call; await the result for the
         outcome per partition once each is durable (NONE, or the refusal:
         UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH,
-        TRANSACTION_COORDINATOR_FENCED, a storage error...).
+        TRANSACTION_COORDINATOR_FENCED, a storage error...), or close it to cancel the
+        waits.
 
-        The appends happen in the call, not when a task first runs the coroutine: the
-        transaction coordinator writes a transaction's markers in the step that finds its
-        PREPARE record durable, so they are in the log before the EndTxn answer is written
-        (which its handler now does in that same step, see server.py), and their fsyncs
-        start a loop turn sooner."""
+        The appends to data partitions happen in the call, not when a task first awaits
+        the result: the transaction coordinator asks for a transaction's markers in the
+        step that finds its PREPARE record durable, so on one node they are in the log
+        before the EndTxn answer is written (which its handler does in that same step, see
+        server.py), and their fsyncs start a loop turn sooner. A ``__consumer_offsets``
+        marker is the group coordinator's to write: its task, started here, writes it a
+        turn later."""
         outcomes: dict[TopicPartition, ErrorCode] = {}
         waits: dict[TopicPartition, Awaitable[None]] = {}
         now = self._clock()
@@ -144,47 +147,70 @@ class LocalMarkerWriter:
                 offset,
             )
             waits[topic, index] = self._partitions.wait_durable(partition, offset + 1)
-        return _durable_outcomes(outcomes, waits)
+        return _DurableOutcomes(outcomes, waits)
 
 
-async def _durable_outcomes(
-    outcomes: dict[TopicPartition, ErrorCode], waits: dict[TopicPartition, Awaitable[None]]
-) -> dict[TopicPartition, ErrorCode]:
-    """``outcomes`` (the refused partitions) with each awaited partition's outcome."""
-    for (topic, index), outcome in (await _settle_each(waits)).items():
-        outcomes[topic, index] = _outcome(topic, index, outcome)
-    return outcomes
+class MarkerOutcomes(Protocol):
+    """What a marker write returns: awaited, the outcome per partition; closed before
+    that, whatever it waits for is given up (a coroutine is one)."""
+
+    def __await__(self) -> Generator[Any, None, dict[TopicPartition, ErrorCode]]: ...
+
+    def close(self) -> None: ...
 
 
-async def _settle_each(
-    waits: dict[TopicPartition, Awaitable[None]],
-) -> dict[TopicPartition, BaseException | None]:
-    """Each wait's outcome (None, or what it raised), as ``asyncio.gather(...,
-    return_exceptions=True)`` gives them, but awaited one after the other: the task wakes
-    one loop turn after the last wait ends, where gather takes two (its callback per
-    wait, then its own future's wake-up of the task), and for one partition, the
-    commonest transaction, it is a plain await. The waits run at once all the same (they
-    are futures, or become tasks here); if this task is cancelled, so are they, as with
-    gather."""
-    futures = {key: asyncio.ensure_future(wait) for key, wait in waits.items()}
-    task = asyncio.current_task()
-    outcomes: dict[TopicPartition, BaseException | None] = {}
-    try:
-        for key, future in futures.items():
-            try:
-                await future
-                outcomes[key] = None
-            except asyncio.CancelledError as exc:
-                if task is not None and task.cancelling():
-                    raise
-                outcomes[key] = exc  # the wait itself was cancelled, not this task
-            except Exception as exc:
-                outcomes[key] = exc
-    except asyncio.CancelledError:
-        for future in futures.values():
+class _DurableOutcomes:
+    """The outcome per partition of markers already appended: the refusals, and each
+    wait's outcome once it ends.
+
+    The waits are awaited one after the other, not gathered: the awaiting task wakes one
+    loop turn after the last wait ends, where ``asyncio.gather`` takes two (its callback
+    per wait, then its own future's wake-up of the task), and one partition, the
+    commonest transaction, is a plain await. They run at once all the same: each is a
+    future, or becomes a task here, at once, so none is left unawaited. Cancelling the
+    awaiting task, or closing this before it is awaited (a marker task cancelled before
+    its first step), cancels them, as gather would."""
+
+    def __init__(
+        self, refused: dict[TopicPartition, ErrorCode], waits: dict[TopicPartition, Awaitable[None]]
+    ) -> None:
+        self._refused = refused
+        self._waits = {key: asyncio.ensure_future(wait) for key, wait in waits.items()}
+
+    def __await__(self) -> Generator[Any, None, dict[TopicPartition, ErrorCode]]:
+        return self._outcomes().__await__()
+
+    def close(self) -> None:
+        _give_up(self._waits.values())
+
+    async def _outcomes(self) -> dict[TopicPartition, ErrorCode]:
+        outcomes = dict(self._refused)
+        task = asyncio.current_task()
+        try:
+            for (topic, index), future in self._waits.items():
+                try:
+                    await future
+                    outcomes[topic, index] = ErrorCode.none
+                except asyncio.CancelledError as exc:
+                    if task is not None and task.cancelling():
+                        raise
+                    outcomes[topic, index] = _outcome(topic, index, exc)  # the wait's own
+                except Exception as exc:
+                    outcomes[topic, index] = _outcome(topic, index, exc)
+        except asyncio.CancelledError:
+            _give_up(self._waits.values())
+            raise
+        return outcomes
+
+
+def _give_up(waits: Iterable[asyncio.Future[None]]) -> None:
+    """Cancel the waits still running; take the exceptions of those that failed, so none
+    is reported as never retrieved."""
+    for future in waits:
+        if not future.done():
             future.cancel()
-        raise
-    return outcomes
+        elif not future.cancelled():
+            future.exception()
 
 
 def _outcome(topic: str, index: int, outcome: BaseException | None) -> ErrorCode:
