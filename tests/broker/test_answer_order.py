@@ -34,11 +34,15 @@ LIMITS = ConnectionLimits(
 
 
 class GatedDispatcher:
-    """Answers each request (by correlation id) once the test opens its gate."""
+    """Answers each request (by correlation id) once the test opens its gate; those in
+    ``silent`` get no answer (as an acks=0 produce), those in ``failing`` raise (a bug of
+    ours: the server answers UNKNOWN_SERVER_ERROR)."""
 
     def __init__(self) -> None:
         self.gates: dict[int, asyncio.Future[None]] = {}
         self.started: dict[int, asyncio.Event] = {}
+        self.silent: set[int] = set()
+        self.failing: set[int] = set()
 
     def gate(self, correlation_id: int) -> asyncio.Future[None]:
         if correlation_id not in self.gates:
@@ -51,10 +55,14 @@ class GatedDispatcher:
     ) -> Awaitable[Any]:
         return self._answer(header.correlation_id)
 
-    async def _answer(self, correlation_id: int) -> dict[str, Any]:
+    async def _answer(self, correlation_id: int) -> dict[str, Any] | None:
         gate = self.gate(correlation_id)
         self.started[correlation_id].set()
         await gate
+        if correlation_id in self.failing:
+            raise RuntimeError("a bug in a handler")
+        if correlation_id in self.silent:
+            return None
         return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": []}
 
 
@@ -77,12 +85,18 @@ def send(sock: socket.socket, *correlation_ids: int) -> None:
 
 def receive_answers(sock: socket.socket, count: int, timeout_s: float) -> list[int]:
     """The correlation ids of the next ``count`` answers; blocks the loop's thread."""
+    return [correlation_id for correlation_id, _ in receive(sock, count, timeout_s)]
+
+
+def receive(sock: socket.socket, count: int, timeout_s: float) -> list[tuple[int, ErrorCode]]:
+    """(correlation id, error code) of the next ``count`` answers; blocks the loop's thread."""
     sock.settimeout(timeout_s)
-    ids = []
+    answers = []
     for _ in range(count):
         size = int.from_bytes(_exactly(sock, 4), "big")
-        ids.append(codec.decode_response(LIST_GROUPS, _exactly(sock, size))[0])
-    return ids
+        correlation_id, body = codec.decode_response(LIST_GROUPS, _exactly(sock, size))
+        answers.append((correlation_id, ErrorCode(body.error_code)))
+    return answers
 
 
 def _exactly(sock: socket.socket, count: int) -> bytes:
@@ -133,3 +147,30 @@ def test_the_next_answer_is_written_in_its_handlers_own_loop_turn() -> None:
             return receive_answers(sock, 1, timeout_s=1.0)
 
     assert asyncio.run(scenario()) == [7]
+
+
+def test_no_answer_and_a_failed_handlers_answer_keep_their_places() -> None:
+    """Request 2 gets no answer, request 3's handler raises (UNKNOWN_SERVER_ERROR, written
+    by its own task as it is then the next answer due), and 4, whose handler ended first,
+    follows from the writer loop, all behind 1."""
+
+    async def scenario() -> list[tuple[int, ErrorCode]]:
+        async with serving() as (dispatcher, sock):
+            dispatcher.silent.add(2)
+            dispatcher.failing.add(3)
+            send(sock, 1, 2, 3, 4)
+            await started(dispatcher, 1, 2, 3, 4)
+            for correlation_id in (4, 2, 1):
+                dispatcher.gates[correlation_id].set_result(None)
+            await asyncio.sleep(0.05)  # 1 and 4 answered; 3 is the next one due
+            dispatcher.gates[3].set_result(None)
+            await asyncio.sleep(0)  # 3's handler ends in the next turn and writes its answer
+            first = receive(sock, 2, timeout_s=1.0)
+            await asyncio.sleep(0.05)  # 4's answer, done long ago, is the writer loop's
+            return first + receive(sock, 1, timeout_s=IO_TIMEOUT_S)
+
+    assert asyncio.run(scenario()) == [
+        (1, ErrorCode.none),
+        (3, ErrorCode.unknown_server_error),
+        (4, ErrorCode.none),
+    ]
