@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
 from typing import Any, cast
 
 from oncelog.coordinator_partitions import partition_for
@@ -26,14 +25,10 @@ class AppendingMarkers:
     def __init__(self) -> None:
         self.sent: list[tuple[int, bool, tuple[tuple[str, int], ...]]] = []
 
-    def write(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        committed: bool,
-        coordinator_epoch: int,
-        partitions: Iterable[tuple[str, int]],
-    ) -> Any:
+    def write(self, *marker: Any) -> Any:
+        """``MarkerWriter.write``: (producer id, epoch, committed, coordinator epoch,
+        partitions)."""
+        producer_id, _, committed, _, partitions = marker
         parts = tuple(partitions)
         self.sent.append((producer_id, committed, parts))
         return _answered(parts)
