@@ -25,7 +25,9 @@ partitions per topic) and measures, in this order:
    `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
    rate source into the noop sink, and against PySpark's own floor, a Python source and a
    Python sink that do nothing, alone and while the same small transactions arrive at the
-   broker (the tail's machine without the connector); the tail once more with Spark's plan
+   broker (the tail's machine without the connector), and the latter with one task a
+   micro-batch, as oncelog plans a tail batch (what PySpark costs the connector's plan:
+   the tail against it is the connector's own share); the tail once more with Spark's plan
    of a task per partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of
    the progress reports after a warm-up, with the mean of the parts Spark reports
    (latestOffset, addBatch, ...);
@@ -94,6 +96,7 @@ WRITE_BASELINE, WRITE_EOS, WRITE_ALO, WRITE_FLOOR = (
     "floor: do-nothing Python Arrow sink",
 )
 RATE, MICRO_FLOOR, MICRO_FLOOR_FED = "micro rate", "micro floor", "micro floor fed"
+MICRO_FLOOR_ONE = "micro floor fed, one task"
 TAIL, TAIL_SPLIT = "micro oncelog", "micro oncelog, a task per partition"
 # each child's warm-up per guarantee with --pipeline-baseline-src: a new JVM runs its first
 # queries at half speed or less until its compiler has caught up (bench/pipeline.py). 6,000
@@ -269,7 +272,10 @@ def fixed_cost_oncelog(
 
 
 class _FloorReader(DataSourceStreamReader):
-    """Three partitions of 20 rows per micro-batch, no I/O."""
+    """`partitions` partitions of 20 rows per micro-batch, no I/O."""
+
+    def __init__(self, partitions: int) -> None:
+        self.count = partitions
 
     def initialOffset(self) -> dict:
         return {"t": 0}
@@ -278,7 +284,7 @@ class _FloorReader(DataSourceStreamReader):
         return {"t": time.monotonic_ns()}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
-        return [InputPartition(i) for i in range(PARTITIONS)]
+        return [InputPartition(i) for i in range(self.count)]
 
     def read(self, partition: InputPartition) -> Any:
         yield pa.record_batch([pa.array([b"x"] * 20, pa.binary())], names=["value"])
@@ -296,7 +302,9 @@ class _FloorWriter(DataSourceStreamArrowWriter):
 
 class FloorSource(DataSource):
     """PySpark's own cost of a Python source and a Python sink: both do nothing. Defined in
-    the benchmark's __main__, so the workers get it by value (cloudpickle)."""
+    the benchmark's __main__, so the workers get it by value (cloudpickle). Option
+    `partitions`: the tasks of a micro-batch (3 by default, one per partition; 1 is the
+    plan oncelog makes of a tail batch)."""
 
     @classmethod
     def name(cls) -> str:
@@ -306,7 +314,7 @@ class FloorSource(DataSource):
         return "value binary"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _FloorReader()
+        return _FloorReader(int(self.options.get("partitions", PARTITIONS)))
 
     def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamArrowWriter:
         return _FloorWriter()
@@ -378,17 +386,19 @@ def floor_write(spark: Any, records: int) -> int:
 
 
 def fixed_cost_python_floor(
-    spark: Any, work: Path, batches: int, warmup: int, name: str = "floor"
+    spark: Any, work: Path, batches: int, warmup: int, name: str = "floor", tasks: int = PARTITIONS
 ) -> float:
     spark.dataSource.register(FloorSource)
-    stream = spark.readStream.format("bench_floor").load().writeStream.format("bench_floor")
+    source = spark.readStream.format("bench_floor").option("partitions", str(tasks)).load()
+    stream = source.writeStream.format("bench_floor")
     return micro_batch_cost(stream, work / f"ck-{name}", batches, warmup)[0]
 
 
 def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) -> dict[str, float]:
     """Mean ms of a micro-batch: rate into noop, PySpark's floor (alone, then while the
-    tail's feeder loads the broker: what the machine costs every micro-batch then),
-    oncelog into oncelog (its default plan, then Spark's plan of a task per partition)."""
+    tail's feeder loads the broker: what the machine costs every micro-batch then; and so
+    with one task, oncelog's plan of a tail batch), oncelog into oncelog (its default
+    plan, then Spark's plan of a task per partition)."""
     rate_ms = fixed_cost_rate_noop(spark, work, batches, 5)
     print(f"  micro-batch, rate source into noop:              {rate_ms:6.0f} ms", flush=True)
     floor_ms = fixed_cost_python_floor(spark, work, batches, 5)
@@ -397,6 +407,9 @@ def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) 
     with feeding(bootstrap, "floor-fed"):
         fed_ms = fixed_cost_python_floor(spark, work, batches, 5, "floor-fed")
     print(f"  micro-batch, the same while a feeder runs:       {fed_ms:6.0f} ms", flush=True)
+    with feeding(bootstrap, "floor-fed"):
+        one_ms = fixed_cost_python_floor(spark, work, batches, 5, "floor-one-task", tasks=1)
+    print(f"  micro-batch, the same with one task:             {one_ms:6.0f} ms", flush=True)
     tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, batches, 5)
     print(
         f"  micro-batch, oncelog into oncelog (EOS):         {tail_ms:6.0f} ms "
@@ -415,6 +428,7 @@ def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) 
         RATE: rate_ms,
         MICRO_FLOOR: floor_ms,
         MICRO_FLOOR_FED: fed_ms,
+        MICRO_FLOOR_ONE: one_ms,
         TAIL: tail_ms,
         TAIL_SPLIT: split_ms,
     }
@@ -561,6 +575,12 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         ("exactly_once / at_least_once (write)", WRITE_ALO, WRITE_EOS, "goal >= 0.95"),
         ("micro-batch cost: oncelog EOS / rate into noop", TAIL, RATE, "goal <= 2"),
         ("micro-batch cost: oncelog EOS / do-nothing Python pair", TAIL, MICRO_FLOOR, "its floor"),
+        (
+            "  oncelog EOS / do-nothing pair with one task, fed",
+            TAIL,
+            MICRO_FLOOR_ONE,
+            "the connector's share",
+        ),
         ("  the same, a task per partition / rate into noop", TAIL_SPLIT, RATE, "Spark's plan"),
         ("  a task per partition / combined (oncelog's plan)", TAIL_SPLIT, TAIL, "> 1: gain"),
         # PySpark's own floors: the best a Python data source can reach here
@@ -570,6 +590,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         ("batch write exactly_once / do-nothing Python write", WRITE_FLOOR, WRITE_EOS, "floor"),
         ("micro-batch cost: do-nothing Python source+sink / rate", MICRO_FLOOR, RATE, "floor"),
         ("  the same while the feeder runs / rate into noop", MICRO_FLOOR_FED, RATE, "floor"),
+        ("  the same with one task / rate into noop", MICRO_FLOOR_ONE, RATE, "oncelog's plan"),
     ]
     for what, a, b, note in rows:
         if a in seconds and b in seconds:
