@@ -159,6 +159,7 @@ class Timing:
     rows: int
     first_batch_ms: float  # start() returned -> first micro-batch began
     phases: dict[str, float]  # mean ms a micro-batch
+    batch_ms: list[float]  # each timed micro-batch's triggerExecution, in order
 
 
 def _timestamp(text: str) -> float:
@@ -247,6 +248,7 @@ class Bench:
             sum(p["numInputRows"] for p in done),
             1000 * (_timestamp(done[0]["timestamp"]) - began),
             {k: statistics.mean(p["durationMs"].get(k, 0) for p in done) for k in PHASES},
+            [p["durationMs"]["triggerExecution"] for p in done],
         )
 
     @staticmethod
