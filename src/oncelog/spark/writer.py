@@ -42,7 +42,6 @@ from oncelog.spark.producers import (
     Writer,
     progress_consumer,
 )
-from oncelog.spark.read_ahead import READ_AHEAD_BYTES, ReadAhead
 
 log = logging.getLogger(__name__)
 
@@ -233,15 +232,9 @@ def write_task(
     faults: Faults | None = None,
     pool: ClientPool = POOL,
 ) -> SinkCommitMessage:
-    """One task's write. Its input is read ahead (`read_ahead`) while the task talks to the
-    cluster and produces, so that the JVM's side of the task does not wait meanwhile."""
-    ahead = ReadAhead(batches, READ_AHEAD_BYTES)
-    try:
-        if options.exactly_once:
-            return _write_exactly_once(options, task, ahead, faults, pool)
-        return _write_at_least_once(options, task, ahead, faults, pool)
-    finally:
-        ahead.close()  # a task that failed leaves its input unread
+    if options.exactly_once:
+        return _write_exactly_once(options, task, batches, faults, pool)
+    return _write_at_least_once(options, task, batches, faults, pool)
 
 
 def _write_at_least_once(
