@@ -12,7 +12,8 @@ partitions per topic) and measures, in this order:
 
 1. one plain idempotent producer (this Python process) writing N records of ~200 bytes;
 2. one tuned Python consumer (fetch.queue.backoff.ms=10) reading them back (assign());
-3. Spark (one session, local[2,3], after a warm-up) reading the same topic: `count()`,
+3. Spark (one session, local[2,3], after a warm-up that runs each Spark read and write
+   below once untimed, at full size) reading the same topic: `count()`,
    once with one task per partition (Spark's default) and once with `minPartitions`
    (--min-partitions, 6 by default: both cores busy to the end instead of the third
    partition read alone), alternating with PySpark's own floor for it: a Python batch
@@ -498,6 +499,17 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         floor_read(spark, 1000)
         spark_write(spark, bootstrap, "warm", 1000, "exactly_once")
         floor_write(spark, 1000)
+        if not args.micro_only:
+            # and each timed Spark path once at full size, untimed: the first large read or
+            # write of a session took 0.1-1.0 s longer than the later ones (13:05 UTC run:
+            # count() 2.19 s, then 1.52 and 1.59; exactly_once 2.50, then 2.26 and 2.30;
+            # at_least_once 2.76, then 2.13 and 2.12), which left a best of 3 rounds 2
+            _reader(spark, bootstrap, "read").count()
+            floor_read(spark, n)
+            if not args.read_only:
+                for guarantee in ("exactly_once", "at_least_once"):
+                    _write_new_topic(spark, bootstrap, n, guarantee, -1)
+                floor_write(spark, n)
 
         def produce(r: int) -> int:
             create_topics(bootstrap, [f"baseline-{r}"], PARTITIONS)
