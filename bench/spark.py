@@ -28,7 +28,7 @@ partitions per topic) and measures, in this order:
    Python sink that do nothing, alone and while the same small transactions arrive at the
    broker (the tail's machine without the connector), and the latter with one task a
    micro-batch, as oncelog plans a tail batch (what PySpark costs the connector's plan:
-   the tail against it is the connector's own share); the tail once more with Spark's plan
+   the tail over it is what the connector adds); the tail once more with Spark's plan
    of a task per partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of
    the progress reports after a warm-up, with the mean of the parts Spark reports
    (latestOffset, addBatch, ...);
@@ -591,7 +591,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             "  oncelog EOS / do-nothing pair with one task, fed",
             TAIL,
             MICRO_FLOOR_ONE,
-            "the connector's share",
+            "over PySpark's one-task floor",
         ),
         ("  the same, a task per partition / rate into noop", TAIL_SPLIT, RATE, "Spark's plan"),
         ("  a task per partition / combined (oncelog's plan)", TAIL_SPLIT, TAIL, "> 1: gain"),
