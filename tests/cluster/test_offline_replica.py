@@ -10,11 +10,12 @@ files) beside two broker processes, and an idempotent confluent-kafka producer s
 numbered records with acks=all throughout.
 
 Every acknowledged number must be in the new leader's log exactly once, at the offset it
-was acknowledged with. The control: the same fault with the broker's offline handling
-switched off (the partition no longer tells the replica manager) leaves the failed broker
-leader and the producer acknowledged nothing more: what every partition led by a broker
-with a failed disk did before. Broker 3 keeps each test's failed log to the end of the
-module; each test fails a partition of its own.
+was acknowledged with, and broker 3 refuses the partition with KAFKA_STORAGE_ERROR, as
+Kafka refuses a partition of an offline log directory. The control: the same fault with the
+broker's offline handling switched off (the partition no longer tells the replica manager)
+leaves the failed broker leader and the producer acknowledged nothing more: what every
+partition led by a broker with a failed disk did before. Broker 3 keeps each test's failed
+log to the end of the module; each test fails a partition of its own.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import oncelog.storage.log as log_module
 from oncelog.client.connection import KafkaConnection
 from oncelog.coordinator_partitions import partition_for
+from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
 from oncelog.testing.cluster import LocalCluster
 
-from ..broker.raw_requests import metadata
+from ..broker.raw_requests import metadata, produce
 from .coordination import (
     COORDINATOR_CONFIG,
     FAST_FAILOVER_CONFIG,
@@ -173,7 +176,7 @@ def _producing_to_a_failing_leader(
 def test_the_leadership_moves_and_every_acknowledged_record_is_kept_once(
     cluster: tuple[LocalCluster, EmbeddedBroker], fault: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    local, _ = cluster
+    local, embedded = cluster
     topic = f"offline-replica-{fault}"
     injected, producer = _producing_to_a_failing_leader(cluster, topic, fault, monkeypatch)
     try:
@@ -192,6 +195,9 @@ def test_the_leadership_moves_and_every_acknowledged_record_is_kept_once(
     with KafkaConnection(local.address(leader)) as conn:
         described = metadata(conn, topic).partitions[0]
     assert (described.leader_id, list(described.offline_replicas)) == (leader, [FAILING_BROKER])
+    with KafkaConnection(embedded.bootstrap_servers) as conn:  # as Kafka's offline log dir
+        refused = produce(conn, topic, 0, build_batch([Record(None, b"late")], timestamp_ms=0))
+    assert refused.error_code == ErrorCode.kafka_storage_error
 
     numbers = read_numbered(local.bootstrap_servers, topic)
     assert not producer.errors, producer.errors[-5:]

@@ -692,6 +692,14 @@ class ReplicaManager:
     # -- helpers ---------------------------------------------------------------------------
 
     def _replica_or_error(self, topic: str, index: int) -> Replica:
+        """The replica hosted here; KafkaError as Kafka answers otherwise, KAFKA_STORAGE_ERROR
+        for one whose log failed (retriable: the client refreshes its metadata and finds the
+        leader the controller elected instead)."""
+        if (topic, index) in self.offline:
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"{topic}-{index} is offline on broker {self.broker_id}: its log failed",
+            )
         replica = self.replicas.get((topic, index))
         if replica is not None:
             return replica
