@@ -9,12 +9,15 @@ had not begun is not begun for them.
   that is cancelled takes its place back: no write is begun for it later.
 - An offset commit cancelled while its record waits for its fsync: the commit is replayed
   when durable, not only once some later write of the partition settles.
+- A SyncGroup leader cancelled while its assignment's record waits for its fsync: the
+  followers parked on it still get their assignments.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,13 @@ from oncelog.broker.group_coordinator import GroupCoordinator
 from oncelog.broker.transaction_coordinator import TransactionCoordinator, TxnResponse
 from oncelog.coordinator_partitions import partition_for
 from oncelog.groups import GroupConfig, OffsetCommitPartition, OffsetCommitRequest
+from oncelog.groups.messages import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    Protocol,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
 from oncelog.transactions.coordinator import TransactionCoordinatorShard
 from oncelog.transactions.state import TxnState
 
@@ -112,6 +122,22 @@ async def _until(condition: Callable[[], bool], tries: int = 200) -> None:
         await asyncio.sleep(0.01)
 
 
+async def _cancelled_during_its_fsync(
+    log: MemoryLog, partition: int, request: Coroutine[Any, Any, Any]
+) -> None:
+    """Run ``request`` until its records wait for their fsync, cancel it there (its client
+    went away), then complete the fsync."""
+    log.auto_durable = False
+    started = asyncio.ensure_future(request)
+    await asyncio.sleep(0.05)
+    assert not started.done()
+    started.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await started
+    log.auto_durable = True
+    log.make_durable(partition)
+
+
 def _state(shard: TransactionCoordinatorShard) -> TxnState | None:
     metadata = shard.get(TID)
     return None if metadata is None else metadata.state
@@ -161,15 +187,10 @@ def test_an_end_txn_whose_requester_went_away_still_completes() -> None:
         parts = [("orders", 0), ("orders", 1)]
         assert (await coordinator.add_partitions(TID, pid, epoch, parts)).error.name == "none"
 
-        log.auto_durable = False  # the PREPARE record waits for its fsync
-        end = asyncio.ensure_future(coordinator.end_txn(TID, pid, epoch, True))
-        await asyncio.sleep(0.05)
-        assert not end.done()
-        end.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await end
-        log.auto_durable = True
-        log.make_durable(partition)  # the fsync completes after the client went away
+        # The PREPARE record waits for its fsync, which completes after the client went away.
+        await _cancelled_during_its_fsync(
+            log, partition, coordinator.end_txn(TID, pid, epoch, True)
+        )
 
         shard = coordinator.shards[partition]
 
@@ -190,16 +211,9 @@ def test_an_offset_commit_whose_requester_went_away_is_replayed_once_durable() -
         await coordinator.on_elected(0, 1)
         commit = OffsetCommitRequest("g", (OffsetCommitPartition("orders", 0, 42),))
 
-        log.auto_durable = False
-        committing = asyncio.ensure_future(
-            coordinator.run("g", lambda shard, now: shard.commit_offsets(commit, now))
+        await _cancelled_during_its_fsync(
+            log, 0, coordinator.run("g", lambda shard, now: shard.commit_offsets(commit, now))
         )
-        await asyncio.sleep(0.05)
-        assert not committing.done()
-        committing.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await committing
-        log.make_durable(0)
 
         def offset() -> int | None:
             partitions = coordinator.shard_for("g").fetch_offsets("g").partitions
@@ -236,3 +250,63 @@ def test_a_request_cancelled_in_the_step_before_its_id_settles_takes_nothing() -
         await coordinator.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_sync_group_leader_that_went_away_still_answers_its_followers() -> None:
+    async def scenario() -> None:
+        log = MemoryLog(partitions=1)
+        clock = _Clock()
+        coordinator = GroupCoordinator(
+            log, log, log, clock, GroupConfig(initial_rebalance_delay_ms=0)
+        )
+        await coordinator.on_elected(0, 1)
+        await coordinator.start()
+        leader, follower = await _two_members_joined(coordinator)
+
+        following = asyncio.ensure_future(_sync(coordinator, follower, {}))
+        await asyncio.sleep(0.05)
+        assert not following.done(), "a follower's SyncGroup waits for the leader's"
+
+        assignments = {leader.member_id: b"a", follower.member_id: b"b"}
+        await _cancelled_during_its_fsync(log, 0, _sync(coordinator, leader, assignments))
+
+        async with asyncio.timeout(2):
+            answer = await following
+        assert (answer.error_code.name, answer.assignment) == ("none", b"b")
+        await coordinator.stop()
+
+    asyncio.run(scenario())
+
+
+class _Clock:
+    def __call__(self) -> int:
+        return int(asyncio.get_running_loop().time() * 1000)
+
+
+async def _two_members_joined(
+    coordinator: GroupCoordinator,
+) -> tuple[JoinGroupResponse, JoinGroupResponse]:
+    """Two members of group "g" in one generation: the leader's and the follower's joins.
+    The first member's join makes a generation of its own; the second's starts a
+    rebalance, which the first member's rejoin completes."""
+    first = await _join(coordinator, "")
+    second = asyncio.ensure_future(_join(coordinator, ""))
+    await asyncio.sleep(0.05)
+    answers = [await _join(coordinator, first.member_id), await second]
+    (leader,) = [a for a in answers if a.member_id == a.leader]
+    (follower,) = [a for a in answers if a.member_id != a.leader]
+    return leader, follower
+
+
+async def _join(coordinator: GroupCoordinator, member_id: str) -> JoinGroupResponse:
+    join = JoinGroupRequest(
+        "g", member_id, "consumer", (Protocol("range", b""),), 10_000, api_version=3
+    )
+    return await coordinator.run_parked("g", lambda s, rid, now: s.join_group(join, rid, now))
+
+
+async def _sync(
+    coordinator: GroupCoordinator, member: JoinGroupResponse, assignments: dict[str, bytes]
+) -> SyncGroupResponse:
+    sync = SyncGroupRequest("g", member.generation_id, member.member_id, assignments)
+    return await coordinator.run_parked("g", lambda s, rid, now: s.sync_group(sync, rid, now))
