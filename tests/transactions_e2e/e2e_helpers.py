@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -153,3 +154,10 @@ def read_kafka_python(
     finally:
         consumer.close()
     return got, positions
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now: a broker restarted on its data keeps its address."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from .e2e_helpers import (
     FAST_START,
     TIMEOUT_S,
     create_topic,
+    free_port,
     produce_flushed,
     read_confluent,
     txn_producer,
@@ -116,12 +116,6 @@ def partition_out(broker: EmbeddedBroker, tid: str) -> bool:
 def committed(broker: EmbeddedBroker, tid: str) -> bool:
     metadata = coordinator_metadata(broker, tid)
     return metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.mark.parametrize("fault", ["prepare-write", "prepare-fsync", "complete-fsync"])

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from oncelog.broker.config import TopicConfig
@@ -201,7 +202,7 @@ class Partition:
     def append_batch(
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
     ) -> AppendResult:
-        try:
+        with self._offline_on_failure():
             result = self.log.append(
                 batch,
                 header,
@@ -209,15 +210,23 @@ class Partition:
                 log_append_time=self.settings.log_append_time,
                 leader_epoch=self.leader_epoch,
             )
-        except OSError:
-            self.check_offline()
-            raise
         self._wake_waiters()
         return result
 
+    @contextmanager
+    def _offline_on_failure(self) -> Iterator[None]:
+        """Around a log write: an ``OSError`` that left the log offline is reported
+        (``check_offline``) before it reaches the caller."""
+        try:
+            yield
+        except OSError:
+            self.check_offline()
+            raise
+
     def check_offline(self) -> None:
         """After a log write or flush failed: tell ``on_offline`` if it left the log
-        offline (a torn write that could not be cut back, a failed fsync)."""
+        offline (a torn write that could not be cut back, a failed fsync, an aborted-transaction
+        index write that failed)."""
         if self.on_offline is not None and self.log.failed:
             try:
                 self.on_offline(self)
@@ -230,18 +239,16 @@ class Partition:
         """A follower's append: the leader's batch byte for byte. The producer state learns
         from it as at recovery (Kafka's replication origin: the leader validated it), so a
         follower that becomes leader answers retries and knows open transactions."""
-        try:
+        with self._offline_on_failure():
             self.log.append_replicated(batch, header, now_ms)
-        except OSError:
-            self.check_offline()
-            raise
         marker = None
         if header.is_control and header.has_producer_id:
             found = control_marker(batch)
             marker = None if found is None else TxnMarker(*found)
         completed = self.producers.replay(header, marker=marker)
         if completed is not None and completed.aborted:
-            index_aborted(self.log, self.producers, completed)
+            with self._offline_on_failure():
+                index_aborted(self.log, self.producers, completed)
         self._wake_waiters()
 
     def truncate_to(self, offset: int, now_ms: int, producer_id_expiration_ms: int) -> None:
@@ -292,14 +299,15 @@ class Partition:
         result = self.append_batch(marker, parse_header(marker), now_ms)
         completed = self.producers.commit(decision.pending, result.base_offset, result.last_offset)
         if completed is not None and completed.aborted:
-            self.log.append_aborted_txn(
-                AbortedTxn(
-                    completed.producer_id,
-                    completed.first_offset,
-                    completed.last_offset,
-                    self.last_stable_offset,
+            with self._offline_on_failure():
+                self.log.append_aborted_txn(
+                    AbortedTxn(
+                        completed.producer_id,
+                        completed.first_offset,
+                        completed.last_offset,
+                        self.last_stable_offset,
+                    )
                 )
-            )
         return result.base_offset
 
     def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
@@ -348,9 +356,11 @@ class Partition:
 
     def close(self) -> None:
         """Snapshot the producers at the log end (a clean start then replays nothing),
-        unless nothing was ever appended or that snapshot is already on disk."""
+        unless nothing was ever appended, that snapshot is already on disk, or the log
+        failed: its next start recovers it and must replay the tail (an ABORT marker whose
+        index entry was lost is indexed again only by that replay)."""
         end = self.log.log_end_offset
-        if end > 0 and not snapshot_path(self.log.directory, end).exists():
+        if end > 0 and not self.log.failed and not snapshot_path(self.log.directory, end).exists():
             self._snapshot_producers(end)
         self.log.close()
 

@@ -654,11 +654,22 @@ class PartitionLog:
     # --- aborted transactions ---
 
     def append_aborted_txn(self, entry: AbortedTxn) -> None:
-        """Record an aborted transaction in the segment holding its ABORT marker."""
+        """Record an aborted transaction in the segment holding its ABORT marker.
+
+        If the index file cannot be written, the log goes offline: its ABORT marker is
+        already in the log and has moved the last stable offset, and a clean stop would
+        leave the file without the entry for good, so read_committed consumers would get
+        the aborted records after a restart. Offline, the next start recovers the log and
+        indexes the marker again (``producers.loader``); until then the entry is in memory
+        and reads skip the records (Kafka takes the log directory offline on any I/O error)."""
         with self._lock:
             segment = self._segments[bisect_right(self._bases, entry.last_offset) - 1]
-            segment.txn_index.append(entry)
             segment.dirty = True
+            try:
+                segment.txn_index.append(entry)
+            except OSError as exc:
+                self._storage_failure = f"a write to {segment.txn_index.path.name} failed: {exc}"
+                raise
 
     def last_aborted_marker_offset(self) -> int:
         """Offset of the newest ABORT marker in the index, -1 if none."""

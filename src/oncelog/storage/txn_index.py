@@ -64,10 +64,12 @@ class TransactionIndex:
             self._cut_file()
 
     def append(self, entry: AbortedTxn) -> None:
+        """Index ``entry``: in memory first, so reads skip the aborted records even when the
+        file write then fails (the log is taken offline then; see ``Log.append_aborted_txn``)."""
+        self.entries.append(entry)
+        self.unsynced = True
         with open_files.using(self._opened(), write=True) as fd:
             os.write(fd, _encode(entry))
-        self.unsynced = True
-        self.entries.append(entry)
 
     def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Entries of transactions that have records in [start_offset, end_offset)."""
