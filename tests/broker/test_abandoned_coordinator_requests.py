@@ -128,8 +128,9 @@ async def _cancelled_during_its_fsync(
     """Run ``request`` until its records wait for their fsync, cancel it there (its client
     went away), then complete the fsync."""
     log.auto_durable = False
+    appended = len(log.log(partition))
     started = asyncio.ensure_future(request)
-    await asyncio.sleep(0.05)
+    await _until(lambda: len(log.log(partition)) > appended)
     assert not started.done()
     started.cancel()
     with pytest.raises(asyncio.CancelledError):

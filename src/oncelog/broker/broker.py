@@ -341,8 +341,9 @@ class Broker:
 
     def partition_for_clients(self, topic: str, index: int, leader_epoch: int = -1) -> Partition:
         """The partition a producer or consumer may use here: on a single node any, in a
-        cluster only one this broker leads (KafkaError NOT_LEADER_OR_FOLLOWER, or a leader
-        epoch error when the client's ``leader_epoch`` is not ours)."""
+        cluster only one this broker leads (KafkaError NOT_LEADER_OR_FOLLOWER,
+        KAFKA_STORAGE_ERROR when its log here failed, or a leader epoch error when the
+        client's ``leader_epoch`` is not ours)."""
         if self.cluster is None:
             return self.topics.partition(topic, index)
         return self.cluster.hosting().leader_partition(topic, index, leader_epoch)

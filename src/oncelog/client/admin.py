@@ -118,10 +118,12 @@ class BrokerUnreachable(AdminError):
 
 
 # What a broker answers while leadership or a coordinator moves: the request was not applied,
-# and asking again (after a new lookup) will reach whoever took over, as Kafka's Admin does.
+# and asking again (after a new lookup) will reach whoever took over, as Kafka's Admin does
+# (KAFKA_STORAGE_ERROR: the replica's log failed, and the controller elects another leader).
 MOVED = frozenset(
     {
         ErrorCode.not_leader_or_follower,
+        ErrorCode.kafka_storage_error,
         ErrorCode.leader_not_available,
         ErrorCode.not_coordinator,
         ErrorCode.coordinator_not_available,

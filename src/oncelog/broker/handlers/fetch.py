@@ -142,6 +142,12 @@ def _lookup(
             )
         return broker.partition_for_clients(name, wanted.partition, epoch)
     except KafkaError as exc:
+        if exc.code == ErrorCode.kafka_storage_error and follower < 0:
+            # A consumer of a replica whose log failed: Kafka answers KAFKA_STORAGE_ERROR,
+            # on which aiokafka's consumer fetches from this broker again for up to
+            # metadata.max.age.ms (5 minutes) instead of finding the new leader. Every
+            # client looks the leader up again on NOT_LEADER_OR_FOLLOWER, which is as true.
+            return ErrorCode.not_leader_or_follower
         return exc.code
 
 
