@@ -4,6 +4,8 @@ what a restart rebuilds."""
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -107,4 +109,48 @@ def test_a_lost_index_entry_is_rebuilt_from_the_marker(
     reopened = TopicRegistry(tmp_path, BrokerConfig.load(None, {}))
     reopened.load(clean_shutdown=False, now_ms=NOW)
     assert reopened.partition("t", 0).aborted_transactions(0, 10) == expected
+    reopened.close()
+
+
+class _IndexWrites:
+    """Once armed, the next write to a ``.txnindex`` file fails: with ENOSPC, or ``short``
+    (half of it written, as write(2) does when a full disk has room for part)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, short: bool) -> None:
+        self.armed = False
+        self.short = short
+        self._write = os.write
+        monkeypatch.setattr(os, "write", self.write)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if not self.armed or not os.readlink(f"/proc/self/fd/{fd}").endswith(".txnindex"):
+            return self._write(fd, data)
+        self.armed = False
+        if self.short:
+            return self._write(fd, memoryview(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("short", [False, True], ids=["enospc", "short-write"])
+def test_an_abort_whose_index_entry_failed_stays_aborted_through_a_restart(
+    tmp_path: Path, registry: TopicRegistry, monkeypatch: pytest.MonkeyPatch, short: bool
+) -> None:
+    """The marker is in the log and the stable offset past it: the entry is kept in memory,
+    the log goes offline, nothing snapshots the producers past the marker (not the
+    time-based roll's attempt, not the close), and the next start indexes it again."""
+    p = registry.partition("t", 0)
+    p.append_records(txn_batch(9, 0), NOW)
+    faults = _IndexWrites(monkeypatch, short)
+    faults.armed = True
+    with pytest.raises(OSError):
+        p.append_marker(9, 0, commit=False, coordinator_epoch=0, now_ms=NOW)
+    expected = [AbortedTxn(9, 0, 1, 2)]
+    assert p.log.failed
+    assert (p.last_stable_offset, p.aborted_transactions(0, 2)) == (2, expected)
+    p.log.maybe_roll(NOW + 30 * 24 * 3600 * 1000)  # past segment.ms
+    registry.close()
+
+    reopened = TopicRegistry(tmp_path, BrokerConfig.load(None, {}))
+    reopened.load(clean_shutdown=False, now_ms=NOW)
+    assert reopened.partition("t", 0).aborted_transactions(0, 2) == expected
     reopened.close()

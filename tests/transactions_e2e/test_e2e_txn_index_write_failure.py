@@ -72,7 +72,8 @@ def fault(monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexWriteFault]:
 def read_committed(broker: EmbeddedBroker, topic: str) -> list[bytes | None]:
     assert broker.broker is not None
     end = broker.broker.topics.partition(topic, 0).high_watermark
-    got, _ = read_confluent(broker.bootstrap_servers, topic, {0: end}, "read_committed")
+    got, positions = read_confluent(broker.bootstrap_servers, topic, {0: end}, "read_committed")
+    assert positions == {0: end}, "the consumer did not read to the end"
     return sorted(value for _, _, value in got)
 
 

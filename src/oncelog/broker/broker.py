@@ -358,7 +358,8 @@ class Broker:
 
     async def stop(self) -> None:
         """Stop serving, flush everything, and leave the clean-shutdown marker, unless a
-        log failed an fsync: then the next start must recover it from its recovery point."""
+        log failed (an fsync, a torn write, an index write): then the next start must
+        recover it from its recovery point."""
         hosted = self.hosted.partitions()  # a cluster broker's replicas are gone once closed
         # The log upkeep first: a cluster broker closes its replicas when it leaves.
         if self._maintenance is not None:
@@ -384,7 +385,7 @@ class Broker:
         failed = [p for p in hosted if p.log.failed]
         if failed:
             log.error(
-                "broker stopped; %d log(s) failed an fsync (%s): the next start recovers them",
+                "broker stopped; %d log(s) failed (%s): the next start recovers them",
                 len(failed),
                 ", ".join(f"{p.topic}-{p.index}" for p in failed[:10]),
             )

@@ -254,7 +254,8 @@ class Partition:
     def truncate_to(self, offset: int, now_ms: int, producer_id_expiration_ms: int) -> None:
         """Cut the log at ``offset`` (a follower's diverged tail) and rebuild the producer
         state from what remains (snapshots past the new end are deleted)."""
-        self.log.truncate_to(offset)
+        with self._offline_on_failure():
+            self.log.truncate_to(offset)
         self.producers = load_producer_state(
             self.log.directory, self.log, now_ms, producer_id_expiration_ms
         )
@@ -316,7 +317,12 @@ class Partition:
     # -- producer state upkeep -------------------------------------------------------------
 
     def _snapshot_producers(self, offset: int) -> None:
-        write_snapshot(self.log.directory, offset, self.producers)
+        """Write the producer snapshot at ``offset``; never for a failed log (at a roll, a
+        DeleteRecords or the close): its next start recovers it and must replay the tail,
+        since an ABORT marker whose index entry was lost is indexed again only by that
+        replay (``producers.loader``)."""
+        if not self.log.failed:
+            write_snapshot(self.log.directory, offset, self.producers)
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> list[int]:
         return self.producers.remove_expired(now_ms, expiration_ms)
@@ -356,11 +362,9 @@ class Partition:
 
     def close(self) -> None:
         """Snapshot the producers at the log end (a clean start then replays nothing),
-        unless nothing was ever appended, that snapshot is already on disk, or the log
-        failed: its next start recovers it and must replay the tail (an ABORT marker whose
-        index entry was lost is indexed again only by that replay)."""
+        unless nothing was ever appended or that snapshot is already on disk."""
         end = self.log.log_end_offset
-        if end > 0 and not self.log.failed and not snapshot_path(self.log.directory, end).exists():
+        if end > 0 and not snapshot_path(self.log.directory, end).exists():
             self._snapshot_producers(end)
         self.log.close()
 

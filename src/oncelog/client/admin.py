@@ -118,12 +118,10 @@ class BrokerUnreachable(AdminError):
 
 
 # What a broker answers while leadership or a coordinator moves: the request was not applied,
-# and asking again (after a new lookup) will reach whoever took over, as Kafka's Admin does
-# (KAFKA_STORAGE_ERROR: the replica's log failed, and the controller elects another leader).
+# and asking again (after a new lookup) will reach whoever took over, as Kafka's Admin does.
 MOVED = frozenset(
     {
         ErrorCode.not_leader_or_follower,
-        ErrorCode.kafka_storage_error,
         ErrorCode.leader_not_available,
         ErrorCode.not_coordinator,
         ErrorCode.coordinator_not_available,
@@ -308,6 +306,21 @@ def _retried_while_moving(
     refused whole when it reaches the wrong broker, or is idempotent, so a second attempt
     changes nothing that the first one did."""
 
+    return _retried(call, frozenset())
+
+
+def _retried_while_leaders_move(
+    call: Callable[Concatenate[Admin, _P], _R],
+) -> Callable[Concatenate[Admin, _P], _R]:
+    """``_retried_while_moving`` for calls sent to partition leaders, which also ask again
+    after KAFKA_STORAGE_ERROR: the replica asked has a failed log, and in a cluster the
+    controller elects another leader (on one node the call fails at its API timeout)."""
+    return _retried(call, frozenset({ErrorCode.kafka_storage_error}))
+
+
+def _retried(
+    call: Callable[Concatenate[Admin, _P], _R], also: frozenset[ErrorCode]
+) -> Callable[Concatenate[Admin, _P], _R]:
     @functools.wraps(call)
     def retrying(admin: Admin, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         moved: AdminError | None = None
@@ -315,7 +328,7 @@ def _retried_while_moving(
             try:
                 return call(admin, *args, **kwargs)
             except AdminError as error:
-                if not error.moved:
+                if not (error.moved or error.code in also):
                     raise
                 moved = error
         assert moved is not None  # there is always a first attempt
@@ -464,7 +477,7 @@ class Admin:
         (result,) = response.results
         check(result.error_code, result.error_message, f"topic {topic!r}")
 
-    @_retried_while_moving
+    @_retried_while_leaders_move
     def delete_records(self, topic: str, before: Mapping[int, int]) -> dict[int, int]:
         """DeleteRecords: move each partition's log start offset up to the offset given
         (-1: the high watermark); each partition's new log start offset (low watermark).
@@ -508,7 +521,7 @@ class Admin:
             t.name: sorted(p.partition_index for p in t.partitions) for t in self._metadata(topics)
         }
 
-    @_retried_while_moving
+    @_retried_while_leaders_move
     def list_offsets(
         self,
         partitions: Mapping[str, Sequence[int]],
@@ -824,7 +837,7 @@ class Admin:
 
     # -- producer state ---------------------------------------------------------------------
 
-    @_retried_while_moving
+    @_retried_while_leaders_move
     def describe_producers(
         self, partitions: Mapping[str, Sequence[int]]
     ) -> dict[TopicPartition, list[ProducerState]]:
@@ -892,7 +905,7 @@ class Admin:
             found.update(_describe_transactions(conn, coordinated))
         return {i: found[i] for i in ids if i in found}
 
-    @_retried_while_moving
+    @_retried_while_leaders_move
     def write_abort_marker(
         self,
         topic: str,

@@ -127,7 +127,8 @@ class PartitionLog:
         # Why this log is offline; None while it is not. After a failed fsync the kernel
         # may have dropped the dirty pages and marked them clean, so a later fsync can
         # succeed without them ever reaching the disk ("fsyncgate"); a write whose torn
-        # tail could not be cut off leaves bytes recovery must trim. Either way nothing
+        # tail could not be cut off leaves bytes recovery must trim; an index entry that
+        # could not be written or cut leaves an index recovery must rebuild. Either way nothing
         # beyond the recovery point is called durable again, and nothing more is appended,
         # until a restart recovers the log from that point (Kafka takes the log dir offline).
         self._storage_failure: str | None = None
@@ -197,9 +198,9 @@ class PartitionLog:
 
     @property
     def failed(self) -> bool:
-        """An fsync of this log failed, or a torn write could not be cut off: it takes no
-        append and reports nothing more durable until the broker restarts and recovers it
-        (see ``__init__``)."""
+        """An fsync of this log failed, a torn write could not be cut off, or an index
+        write or cut failed: it takes no append and reports nothing more durable until the
+        broker restarts and recovers it (see ``__init__``)."""
         return self._storage_failure is not None
 
     def _offline_reason(self) -> str:
@@ -293,8 +294,9 @@ class PartitionLog:
         """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
         with self._lock:
             active = self._segments[-1]
-            if active.size and active.torn is None and self._aged(active, now_ms):
-                self._roll_locked()
+            if self._storage_failure is None and active.torn is None:  # failed: no roll
+                if active.size and self._aged(active, now_ms):
+                    self._roll_locked()
 
     def _aged(self, segment: LogSegment, now_ms: int) -> bool:
         """segment.ms elapsed since its first batch arrived (after a restart: since that
@@ -532,7 +534,11 @@ class PartitionLog:
                 position = segment.find_position(offset)
                 if position is not None:
                     new_end = _base_offset_at(segment, position)
-                    segment.truncate(position, new_end)
+                    try:
+                        segment.truncate(position, new_end)
+                    except OSError as exc:  # its files may keep what was cut (index entries)
+                        self._storage_failure = f"cutting {segment.path.name} failed: {exc}"
+                        raise
             lowered = self._recovery_point > self.log_end_offset
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._dir_dirty = True

@@ -14,6 +14,7 @@ between, and an aborted transaction whose entry is lost reads as committed.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -68,8 +69,11 @@ class TransactionIndex:
         file write then fails (the log is taken offline then; see ``Log.append_aborted_txn``)."""
         self.entries.append(entry)
         self.unsynced = True
+        encoded = _encode(entry)
         with open_files.using(self._opened(), write=True) as fd:
-            os.write(fd, _encode(entry))
+            written = os.write(fd, encoded)
+        if written != len(encoded):  # a full disk may take part of it: a torn entry
+            raise OSError(errno.ENOSPC, f"wrote {written} of {len(encoded)} bytes to {self.path}")
 
     def overlapping(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
         """Entries of transactions that have records in [start_offset, end_offset)."""
