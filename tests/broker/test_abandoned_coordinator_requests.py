@@ -227,38 +227,11 @@ def test_an_offset_commit_whose_requester_went_away_is_replayed_once_durable() -
     asyncio.run(scenario())
 
 
-def test_a_request_cancelled_in_the_step_before_its_id_settles_takes_nothing() -> None:
-    """The parked request's task is cancelled (the client went away, or its wait ran out)
-    and, in that same step, before the task has run again, ``_wake`` runs the id's parked
-    requests. The parked future is cancelled with the task, so ``_wake`` begins nothing
-    for it (and must not fail setting it: the markers task calls ``_wake`` in the step
-    that appends the COMPLETE record), and the request's entry is gone afterwards."""
-
-    async def scenario() -> None:
-        _, coordinator, markers, pid, parked = await _parked_behind_markers()
-        partition = partition_for(TID, 3)
-        parked.cancel()
-        coordinator._wake(TID)
-        with pytest.raises(asyncio.CancelledError):
-            await parked
-        shard = coordinator.shards[partition]
-        assert shard.pending(TID) is None
-        assert coordinator._parked == {}
-        markers.hold = False
-        await _until(lambda: _state(shard) is TxnState.COMPLETE_COMMIT)
-        retried = await coordinator.add_partitions(TID, pid, 0, [("orders", 2)])
-        assert retried.error.name == "none"
-        await coordinator.stop()
-
-    asyncio.run(scenario())
-
-
 def test_a_sync_group_leader_that_went_away_still_answers_its_followers() -> None:
     async def scenario() -> None:
         log = MemoryLog(partitions=1)
-        clock = _Clock()
         coordinator = GroupCoordinator(
-            log, log, log, clock, GroupConfig(initial_rebalance_delay_ms=0)
+            log, log, log, _clock, GroupConfig(initial_rebalance_delay_ms=0)
         )
         await coordinator.on_elected(0, 1)
         await coordinator.start()
@@ -279,9 +252,8 @@ def test_a_sync_group_leader_that_went_away_still_answers_its_followers() -> Non
     asyncio.run(scenario())
 
 
-class _Clock:
-    def __call__(self) -> int:
-        return int(asyncio.get_running_loop().time() * 1000)
+def _clock() -> int:
+    return int(asyncio.get_running_loop().time() * 1000)
 
 
 async def _two_members_joined(

@@ -1,5 +1,5 @@
-"""LocalMarkerWriter: each partition's outcome once its marker is durable (or why not),
-awaited without asyncio.gather's extra loop turn, and cancelled as a whole."""
+"""LocalMarkerWriter: each partition's outcome once its marker is durable (or why not), and
+cancelled as a whole."""
 
 from __future__ import annotations
 
@@ -70,22 +70,6 @@ def test_each_partition_gets_its_own_outcome() -> None:
         ("t", 1): ErrorCode.not_leader_or_follower,
         ("t", 2): ErrorCode.none,
     }
-
-
-def test_one_partitions_outcome_comes_one_loop_turn_after_it_is_durable() -> None:
-    """asyncio.gather took two turns: its callback on the wait, then the task's wake-up."""
-
-    async def scenario() -> bool:
-        partitions = FakePartitions()
-        writing = start(partitions, ("t", 0))
-        await asyncio.sleep(0)
-        partitions.durable["t-0"].set_result(None)
-        await asyncio.sleep(0)  # one turn: the writer's wake-up was scheduled first
-        done = writing.done()
-        await writing
-        return done
-
-    assert asyncio.run(scenario())
 
 
 def test_cancelling_the_write_cancels_every_wait() -> None:

@@ -38,24 +38,17 @@ class _HeldMarkers:
         self.release = threading.Event()
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """The coordinator asks for a marker's write in the step that finds its PREPARE
-        durable (the EndTxn answer follows); the victim's write is held in the marker
-        task that awaits it, before anything is appended."""
-        original = TransactionCoordinator._write_marker
+        original = TransactionCoordinator._write_markers
         gate = self
 
-        def write_marker(self: TransactionCoordinator, marker: Any, partitions: Any) -> Any:
-            if marker.transactional_id != VICTIM or not marker.committed:
-                return original(self, marker, partitions)
-            gate.held.set()
-            return held(self, marker, partitions)
+        async def write_markers(self: TransactionCoordinator, partition: int, marker: Any) -> None:
+            if marker.transactional_id == VICTIM and marker.committed:
+                gate.held.set()
+                while not gate.release.is_set():
+                    await asyncio.sleep(0.01)
+            await original(self, partition, marker)
 
-        async def held(self: TransactionCoordinator, marker: Any, partitions: Any) -> Any:
-            while not gate.release.is_set():
-                await asyncio.sleep(0.01)
-            return await original(self, marker, partitions)
-
-        monkeypatch.setattr(TransactionCoordinator, "_write_marker", write_marker)
+        monkeypatch.setattr(TransactionCoordinator, "_write_markers", write_markers)
 
 
 @pytest.fixture

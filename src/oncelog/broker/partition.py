@@ -202,7 +202,7 @@ class Partition:
     def append_batch(
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
     ) -> AppendResult:
-        with self._offline_on_failure():
+        try:  # not ``_offline_on_failure``: its generator costs ~1.3 µs on every produce
             result = self.log.append(
                 batch,
                 header,
@@ -210,13 +210,16 @@ class Partition:
                 log_append_time=self.settings.log_append_time,
                 leader_epoch=self.leader_epoch,
             )
+        except OSError:
+            self.check_offline()
+            raise
         self._wake_waiters()
         return result
 
     @contextmanager
     def _offline_on_failure(self) -> Iterator[None]:
-        """Around a log write: an ``OSError`` that left the log offline is reported
-        (``check_offline``) before it reaches the caller."""
+        """Around a rare log write (an index entry, a cut): an ``OSError`` that left the log
+        offline is reported (``check_offline``) before it reaches the caller."""
         try:
             yield
         except OSError:
@@ -239,8 +242,11 @@ class Partition:
         """A follower's append: the leader's batch byte for byte. The producer state learns
         from it as at recovery (Kafka's replication origin: the leader validated it), so a
         follower that becomes leader answers retries and knows open transactions."""
-        with self._offline_on_failure():
+        try:  # as ``append_batch``: a follower's every append
             self.log.append_replicated(batch, header, now_ms)
+        except OSError:
+            self.check_offline()
+            raise
         marker = None
         if header.is_control and header.has_producer_id:
             found = control_marker(batch)

@@ -4,9 +4,8 @@ The server only moves bytes. Each connection has a reader loop that decodes requ
 starts their handling as tasks in arrival order, and a writer loop that sends the
 responses in that same order, so a client may pipeline (five produce requests in flight,
 a long-polling fetch behind a metadata request) and still get its answers in order, as
-Kafka promises. A handler whose answer is the next to go writes it itself (one loop turn
-sooner than the writer loop could, see _AnswerOrder). A connection that breaks the
-protocol is closed with a log line; nothing it sent can affect another connection.
+Kafka promises. A connection that breaks the protocol is closed with a log line; nothing
+it sent can affect another connection.
 
 What connections may cost is bounded, with Kafka's keys where Kafka has one:
 - how many: `max.connections`, `max.connections.per.ip` and its overrides
@@ -70,9 +69,7 @@ READ_BUFFER_BYTES = 64 * 1024
 # timeout is shorter, so that no connection outlives its timeout by more than a quarter).
 MAX_WATCH_INTERVAL_S = 1.0
 
-# What the responder writes next: a reply made without a handler, or the handler's task,
-# whose result is the framed answer (None: nothing left to write, see _AnswerOrder).
-PendingAnswer = bytes | asyncio.Task[bytes | None]
+PendingAnswer = tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]
 
 
 @dataclass(frozen=True)
@@ -208,40 +205,6 @@ class _Connection:
         return None
 
 
-class _AnswerOrder:
-    """Lets a handler write its own answer when it is the one the responder waits for.
-
-    The responder writes answers in request order, awaiting each handler's task in turn. A
-    task's end wakes the responder only one loop turn later (a task's done-callbacks are
-    scheduled with ``call_soon``; with 16 transactional producers a turn took 0.35-0.38 ms
-    at the median, 0.9-1.1 ms at p90: scratch timestamps of session 17, fsync_threads.py),
-    so a handler that ends while the responder waits for exactly it writes its answer
-    itself, in its own last step, and the responder finds nothing left to write. Every
-    earlier answer is written by then (the responder took this task from the queue only
-    after writing them and draining), so the order is kept. A closing transport is left
-    to the responder (uvloop's raises on a write once its handle is closed).
-    """
-
-    __slots__ = ("awaited", "writer")
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        self.awaited: asyncio.Future[Any] | None = None  # the task the responder waits for
-
-    def write_if_next(self, answer: bytes | None) -> bytes | None:
-        """Write ``answer`` now if the running task is the awaited one; what is left for
-        the responder to write."""
-        if (
-            answer is None
-            or self.awaited is None
-            or self.awaited is not asyncio.current_task()
-            or self.writer.transport.is_closing()
-        ):
-            return answer
-        self.writer.write(answer)
-        return None
-
-
 class KafkaServer:
     """The listening socket and one reader and one writer loop per connection (see the module
     docstring); it only moves frames, the dispatcher handles requests."""
@@ -369,14 +332,13 @@ class KafkaServer:
         info = ConnectionInfo(peer, self._next_connection_id, listener.name, ip, principal)
         close_delay_s = 0.0
         pending: asyncio.Queue[PendingAnswer] = asyncio.Queue(MAX_PIPELINED_REQUESTS)
-        order = _AnswerOrder(writer)
-        responder = asyncio.create_task(self._write_responses(pending, order, connection))
+        responder = asyncio.create_task(self._write_responses(pending, writer, connection))
         # A responder that stops on its own could not write to the client: stop reading too
         # (a reader waiting for room in the queue would otherwise wait forever).
         responder.add_done_callback(lambda done: None if done.cancelled() else task.cancel())
         try:
             try:
-                await self._read_requests(reader, pending, order, connection, info)
+                await self._read_requests(reader, pending, connection, info)
             except AuthenticationEnded as exc:
                 log.info("failed authentication of %s on %s: %s", peer, listener.name, exc)
                 close_delay_s = listener.failed_authentication_delay_s
@@ -405,7 +367,6 @@ class KafkaServer:
         self,
         reader: asyncio.StreamReader,
         pending: asyncio.Queue[PendingAnswer],
-        order: _AnswerOrder,
         connection: _Connection,
         info: ConnectionInfo,
     ) -> None:
@@ -422,17 +383,17 @@ class KafkaServer:
             self._check_size(size, connection.authenticator)
             await self._pool.reserve(size)
             try:
-                answer = await self._read_and_start(reader, size, pending, order, connection, info)
+                answer = await self._read_and_start(reader, size, pending, connection, info)
             except AuthenticationEnded as ended:
                 self._pool.release(size)
                 if ended.reply is not None:
                     connection.unanswered += 1
-                    await pending.put(ended.reply)
+                    await pending.put((0, None, ended.reply))
                 raise
             except BaseException:
                 self._pool.release(size)
                 raise
-            _release_when_handled(answer, self._pool, size)
+            _release_when_handled(answer[2], self._pool, size)
             connection.unanswered += 1
             await pending.put(answer)
 
@@ -455,7 +416,6 @@ class KafkaServer:
         reader: asyncio.StreamReader,
         size: int,
         pending: asyncio.Queue[PendingAnswer],
-        order: _AnswerOrder,
         connection: _Connection,
         info: ConnectionInfo,
     ) -> PendingAnswer:
@@ -473,21 +433,22 @@ class KafkaServer:
         if connection.authenticator is not None:
             reply = _authenticate(connection.authenticator, frame, info)
             if reply is not None:
-                return reply
+                return 0, None, reply
         if codec.peek_api(frame)[0] in LARGE_ANSWER_APIS:
             await pending.join()
-        return self._start_request(frame, order, info)
+        return self._start_request(frame, info)
 
     def _start_request(
-        self, frame: bytes, order: _AnswerOrder, info: ConnectionInfo
-    ) -> PendingAnswer:
+        self, frame: bytes, info: ConnectionInfo
+    ) -> tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]:
         try:
             api_key, version, correlation_id = codec.peek_api(frame)
         except codec.MalformedRequest as exc:
             raise ProtocolViolation(str(exc)) from exc
         if not is_supported(api_key, version):
             if api_key == ApiKey.API_VERSIONS:
-                return codec.encode_unsupported_api_versions(correlation_id, SUPPORTED_VERSIONS)
+                reply = codec.encode_unsupported_api_versions(correlation_id, SUPPORTED_VERSIONS)
+                return correlation_id, None, reply
             raise ProtocolViolation(f"unsupported api key {api_key} version {version}")
         api = codec.api_codec(api_key, version)
         try:
@@ -496,51 +457,26 @@ class KafkaServer:
             raise ProtocolViolation(
                 f"malformed {ApiKey(api_key).name} v{version} request: {exc}"
             ) from exc
-        return asyncio.ensure_future(self._handle(header, request, api, order, info))
-
-    async def _handle(
-        self,
-        header: codec.RequestHeader,
-        request: Any,
-        api: codec.ApiCodec,
-        order: _AnswerOrder,
-        info: ConnectionInfo,
-    ) -> bytes | None:
-        """Handle one request in its own task: the framed answer, unless it was written
-        here already (see _AnswerOrder). The dispatcher's coroutine is made inside the
-        task, so a task cancelled before it first ran leaves none unawaited."""
-        dispatcher = self._dispatcher
-        answer = await _answer(
-            header.correlation_id,
-            api,
-            lambda: dispatcher.dispatch(header, request, info),
-            info.peer,
-        )
-        return order.write_if_next(answer)
+        handling = asyncio.ensure_future(self._dispatcher.dispatch(header, request, info))
+        return correlation_id, api, handling
 
     async def _write_responses(
         self,
         pending: asyncio.Queue[PendingAnswer],
-        order: _AnswerOrder,
+        writer: asyncio.StreamWriter,
         connection: _Connection,
     ) -> None:
         loop = asyncio.get_running_loop()
-        writer = order.writer
         while True:
-            outcome = await pending.get()
+            correlation_id, api, outcome = await pending.get()
             try:
                 if isinstance(outcome, bytes):
-                    answer: bytes | None = outcome
+                    writer.write(outcome)
                 else:
-                    order.awaited = outcome
-                    try:
-                        answer = await outcome
-                    finally:
-                        order.awaited = None
-                if answer is not None:
-                    if writer.transport.is_closing():  # uvloop's write would raise
-                        raise ConnectionResetError("the connection is closing")
-                    writer.write(answer)
+                    assert api is not None
+                    answer = await _answer(correlation_id, api, outcome, connection.peer)
+                    if answer is not None:
+                        writer.write(answer)
                 connection.writing_since = loop.time()
                 await writer.drain()
                 connection.writing_since = None
@@ -596,7 +532,7 @@ class _Unanswerable(Exception):
 
 
 async def _answer(
-    correlation_id: int, api: codec.ApiCodec, handle: Callable[[], Awaitable[Any]], peer: str
+    correlation_id: int, api: codec.ApiCodec, handling: Awaitable[Any], peer: str
 ) -> bytes | None:
     """The framed response to one request (None: it gets none, as an acks=0 produce).
 
@@ -606,7 +542,7 @@ async def _answer(
     _Unanswerable closes the connection with a log line.
     """
     try:
-        response = await handle()
+        response = await handling
         return None if response is None else codec.encode_response(correlation_id, api, response)
     except Exception:
         name = f"{ApiKey(api.request_type.__api_key__).name} v{api.request_type.__version__}"
@@ -626,7 +562,9 @@ async def _all_answered(pending: asyncio.Queue[Any], responder: asyncio.Task[Non
         joined.cancel()
 
 
-def _release_when_handled(outcome: PendingAnswer, pool: RequestMemoryPool, size: int) -> None:
+def _release_when_handled(
+    outcome: Awaitable[Any] | bytes, pool: RequestMemoryPool, size: int
+) -> None:
     """Give a request's reserved bytes back once its handling is over."""
     if isinstance(outcome, asyncio.Future):
         outcome.add_done_callback(lambda _: pool.release(size))
@@ -637,7 +575,7 @@ def _release_when_handled(outcome: PendingAnswer, pool: RequestMemoryPool, size:
 def _drain_queue(pending: asyncio.Queue[Any]) -> None:
     """Mark every queued request done so the reader's join() does not wait forever."""
     while not pending.empty():
-        outcome = pending.get_nowait()
+        _, _, outcome = pending.get_nowait()
         if isinstance(outcome, asyncio.Future):
             outcome.cancel()
         pending.task_done()

@@ -3,14 +3,8 @@ runtime, with the markers they ask for and the timers they need.
 
 Every request runs the same way: the runtime runs the shard's handler, writes its records
 to the shard's `__transaction_state` partition and replays them once durable; only then is
-the client answered. The markers a PREPARE record asks for are sent in the step that
-finds it durable (WriteTxnMarkers semantics, in process on one node): on one node the
-data partitions' markers are appended in that step, before the EndTxn answer (which that
-step writes) is on the wire, so a client that reads a partition's end after its commit
-finds the marker there. Kafka does not promise that, and neither does a cluster here
-(markers for other brokers travel by WriteTxnMarkers, and the local writer is awaited
-there, a turn later), nor a ``__consumer_offsets`` marker (the group coordinator's task
-writes it). Once every participating partition holds its marker durably, the COMPLETE
+the client answered. Markers are written afterwards (WriteTxnMarkers semantics, in process
+on one node); once every participating partition holds its marker durably, the COMPLETE
 record is written. Writes for different transactional ids overlap and share fsyncs.
 """
 
@@ -31,7 +25,6 @@ from oncelog.broker.coordinator_runtime import (
 )
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
 from oncelog.broker.leadership import InternalTopic, LedCoordinator
-from oncelog.broker.txn_markers import MarkerOutcomes
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.transactions.coordinator import (
     CoordinatorResult,
@@ -76,9 +69,7 @@ class MarkerWriter(Protocol):
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> MarkerOutcomes:
-        """The outcome per partition once written (a local writer appends to data
-        partitions in the call)."""
+    ) -> Awaitable[dict[TopicPartition, ErrorCode]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +150,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 "commit" if marker.committed else "abort",
                 marker.transactional_id,
             )
-            self._send_marker(partition, marker)
+            self._spawn(partition, self._write_markers(partition, marker))
 
     def _on_unloaded(self, partition: int, shard: TransactionCoordinatorShard) -> None:
         """The new coordinator completes what this one was writing markers for; parked
@@ -169,12 +160,11 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         for tid in [t for t, entries in self._parked.items() if entries[0][0] == partition]:
             self._wake(tid)
 
-    def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, partition: int, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coroutine)
         tasks = self._tasks.setdefault(partition, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
-        return task
 
     # -- requests ------------------------------------------------------------------------
 
@@ -378,48 +368,36 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
 
         A request that stops waiting (it gave up, or its task was cancelled: the broker
         stopping, the client gone) takes its entry back, so no later ``_wake`` begins a write
-        for a request nobody answers.
-
-        The future is awaited as it is, under ``asyncio.timeout``: the task wakes one loop
-        turn after ``_wake``, where ``asyncio.wait`` took two (its callback, then its own
-        future's). The parked request is the next transaction's first, so that turn was
-        on every transaction's path under load. Awaited directly, the future is cancelled
-        with the task (or by the timeout): a cancelled entry is taken back as well."""
-        loop = asyncio.get_running_loop()
-        retry: asyncio.Future[InFlightWrite[CoordinatorResult]] = loop.create_future()
+        for a request nobody answers."""
+        retry: asyncio.Future[InFlightWrite[CoordinatorResult]]
+        retry = asyncio.get_running_loop().create_future()
         entry = (partition, handler, retry)
         self._parked.setdefault(transactional_id, []).append(entry)
+        left = give_up - asyncio.get_running_loop().time()
         try:
-            async with asyncio.timeout(max(give_up - loop.time(), 0)):
-                return await retry  # raises the CoordinatorError the retry met
-        except TimeoutError:
-            if retry.done() and not retry.cancelled():  # begun for us as time ran out
-                return retry.result()
-            return None
+            await asyncio.wait([retry], timeout=max(left, 0))
         except asyncio.CancelledError:
-            if _begun(retry):  # begun for us in this turn
+            if retry.done() and retry.exception() is None:  # begun for us in this turn
                 self._follow_up_later(partition, transactional_id, retry.result())
             raise
         finally:
-            if not retry.done() or retry.cancelled():
+            if not retry.done():
                 self._unpark(transactional_id, entry)
+        if retry.done():
+            return retry.result()  # raises the CoordinatorError the retry met
+        return None
 
     def _unpark(self, transactional_id: str, entry: _Parked) -> None:
-        """Take back the entry of a request that stopped waiting before ``_wake`` ran it.
-        ``_wake`` empties an id's whole list at once, so the entry is still there unless
-        ``_wake`` ran after its future was cancelled and before its task ran again."""
-        parked = self._parked.get(transactional_id, [])
-        if entry in parked:
-            parked.remove(entry)
-            if not parked:
-                del self._parked[transactional_id]
+        """Take back the entry of a request that stopped waiting before ``_wake`` ran it
+        (``_wake`` empties an id's whole list at once, so the entry is still there)."""
+        parked = self._parked[transactional_id]
+        parked.remove(entry)
+        if not parked:
+            del self._parked[transactional_id]
 
     def _wake(self, transactional_id: str) -> None:
-        """Run the requests parked for the id again, now, in this step (not those whose
-        future was cancelled with their task, which have not run since)."""
+        """Run the requests parked for the id again, now, in this step."""
         for partition, handler, retry in self._parked.pop(transactional_id, []):
-            if retry.cancelled():
-                continue
             try:
                 retry.set_result(self._runtime.begin_write(partition, handler))
             except CoordinatorError as exc:
@@ -427,48 +405,12 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
 
     def _send_markers(self, partition: int, result: CoordinatorResult) -> None:
         for marker in result.markers:
-            self._send_marker(partition, marker)
+            self._spawn(partition, self._write_markers(partition, marker))
 
     # -- markers -----------------------------------------------------------------------------
 
-    def _send_marker(self, partition: int, marker: MarkerRequest) -> None:
-        """Write the marker now, and follow it up in a marker task of the partition.
-
-        The first write is asked for here, in the caller's step, not in the task's first
-        step one loop turn later: on one node the local writer appends the data
-        partitions' markers in the call, so an EndTxn answer written in this step follows
-        them in the log (see the module docstring), and their fsyncs start sooner.
-        """
-        written: MarkerOutcomes
-        try:
-            written = self._write_marker(marker, marker.partitions)
-        except Exception as exc:  # a bug of ours ends the marker task, not the request
-            written = _raised(exc)
-        task = self._spawn(partition, self._write_markers(partition, marker, written))
-        # A task cancelled before its first step never awaits ``written``: close it, so its
-        # waits are cancelled and nothing is reported as never awaited (once awaited to its
-        # end, closing changes nothing).
-        task.add_done_callback(lambda _: written.close())
-
-    def _write_marker(
-        self, marker: MarkerRequest, partitions: Iterable[TopicPartition]
-    ) -> MarkerOutcomes:
-        return self._markers.write(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.committed,
-            marker.coordinator_epoch,
-            sorted(partitions),
-        )
-
-    async def _write_markers(
-        self,
-        partition: int,
-        marker: MarkerRequest,
-        written: Awaitable[dict[TopicPartition, ErrorCode]],
-    ) -> None:
-        """Wait for the marker's first write (``written``), write it again to every
-        participant that did not take it, until each holds it durably, then complete.
+    async def _write_markers(self, partition: int, marker: MarkerRequest) -> None:
+        """Write the marker to every participant until each holds it durably, then complete.
 
         A partition that refuses the marker as stale (a newer producer epoch or coordinator
         already wrote there) or that was deleted is done with; any other failure is retried,
@@ -476,7 +418,13 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         """
         remaining = set(marker.partitions)
         while True:
-            outcomes = await written
+            outcomes = await self._markers.write(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.committed,
+                marker.coordinator_epoch,
+                sorted(remaining),
+            )
             for (topic, index), code in outcomes.items():
                 if code == ErrorCode.none:
                     remaining.discard((topic, index))
@@ -488,7 +436,6 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             if not remaining:
                 break
             await asyncio.sleep(MARKER_RETRY_S)
-            written = self._write_marker(marker, remaining)
         tid = marker.transactional_id
         try:
             completing = self._runtime.begin_write(
@@ -533,14 +480,3 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             for marker in result.markers:
                 log.info("transactional id %r timed out: aborting", marker.transactional_id)
             self._send_markers(partition, result)
-
-
-def _begun(retry: asyncio.Future[Any]) -> bool:
-    """``_wake`` began the parked request's write (it neither failed nor was cancelled)."""
-    return retry.done() and not retry.cancelled() and retry.exception() is None
-
-
-async def _raised(exc: Exception) -> dict[TopicPartition, ErrorCode]:
-    """Raises ``exc`` where it is awaited (in the marker task, where it was raised before
-    markers were written in the caller's step)."""
-    raise exc

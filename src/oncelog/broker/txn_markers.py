@@ -5,7 +5,7 @@ leads itself in a cluster) and for the WriteTxnMarkers API.
 A marker for ``__consumer_offsets`` goes through the group coordinator, which writes it
 and settles the transaction's offsets once it is durable (Kafka 4's
 ``GroupCoordinator.completeTransaction``); every other marker is appended to its
-partition here. Appends happen in the call to ``write``, so markers take effect in the order
+partition here. Appends happen before the first await, so markers take effect in the order
 they were asked for; all of them then share the fsyncs (and, in a cluster, the
 replication to the ISR) that make them durable.
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
 from oncelog.protocol.errors import ErrorCode, KafkaError
@@ -89,27 +89,18 @@ class LocalMarkerWriter:
         self._complete_offsets = complete_offsets
         self._clock = clock
 
-    def write(
+    async def write(
         self,
         producer_id: int,
         producer_epoch: int,
         committed: bool,
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
-    ) -> MarkerOutcomes:
-        """Write the marker to each partition now, in this call; await the result for the
-        outcome per partition once each is durable (NONE, or the refusal:
-        UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH,
-        TRANSACTION_COORDINATOR_FENCED, a storage error...), or close it to cancel the
-        waits.
-
-        The appends to data partitions happen in the call, not when a task first awaits
-        the result: the transaction coordinator asks for a transaction's markers in the
-        step that finds its PREPARE record durable, so on one node they are in the log
-        before the EndTxn answer is written (which its handler does in that same step, see
-        server.py), and their fsyncs start a loop turn sooner. A ``__consumer_offsets``
-        marker is the group coordinator's to write: its task, started here, writes it a
-        turn later."""
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write the marker to each partition and wait until each is durable; the outcome
+        per partition (NONE, or the refusal: UNKNOWN_TOPIC_OR_PARTITION,
+        NOT_LEADER_OR_FOLLOWER, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, a
+        storage error...)."""
         outcomes: dict[TopicPartition, ErrorCode] = {}
         waits: dict[TopicPartition, Awaitable[None]] = {}
         now = self._clock()
@@ -147,70 +138,10 @@ class LocalMarkerWriter:
                 offset,
             )
             waits[topic, index] = self._partitions.wait_durable(partition, offset + 1)
-        return _DurableOutcomes(outcomes, waits)
-
-
-class MarkerOutcomes(Protocol):
-    """What a marker write returns: awaited, the outcome per partition; closed before
-    that, whatever it waits for is given up (a coroutine is one)."""
-
-    def __await__(self) -> Generator[Any, None, dict[TopicPartition, ErrorCode]]: ...
-
-    def close(self) -> None: ...
-
-
-class _DurableOutcomes:
-    """The outcome per partition of markers already appended: the refusals, and each
-    wait's outcome once it ends.
-
-    The waits are awaited one after the other, not gathered: the awaiting task wakes one
-    loop turn after the last wait ends, where ``asyncio.gather`` takes two (its callback
-    per wait, then its own future's wake-up of the task), and one partition, the
-    commonest transaction, is a plain await. They run at once all the same: each is a
-    future, or becomes a task here, at once, so none is left unawaited. Cancelling the
-    awaiting task, or closing this before it is awaited (a marker task cancelled before
-    its first step), cancels them, as gather would."""
-
-    def __init__(
-        self, refused: dict[TopicPartition, ErrorCode], waits: dict[TopicPartition, Awaitable[None]]
-    ) -> None:
-        self._refused = refused
-        self._waits = {key: asyncio.ensure_future(wait) for key, wait in waits.items()}
-
-    def __await__(self) -> Generator[Any, None, dict[TopicPartition, ErrorCode]]:
-        return self._outcomes().__await__()
-
-    def close(self) -> None:
-        _give_up(self._waits.values())
-
-    async def _outcomes(self) -> dict[TopicPartition, ErrorCode]:
-        outcomes = dict(self._refused)
-        task = asyncio.current_task()
-        try:
-            for (topic, index), future in self._waits.items():
-                try:
-                    await future
-                    outcomes[topic, index] = ErrorCode.none
-                except asyncio.CancelledError as exc:
-                    if task is not None and task.cancelling():
-                        raise
-                    outcomes[topic, index] = _outcome(topic, index, exc)  # the wait's own
-                except Exception as exc:
-                    outcomes[topic, index] = _outcome(topic, index, exc)
-        except asyncio.CancelledError:
-            _give_up(self._waits.values())
-            raise
+        done = await asyncio.gather(*waits.values(), return_exceptions=True)
+        for (topic, index), outcome in zip(waits, done, strict=True):
+            outcomes[topic, index] = _outcome(topic, index, outcome)
         return outcomes
-
-
-def _give_up(waits: Iterable[asyncio.Future[None]]) -> None:
-    """Cancel the waits still running; take the exceptions of those that failed, so none
-    is reported as never retrieved."""
-    for future in waits:
-        if not future.done():
-            future.cancel()
-        elif not future.cancelled():
-            future.exception()
 
 
 def _outcome(topic: str, index: int, outcome: BaseException | None) -> ErrorCode:
