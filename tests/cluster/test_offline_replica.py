@@ -217,12 +217,14 @@ def test_control_without_the_offline_handling_the_partition_stops(
     fsync, producer = _producing_to_a_failing_leader(
         cluster, topic, "fsync", monkeypatch, delivery_timeout_ms=CONTROL_DELIVERY_TIMEOUT_MS
     )
-    cluster_node = embedded.broker.cluster if embedded.broker is not None else None
-    assert cluster_node is not None and cluster_node.replicas is not None
-    partition = cluster_node.replicas.replicas[(topic, 0)].partition
-    monkeypatch.setattr(partition, "on_offline", None)  # the mechanism, switched off
     try:
+        # Acknowledged records mean broker 3 holds the replica: ZooKeeper names it leader
+        # before its LeaderAndIsr has made the replica here.
         producer.wait_for_progress(200)
+        cluster_node = embedded.broker.cluster if embedded.broker is not None else None
+        assert cluster_node is not None and cluster_node.replicas is not None
+        partition = cluster_node.replicas.replicas[(topic, 0)].partition
+        monkeypatch.setattr(partition, "on_offline", None)  # the mechanism, switched off
         fsync.armed = True
         time.sleep(1.0)  # what was in flight when the fault came is answered by now
         acked = len(producer.acked)
