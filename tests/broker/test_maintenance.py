@@ -6,11 +6,15 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
+
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.topics import TopicRegistry
 from oncelog.protocol.record_batch import Record, build_batch
+
+from ..storage.failures import fail_with_one_fsync
 
 HOUR_MS = 3_600_000
 
@@ -65,6 +69,36 @@ def test_retention_and_flush_run_when_due(tmp_path: Path) -> None:
         await flusher.stop()
 
     asyncio.run(scenario())
+    registry.close()
+
+
+def test_retention_leaves_a_failed_log_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log whose fsync failed is offline until a restart recovers it: retention deletes
+    none of its segments (as Kafka leaves the logs of an offline directory), while a healthy
+    log beside it is trimmed."""
+    config = BrokerConfig.load(None, {"log.retention.check.interval.ms": "60000"})
+    registry = TopicRegistry(tmp_path, config)
+    topic_config = {"segment.bytes": "1000", "retention.ms": str(HOUR_MS)}
+    for topic in ("healthy", "failed"):
+        asyncio.run(registry.create(topic, 1, topic_config, 0))
+        append(registry, topic, 30, timestamp_ms=1_000)
+    failed = registry.partition("failed", 0).log
+    failed_segments = failed.segments()
+
+    fail_with_one_fsync(failed, monkeypatch)
+
+    async def scenario() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        await Maintenance(registry, flusher, config, clock_ms=lambda: 0).tick(HOUR_MS + 10_000)
+        await flusher.stop()
+
+    asyncio.run(scenario())
+    assert len(registry.partition("healthy", 0).log.segments()) == 1
+    assert failed.segments() == failed_segments and failed.log_start_offset == 0
+    assert all(segment.path.exists() for segment in failed_segments)
     registry.close()
 
 

@@ -39,6 +39,8 @@ from oncelog.storage.checkpoint import read_checkpoint
 from oncelog.storage.cleaner import CleaningAborted, clean
 from oncelog.storage.compaction import SegmentStats, cleanable_range, group_segments
 
+from .failures import fail_with_one_fsync
+
 SETTINGS = PartitionSettings(
     max_message_bytes=1 << 20,
     log_append_time=False,
@@ -54,7 +56,9 @@ BIG_MAP = 1 << 24
 
 def open_partition(directory: Path, *, clean_shutdown: bool = True) -> Partition:
     partition_log = PartitionLog.open(directory, CONFIG, clean_shutdown=clean_shutdown)
-    return Partition("t", 0, partition_log, ProducerStateManager(), SETTINGS)
+    return Partition(
+        directory.name.rsplit("-", 1)[0], 0, partition_log, ProducerStateManager(), SETTINGS
+    )
 
 
 def write(partition: Partition, now: int, *records: tuple[bytes | None, bytes | None]) -> None:
@@ -216,6 +220,49 @@ def test_the_swap_is_refused_when_retention_removed_a_segment_meanwhile(tmp_path
     result.discard()
     assert contents(partition.log) == before
     assert not list((tmp_path / "t-0").glob("*.cleaned"))
+
+
+def live_files(directory: Path) -> list[str]:
+    """The log's own files (not a pass's ``.cleaned`` output)."""
+    return sorted(p.name for p in directory.iterdir() if p.suffix != ".cleaned")
+
+
+def test_the_swap_is_refused_when_the_log_failed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partition = history(tmp_path / "t-0")
+    found = find_cleanable(partition, 1_000)
+    job = cleaning_job(partition, found, 1_000, BIG_MAP)
+    result = clean(job, threading.Event())
+    job.close()
+    fail_with_one_fsync(partition.log, monkeypatch)
+    before = (contents(partition.log), live_files(tmp_path / "t-0"))
+    assert not partition.log.replace_segments(result.groups)
+    result.discard()
+    after = (contents(partition.log), live_files(tmp_path / "t-0"))
+    assert after == before
+
+
+def test_a_failed_log_is_passed_over_and_the_others_are_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failed log is as dirty as the healthy one and comes first: were it a candidate,
+    every pass would pick it (and have its swap refused) and the other would never be cleaned."""
+    failed, healthy = history(tmp_path / "failed-0"), history(tmp_path / "healthy-0")
+    fail_with_one_fsync(failed.log, monkeypatch)
+    failed_before = contents(failed.log)
+
+    class Hosted:
+        def partitions(self) -> list[Partition]:
+            return [failed, healthy]
+
+    cleaner = LogCleaner(Hosted(), BrokerConfig(), clock_ms=lambda: 1_000)
+    assert asyncio.run(cleaner.clean_filthiest())
+    assert cleaner.status.last_pass_partition == "healthy-0"
+    assert list(cleaner.status.dirty_ratios) == ["healthy-0"]
+    assert contents(failed.log) == failed_before
+    assert not list((tmp_path / "failed-0").glob("*.cleaned"))
+    assert len(contents(healthy.log)) < len(contents(failed.log))
 
 
 def test_the_cleaned_log_survives_a_clean_restart(tmp_path: Path) -> None:

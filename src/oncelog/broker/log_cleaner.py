@@ -162,7 +162,10 @@ class LogCleaner:
         ratios: dict[str, float] = {}
         for partition in self._partitions.partitions():
             config = partition.log.config
-            if not config.compact:
+            # A failed log is offline until a restart (Kafka's cleaner drops the logs of an
+            # offline directory): cleaning it could only fail again, or rewrite it from pages
+            # the kernel may have dropped, and as the filthiest it would hold up every other.
+            if not config.compact or partition.log.failed:
                 continue
             found = find_cleanable(partition, now_ms)
             ratios[f"{partition.topic}-{partition.index}"] = found.dirty_ratio

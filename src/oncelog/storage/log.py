@@ -483,9 +483,11 @@ class PartitionLog:
         retention.bytes, oldest first; the log start moves to the first kept segment.
         Only when cleanup.policy has delete: a compacted-only log keeps every segment.
         With a ``high_watermark`` (a replicated log), only segments wholly below it go, as
-        in Kafka: nothing a follower may still need to fetch is deleted."""
+        in Kafka: nothing a follower may still need to fetch is deleted. A failed log keeps
+        every segment until a restart recovers it, as Kafka's offline log directories are out
+        of its retention: nothing more is written to (or deleted from) a failing disk."""
         config = self.config
-        if not config.delete:
+        if not config.delete or self.failed:
             return 0
         excess = self.size_bytes() - config.retention_bytes if config.retention_bytes >= 0 else 0
         doomed = 0
@@ -592,7 +594,9 @@ class PartitionLog:
 
     def replace_segments(self, groups: Sequence[CleanedGroup]) -> bool:
         """Swap cleaned segments in for the ones they were cleaned from, if those are all
-        still in the log unchanged; False (nothing changed) if not.
+        still in the log unchanged and the log has not failed; False (nothing changed) if
+        not. A failed log is rewritten by nothing but its recovery at the next start: a pass
+        may have read pages the kernel dropped after the failed fsync (see ``__init__``).
 
         Crash-safe in three steps, each made durable before the next (Kafka's
         ``.cleaned``/``.swap``/``.deleted`` renames): cleaned files become ``.swap``;
@@ -602,7 +606,7 @@ class PartitionLog:
         """
         with self._lock:
             positions = [self._position_of(g) for g in groups]
-            if any(p is None for p in positions):
+            if self._storage_failure is not None or any(p is None for p in positions):
                 return False
             for group in groups:
                 group.cleaned.rename(SWAP_SUFFIX)
