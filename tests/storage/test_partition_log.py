@@ -736,3 +736,43 @@ def test_a_batch_whose_index_entry_fails_is_taken_back(
     reopened = opened(path, config=LogConfig(index_interval_bytes=1), clean=False)
     assert offsets(reopened.read(0, 1 << 30)) == expected
     reopened.close()
+
+
+def test_an_index_entry_written_in_part_takes_its_batch_back(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk may take half of an 8-byte index entry. Unnoticed, two such entries
+    left the file a whole number of entries again but shifted by half of one: a clean
+    start loaded it (positions and offsets both still rise) and looked batches up at
+    positions that were relative offsets. A short write fails like ENOSPC: the batch is
+    taken back and the file stays whole entries."""
+    config = LogConfig(index_interval_bytes=1)  # an entry per batch
+    log = opened(path, config=config)
+    append(log, make(0))
+    real_write = os.write
+    halves = [0]
+
+    def half_an_index_entry(fd: int, data: bytes | memoryview) -> int:
+        if halves[0] < 2 and Path(os.readlink(f"/proc/self/fd/{fd}")).suffix == ".index":
+            halves[0] += 1
+            return real_write(fd, memoryview(data)[: len(data) // 2])
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", half_an_index_entry)
+    kept = [0, 1]  # batch 0's two records
+    for i in range(1, 8):
+        try:
+            first = append(log, make(i))
+        except OSError:
+            continue
+        kept += [first, first + 1]
+    monkeypatch.undo()
+    assert halves[0] == 2
+    assert offsets(log.read(0, 1 << 30)) == kept
+    log.close()
+    assert (path / f"{0:020d}.index").stat().st_size % 8 == 0
+    reopened = opened(path, config=config)  # a clean start: the index file is loaded
+    for offset in kept:
+        assert offsets(reopened.read(offset, 1 << 30))[0] <= offset, f"read at {offset}"
+    assert offsets(reopened.read(0, 1 << 30)) == kept
+    reopened.close()

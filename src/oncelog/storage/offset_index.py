@@ -9,6 +9,7 @@ The file is not fsynced on its own schedule; after an unclean shutdown it is reb
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from array import array
@@ -58,9 +59,15 @@ class OffsetIndex:
         return True
 
     def append(self, offset: int, position: int) -> None:
+        """Add an entry; OSError if the file did not take all of it (the segment then takes
+        its batch back and cuts the file to whole entries: see ``LogSegment.append``). A
+        part-written entry left in place would shift every later one by its length."""
+        entry = _ENTRY.pack(offset - self.base_offset, position)
         with open_files.using(self.file, write=True) as fd:
-            os.write(fd, _ENTRY.pack(offset - self.base_offset, position))
+            written = os.write(fd, entry)
         self.unsynced = True
+        if written != ENTRY_SIZE:  # a full disk may take part of it
+            raise OSError(errno.ENOSPC, f"wrote {written} of {ENTRY_SIZE} bytes to {self.path}")
         self._offsets.append(offset)
         self._positions.append(position)
 
