@@ -42,7 +42,6 @@ from ..broker.raw_requests import metadata
 from .coordination import (
     COORDINATOR_CONFIG,
     FAST_FAILOVER_CONFIG,
-    INTERNAL_PARTITIONS,
     TRANSACTION,
     TXN_STATE,
     wait_for_coordinator,
@@ -54,6 +53,9 @@ FAILING_BROKER = 3
 TIMEOUT_S = 60
 CONTROL_WAIT_S = 6.0
 CONTROL_DELIVERY_TIMEOUT_MS = 10_000  # the control's records are never acknowledged
+# Two partitions of the transaction log for each broker to lead: each coordinator test
+# fails one of broker 3's.
+TXN_STATE_PARTITIONS = 6
 
 
 class _PartitionFiles:
@@ -113,6 +115,24 @@ class TornWrites:
         self._ftruncate(fd, length)
 
 
+class FullDisk:
+    """Once armed, ``os.write`` to the partition's files fails with ENOSPC, but the cut that
+    takes a failed write back works: the log itself stays online."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.files = _PartitionFiles(directory)
+        self.armed = False
+        self.fired = 0
+        self._write = os.write
+        monkeypatch.setattr(os, "write", self.write)
+
+    def write(self, fd: int, data: bytes | memoryview) -> int:
+        if self.armed and fd in self.files:
+            self.fired += 1
+            raise OSError(errno.ENOSPC, "No space left on device (injected)")
+        return self._write(fd, data)
+
+
 FAULTS: dict[str, type[FailingFsync] | type[TornWrites]] = {
     "fsync": FailingFsync,
     "torn-write": TornWrites,
@@ -126,7 +146,11 @@ def cluster(
     """Brokers 1 and 2 as processes, broker 3 in this process, all on one ZooKeeper. Each
     test fails the log of its own topic's partition only."""
     tmp_path = tmp_path_factory.mktemp("offline-replica")
-    config = {**FAST_FAILOVER_CONFIG, **COORDINATOR_CONFIG}
+    config = {
+        **FAST_FAILOVER_CONFIG,
+        **COORDINATOR_CONFIG,
+        "transaction.state.log.num.partitions": str(TXN_STATE_PARTITIONS),
+    }
     with LocalCluster(tmp_path / "cluster", brokers=2, config=config) as local:
         config = {
             **local.config,
@@ -236,32 +260,43 @@ def test_control_without_the_offline_handling_the_partition_stops(
     assert fsync.fired >= 1
 
 
+COORDINATOR_FAULTS: dict[str, type[FailingFsync] | type[FullDisk]] = {
+    "fsync": FailingFsync,
+    "full-disk": FullDisk,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(COORDINATOR_FAULTS))
 def test_a_coordinator_whose_log_failed_moves_and_the_transactions_go_on(
-    cluster: tuple[LocalCluster, EmbeddedBroker], monkeypatch: pytest.MonkeyPatch
+    cluster: tuple[LocalCluster, EmbeddedBroker], fault: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The failed log is broker 3's replica of the ``__transaction_state`` partition that
     coordinates the producer's transactional id. Before, the coordinator partition was out
     on broker 3 until its restart while FindCoordinator kept naming broker 3: the producer
     could commit nothing more. Now the partition's leadership moves, the new leader loads
     the coordinator from its replica, and the producer goes on; every transaction it was
-    told committed is read once with read_committed, and none it aborted."""
+    told committed is read once with read_committed, and none it aborted. A full disk
+    leaves the log online (the failed write is cut back), so the coordinator takes it
+    offline itself; before, that fault kept the partition out on broker 3."""
     local, embedded = cluster
-    topic = "offline-coordinator-data"
+    topic = f"offline-coordinator-data-{fault}"
     _create(local, topic, [1, 2, FAILING_BROKER])
     wait_for_coordinator(local, "probe", TRANSACTION)  # creates the internal topic
     led_by_3 = [
         p
-        for p in range(INTERNAL_PARTITIONS)
+        for p in range(TXN_STATE_PARTITIONS)
         if local.wait_for_leader(TXN_STATE, p) == FAILING_BROKER
     ]
     assert led_by_3, "placement gave broker 3 no partition of the transaction log"
     tid = next(
         f"txn-{i}"
         for i in range(1000)
-        if partition_for(f"txn-{i}", INTERNAL_PARTITIONS) == led_by_3[0]
+        if partition_for(f"txn-{i}", TXN_STATE_PARTITIONS) == led_by_3[0]
     )
     assert wait_for_coordinator(local, tid, TRANSACTION) == FAILING_BROKER
-    fsync = FailingFsync(embedded.data_dir / f"{TXN_STATE}-{led_by_3[0]}", monkeypatch)
+    injected = COORDINATOR_FAULTS[fault](
+        embedded.data_dir / f"{TXN_STATE}-{led_by_3[0]}", monkeypatch
+    )
 
     producer = Producer({"bootstrap.servers": local.bootstrap_servers, "transactional.id": tid})
     producer.init_transactions(TIMEOUT_S)
@@ -269,10 +304,10 @@ def test_a_coordinator_whose_log_failed_moves_and_the_transactions_go_on(
     aborted: list[int] = []
     for number in range(TRANSACTIONS):
         if number == TRANSACTIONS // 3:
-            fsync.armed = True
+            injected.armed = True
         (committed if _transaction(producer, topic, number) else aborted).append(number)
     producer.flush(TIMEOUT_S)
-    assert fsync.fired >= 1
+    assert injected.fired >= 1
     assert wait_for_coordinator(local, tid, TRANSACTION, not_in=[FAILING_BROKER]) in (1, 2)
     assert len(committed) >= TRANSACTIONS - 3, f"aborted {aborted}"
 

@@ -141,6 +141,9 @@ class InternalTopicLog:
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
         return self._flusher.wait_durable(self._partition(partition), end_offset)
 
+    def take_offline(self, partition: int, cause: str) -> None:
+        self._partition(partition).take_offline(cause)
+
     # -- CoordinatorLoader -----------------------------------------------------------------
 
     async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:

@@ -226,6 +226,12 @@ class Partition:
             self.check_offline()
             raise
 
+    def take_offline(self, cause: str) -> None:
+        """Take the log offline until the restart (``PartitionLog.take_offline``) and tell
+        ``on_offline``."""
+        self.log.take_offline(cause)
+        self.check_offline()
+
     def check_offline(self) -> None:
         """After a log write or flush failed: tell ``on_offline`` if it left the log
         offline (a torn write that could not be cut back, a failed fsync, an aborted-transaction

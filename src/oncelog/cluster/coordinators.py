@@ -192,6 +192,11 @@ class ReplicatedInternalTopic:
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
         return self._leaders.wait_durable(self._led(partition), end_offset)
 
+    def take_offline(self, partition: int, cause: str) -> None:
+        """Its ``on_offline`` then has the controller move the leadership (the runtime calls
+        this right after the failed append: this broker still leads the partition)."""
+        self._led(partition).take_offline(cause)
+
     # -- CoordinatorLoader -----------------------------------------------------------------
 
     async def _lease_confirmed(self) -> None:

@@ -203,6 +203,14 @@ class PartitionLog:
         broker restarts and recovers it (see ``__init__``)."""
         return self._storage_failure is not None
 
+    def take_offline(self, cause: str) -> None:
+        """Take the log offline (see ``failed``) for a failure its owner saw: a coordinator
+        whose append failed cannot tell what the write left (broker/coordinator_runtime.py),
+        so its log goes offline as after a failed fsync. No-op if it already is."""
+        with self._lock:
+            if self._storage_failure is None:
+                self._storage_failure = cause
+
     def _offline_reason(self) -> str:
         return f"{self._storage_failure}; the log is offline until the broker restarts"
 
