@@ -89,32 +89,6 @@ class FailingFsync:
         self._real(fds)
 
 
-class TornWrites:
-    """Once armed, ``os.write`` to the partition's files fails with ENOSPC, and so does the
-    ``ftruncate`` that would cut the failed write back: the segment is torn and its log
-    offline at the append itself, with no fsync involved."""
-
-    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.files = _PartitionFiles(directory)
-        self.armed = False
-        self.fired = 0
-        self._write = os.write
-        self._ftruncate = os.ftruncate
-        monkeypatch.setattr(os, "write", self.write)
-        monkeypatch.setattr(os, "ftruncate", self.ftruncate)
-
-    def write(self, fd: int, data: bytes | memoryview) -> int:
-        if self.armed and fd in self.files:
-            self.fired += 1
-            raise OSError(errno.ENOSPC, "No space left on device (injected)")
-        return self._write(fd, data)
-
-    def ftruncate(self, fd: int, length: int) -> None:
-        if self.armed and fd in self.files:
-            raise OSError(errno.EIO, "Input/output error (injected)")
-        self._ftruncate(fd, length)
-
-
 class FullDisk:
     """Once armed, ``os.write`` to the partition's files fails with ENOSPC, but the cut that
     takes a failed write back works: the log itself stays online."""
@@ -131,6 +105,22 @@ class FullDisk:
             self.fired += 1
             raise OSError(errno.ENOSPC, "No space left on device (injected)")
         return self._write(fd, data)
+
+
+class TornWrites(FullDisk):
+    """Once armed, ``os.write`` to the partition's files fails with ENOSPC, and so does the
+    ``ftruncate`` that would cut the failed write back: the segment is torn and its log
+    offline at the append itself, with no fsync involved."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__(directory, monkeypatch)
+        self._ftruncate = os.ftruncate
+        monkeypatch.setattr(os, "ftruncate", self.ftruncate)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        if self.armed and fd in self.files:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        self._ftruncate(fd, length)
 
 
 FAULTS: dict[str, type[FailingFsync] | type[TornWrites]] = {
