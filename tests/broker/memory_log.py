@@ -38,7 +38,6 @@ class MemoryLog:
     # outcome the writer cannot know).
     io_error: OSError | None = None
     io_error_after_write: bool = False
-    offline: dict[int, str] = field(default_factory=dict)  # partition: why (take_offline)
     loads_wait_for: asyncio.Event | None = None  # a load replays only once this is set
     _waiters: list[tuple[int, int, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -101,9 +100,6 @@ class MemoryLog:
         else:
             self._waiters.append((partition, end_offset, future))
         return future
-
-    def take_offline(self, partition: int, cause: str) -> None:
-        self.offline.setdefault(partition, cause)
 
     def _maybe_io_error(self, *, written: bool) -> None:
         if self.io_error is not None and self.io_error_after_write == written:

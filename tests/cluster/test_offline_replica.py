@@ -53,9 +53,9 @@ FAILING_BROKER = 3
 TIMEOUT_S = 60
 CONTROL_WAIT_S = 6.0
 CONTROL_DELIVERY_TIMEOUT_MS = 10_000  # the control's records are never acknowledged
-# Two partitions of the transaction log for each broker to lead: each coordinator test
+# Three partitions of the transaction log for each broker to lead: each coordinator test
 # fails one of broker 3's.
-TXN_STATE_PARTITIONS = 6
+TXN_STATE_PARTITIONS = 9
 
 
 class _PartitionFiles:
@@ -253,6 +253,7 @@ def test_control_without_the_offline_handling_the_partition_stops(
 COORDINATOR_FAULTS: dict[str, type[FailingFsync] | type[FullDisk]] = {
     "fsync": FailingFsync,
     "full-disk": FullDisk,
+    "torn-write": TornWrites,
 }
 
 

@@ -142,6 +142,12 @@ def test_a_failed_state_write_takes_the_partition_out_and_a_restart_brings_it_ba
             producer.commit_transaction(TIMEOUT_S)
         wait_until(lambda: partition_out(first, tid), TIMEOUT_S, "the partition taken out")
         assert faults.fired == 1
+        # Its log is offline too, whatever the fault (a cluster moves an offline log): the
+        # half write was cut back, and the log stayed online before.
+        assert first.broker is not None
+        coordinator = first.broker.transactions
+        index = partition_for(tid, coordinator.num_partitions)
+        assert first.broker.topics.partition(TRANSACTION_STATE, index).log.failed
     finally:
         first.stop()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -121,9 +122,9 @@ class InternalTopicLog:
         producer_id: int = NO_PRODUCER,
         producer_epoch: int = -1,
     ) -> int:
-        return append_coordinator_records(
-            self._partition(partition), records, now_ms, producer_id, producer_epoch
-        )
+        target = self._partition(partition)
+        with offline_on_io_error(target):
+            return append_coordinator_records(target, records, now_ms, producer_id, producer_epoch)
 
     def append_marker(
         self,
@@ -134,20 +135,34 @@ class InternalTopicLog:
         coordinator_epoch: int,
         now_ms: int,
     ) -> int:
-        return self._partition(partition).append_marker(
-            producer_id, producer_epoch, committed, coordinator_epoch, now_ms
-        )
+        target = self._partition(partition)
+        with offline_on_io_error(target):
+            return target.append_marker(
+                producer_id, producer_epoch, committed, coordinator_epoch, now_ms
+            )
 
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
         return self._flusher.wait_durable(self._partition(partition), end_offset)
-
-    def take_offline(self, partition: int, cause: str) -> None:
-        self._partition(partition).take_offline(cause)
 
     # -- CoordinatorLoader -----------------------------------------------------------------
 
     async def load(self, partition: int, shard: CoordinatorShard) -> LoadReport:
         return replay_partition(self._partition(partition), shard)
+
+
+@contextmanager
+def offline_on_io_error(partition: Partition) -> Iterator[None]:
+    """Around a coordinator's append: an ``OSError`` takes the partition's log offline until
+    the restart, also when the log cut the failed write back and could have stayed online.
+    The coordinator runtime cannot tell what such a write left, so it treats the partition
+    as out until the restart (broker/coordinator_runtime.py); an offline log is what a
+    cluster moves to another replica (Kafka takes the log directory offline on any I/O
+    error), so the coordinator moves with it instead of staying out on this broker."""
+    try:
+        yield
+    except OSError as exc:
+        partition.take_offline(f"a coordinator write failed: {exc}")
+        raise
 
 
 def append_coordinator_records(

@@ -34,11 +34,7 @@ need, written once:
   the partition next replays its log (re-sending the markers of any PREPARE_* there). Here
   the partition is FAILED: its shard is dropped (``on_unloaded``: marker tasks stop,
   parked requests are answered), every request for it gets NOT_COORDINATOR, and the
-  restart, whose recovery trusts only what was fsynced, loads it from the log. An
-  ``OSError`` of the append also takes the log offline (``PartitionWriter.take_offline``):
-  the log may have cut the write back and stayed online, and a cluster moves the
-  leadership of an offline log only, so the coordinator moves with it to a replica that
-  loads it, where before it stayed out on this broker until its restart.
+  restart, whose recovery trusts only what was fsynced, loads it from the log.
 
 The runtime depends on three narrow things, never on the broker: a ``PartitionWriter``, a
 ``CoordinatorLoader`` and a clock.
@@ -166,10 +162,6 @@ class PartitionWriter(Protocol):
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
         """Resolves once every offset below ``end_offset`` is durable (fsynced on one
         node); fails with ``KafkaError`` if it cannot be."""
-
-    def take_offline(self, partition: int, cause: str) -> None:
-        """An append to ``partition`` raised an ``OSError``: take its log offline until the
-        broker restarts (in a cluster its leadership then moves to another replica)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,8 +465,6 @@ class CoordinatorRuntime(Generic[S]):
         first fails the partition (see the module docstring)."""
         if isinstance(exc, KafkaError) and exc.code != ErrorCode.kafka_storage_error:
             return CoordinatorError(write_error(exc.code), exc.message)
-        if isinstance(exc, OSError):  # the append's own: its log may still be online
-            self._writer.take_offline(context.partition, f"a {self.name} write failed: {exc}")
         self._fail(context, str(exc))
         return CoordinatorError(
             ErrorCode.not_coordinator,

@@ -29,7 +29,11 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from oncelog.broker.coordinator_log import append_coordinator_records, replay_partition
+from oncelog.broker.coordinator_log import (
+    append_coordinator_records,
+    offline_on_io_error,
+    replay_partition,
+)
 from oncelog.broker.coordinator_runtime import NO_PRODUCER, CoordinatorShard, LoadReport
 from oncelog.broker.internal_topics import (
     CONSUMER_OFFSETS,
@@ -169,7 +173,8 @@ class ReplicatedInternalTopic:
         producer_epoch: int = -1,
     ) -> int:
         led = self._leaders.writable(self.name, partition)
-        last = append_coordinator_records(led, records, now_ms, producer_id, producer_epoch)
+        with offline_on_io_error(led):  # its on_offline moves the leadership
+            last = append_coordinator_records(led, records, now_ms, producer_id, producer_epoch)
         self._leaders.appended(led)
         return last
 
@@ -183,19 +188,15 @@ class ReplicatedInternalTopic:
         now_ms: int,
     ) -> int:
         led = self._leaders.writable(self.name, partition)
-        offset = led.append_marker(
-            producer_id, producer_epoch, committed, coordinator_epoch, now_ms
-        )
+        with offline_on_io_error(led):
+            offset = led.append_marker(
+                producer_id, producer_epoch, committed, coordinator_epoch, now_ms
+            )
         self._leaders.appended(led)
         return offset
 
     def wait_durable(self, partition: int, end_offset: int) -> Awaitable[None]:
         return self._leaders.wait_durable(self._led(partition), end_offset)
-
-    def take_offline(self, partition: int, cause: str) -> None:
-        """Its ``on_offline`` then has the controller move the leadership (the runtime calls
-        this right after the failed append: this broker still leads the partition)."""
-        self._led(partition).take_offline(cause)
 
     # -- CoordinatorLoader -----------------------------------------------------------------
 
