@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
+import struct
 import uuid
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import uvloop
 
-from oncelog.broker.server import ConnectionInfo
+from oncelog.broker.server import ConnectionInfo, _Connection, _write_responses
 from oncelog.client.connection import KafkaConnection, ProtocolClientError
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.codec import RequestHeader
@@ -137,3 +140,47 @@ def test_a_request_cancelled_before_its_handler_ran_leaves_nothing_unawaited(
         asyncio.run(cancelled_at_once())
         gc.collect()
     assert [str(w.message) for w in caught if w.category is RuntimeWarning] == []
+
+
+def test_answers_for_a_client_that_reset_its_connection_end_the_responder_quietly() -> None:
+    """The client resets its connection (RST) while answers are queued: uvloop's write on
+    the closed transport raises RuntimeError, which ended the responder with an exception
+    no one retrieved and left its queue undrained. The responder now takes the closing
+    transport for the client gone: it returns and the queue is drained."""
+
+    async def scenario() -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with pytest.raises(ConnectionResetError):
+                await reader.read(1)
+            assert writer.transport.is_closing()
+            pending: asyncio.Queue[Any] = asyncio.Queue()
+            never_answered = asyncio.get_running_loop().create_future()
+            pending.put_nowait((1, None, b"an answer"))
+            pending.put_nowait((2, None, never_answered))
+            connection = _Connection(asyncio.current_task(), "peer", "127.0.0.1", 0.0)  # type: ignore[arg-type]
+            connection.unanswered = 2
+            try:
+                await _write_responses(pending, writer, connection)
+                async with asyncio.timeout(TIMEOUT_S):
+                    await pending.join()
+                assert never_answered.cancelled()
+                done.set_result(None)
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, client = await asyncio.open_connection("127.0.0.1", port)
+        client.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+        )
+        client.close()  # with a zero linger: a reset
+        try:
+            async with asyncio.timeout(TIMEOUT_S):
+                await done
+        finally:
+            server.close()
+
+    uvloop.run(scenario())

@@ -332,7 +332,7 @@ class KafkaServer:
         info = ConnectionInfo(peer, self._next_connection_id, listener.name, ip, principal)
         close_delay_s = 0.0
         pending: asyncio.Queue[PendingAnswer] = asyncio.Queue(MAX_PIPELINED_REQUESTS)
-        responder = asyncio.create_task(self._write_responses(pending, writer, connection))
+        responder = asyncio.create_task(_write_responses(pending, writer, connection))
         # A responder that stops on its own could not write to the client: stop reading too
         # (a reader waiting for room in the queue would otherwise wait forever).
         responder.add_done_callback(lambda done: None if done.cancelled() else task.cancel())
@@ -460,38 +460,48 @@ class KafkaServer:
         handling = asyncio.ensure_future(self._dispatcher.dispatch(header, request, info))
         return correlation_id, api, handling
 
-    async def _write_responses(
-        self,
-        pending: asyncio.Queue[PendingAnswer],
-        writer: asyncio.StreamWriter,
-        connection: _Connection,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            correlation_id, api, outcome = await pending.get()
-            try:
-                if isinstance(outcome, bytes):
-                    writer.write(outcome)
-                else:
-                    assert api is not None
-                    answer = await _answer(correlation_id, api, outcome, connection.peer)
-                    if answer is not None:
-                        writer.write(answer)
-                connection.writing_since = loop.time()
-                await writer.drain()
-                connection.writing_since = None
-                connection.last_activity = loop.time()
-            except (ConnectionError, OSError):
-                _drain_queue(pending)
-                return
-            except _Unanswerable as exc:
-                log.warning("closing connection from %s: %s", connection.peer, exc)
-                writer.close()
-                _drain_queue(pending)
-                return
-            finally:
-                connection.unanswered -= 1
-                pending.task_done()
+
+async def _write_responses(
+    pending: asyncio.Queue[PendingAnswer],
+    writer: asyncio.StreamWriter,
+    connection: _Connection,
+) -> None:
+    """Write a connection's answers in the order its requests came, each once ready."""
+    loop = asyncio.get_running_loop()
+    while True:
+        correlation_id, api, outcome = await pending.get()
+        try:
+            if isinstance(outcome, bytes):
+                _send(writer, outcome)
+            else:
+                assert api is not None
+                answer = await _answer(correlation_id, api, outcome, connection.peer)
+                if answer is not None:
+                    _send(writer, answer)
+            connection.writing_since = loop.time()
+            await writer.drain()
+            connection.writing_since = None
+            connection.last_activity = loop.time()
+        except (ConnectionError, OSError):
+            _drain_queue(pending)
+            return
+        except _Unanswerable as exc:
+            log.warning("closing connection from %s: %s", connection.peer, exc)
+            writer.close()
+            _drain_queue(pending)
+            return
+        finally:
+            connection.unanswered -= 1
+            pending.task_done()
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
+    """Write ``data``, or raise ConnectionResetError if the client has gone: uvloop's write
+    on a closing transport raises RuntimeError, which would end the responder with an
+    exception no one retrieves and leave its queue undrained."""
+    if writer.transport.is_closing():
+        raise ConnectionResetError("the connection is closing")
+    writer.write(data)
 
 
 def _authenticate(
