@@ -54,6 +54,8 @@ from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
 
+from ..storage.failures import fail_with_one_fsync
+
 TIMEOUT_S = 30.0
 FAST = {"transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2"}
 
@@ -390,6 +392,25 @@ def test_delete_records_refusals(broker: EmbeddedBroker) -> None:
     with pytest.raises(KafkaException) as refused:
         admin.delete_records([beyond])[beyond].result(TIMEOUT_S)
     assert kafka_code(refused.value) == ErrorCode.offset_out_of_range
+
+
+def test_delete_records_is_refused_on_a_failed_log(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log whose fsync failed is offline until the restart: DeleteRecords answers
+    KAFKA_STORAGE_ERROR (as Kafka for an offline log directory) and deletes nothing from
+    the failing disk. Before, it deleted the segments and moved the log start."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap_servers})
+    topic = new_topic(admin, **{"segment.bytes": "1024"})
+    produce(broker.bootstrap_servers, topic, 100)
+    partition = broker.broker.topics.partition(topic, 0)  # type: ignore[union-attr]
+    segments = partition.log.segments()
+    fail_with_one_fsync(partition.log, monkeypatch)
+    tp = TopicPartition(topic, 0, 40)
+    with pytest.raises(KafkaException) as refused:
+        admin.delete_records([tp])[tp].result(TIMEOUT_S)
+    assert kafka_code(refused.value) == ErrorCode.kafka_storage_error
+    assert partition.log.segments() == segments and partition.log_start_offset == 0
 
 
 def test_an_idempotent_producer_continues_after_its_records_are_deleted(

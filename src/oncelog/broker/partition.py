@@ -342,7 +342,14 @@ class Partition:
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start up to ``offset``; the new log start (the low
         watermark). Kafka's checks: within [0, high watermark] (OFFSET_OUT_OF_RANGE), and
-        only where the cleanup policy deletes (POLICY_VIOLATION on compact-only topics)."""
+        only where the cleanup policy deletes (POLICY_VIOLATION on compact-only topics), and
+        not on a failed log (KAFKA_STORAGE_ERROR, as for a partition of an offline log
+        directory: nothing is deleted from a failing disk before its recovery)."""
+        if self.log.failed:
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"The log of {self.topic}-{self.index} is offline until the broker restarts",
+            )
         if not 0 <= offset <= self.high_watermark:
             raise KafkaError(
                 ErrorCode.offset_out_of_range,
