@@ -405,7 +405,7 @@ def test_delete_records_is_refused_on_a_failed_log(
     produce(broker.bootstrap_servers, topic, 100)
     partition = broker.broker.topics.partition(topic, 0)  # type: ignore[union-attr]
     segments = partition.log.segments()
-    fail_with_one_fsync(partition.log, monkeypatch)
+    fail_with_one_fsync(partition.log)
     tp = TopicPartition(topic, 0, 40)
     with pytest.raises(KafkaException) as refused:
         admin.delete_records([tp])[tp].result(TIMEOUT_S)

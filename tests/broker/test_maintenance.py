@@ -87,7 +87,7 @@ def test_retention_leaves_a_failed_log_alone(
     failed = registry.partition("failed", 0).log
     failed_segments = failed.segments()
 
-    fail_with_one_fsync(failed, monkeypatch)
+    fail_with_one_fsync(failed)
 
     async def scenario() -> None:
         flusher = GroupCommitFlusher()

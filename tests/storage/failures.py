@@ -10,14 +10,14 @@ import oncelog.storage.log as log_module
 from oncelog.storage import PartitionLog
 
 
-def fail_with_one_fsync(partition_log: PartitionLog, monkeypatch: pytest.MonkeyPatch) -> None:
+def fail_with_one_fsync(partition_log: PartitionLog) -> None:
     """Take the log offline with one failed fsync (EIO); the disk then answers again, so
     whatever the log does next would succeed were it not offline."""
 
     def eio(fds: list[int]) -> None:
         raise OSError(errno.EIO, "Input/output error (injected)")
 
-    with monkeypatch.context() as patched:
+    with pytest.MonkeyPatch.context() as patched:
         patched.setattr(log_module, "fsync_together", eio)
         with pytest.raises(OSError):
             partition_log.flush()

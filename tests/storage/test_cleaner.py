@@ -235,7 +235,7 @@ def test_the_swap_is_refused_when_the_log_failed_meanwhile(
     job = cleaning_job(partition, found, 1_000, BIG_MAP)
     result = clean(job, threading.Event())
     job.close()
-    fail_with_one_fsync(partition.log, monkeypatch)
+    fail_with_one_fsync(partition.log)
     before = (contents(partition.log), live_files(tmp_path / "t-0"))
     assert not partition.log.replace_segments(result.groups)
     result.discard()
@@ -249,7 +249,7 @@ def test_a_failed_log_is_passed_over_and_the_others_are_cleaned(
     """The failed log is as dirty as the healthy one and comes first: were it a candidate,
     every pass would pick it (and have its swap refused) and the other would never be cleaned."""
     failed, healthy = history(tmp_path / "failed-0"), history(tmp_path / "healthy-0")
-    fail_with_one_fsync(failed.log, monkeypatch)
+    fail_with_one_fsync(failed.log)
     failed_before = contents(failed.log)
 
     class Hosted:

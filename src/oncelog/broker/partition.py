@@ -202,7 +202,7 @@ class Partition:
     def append_batch(
         self, batch: bytes | memoryview, header: BatchHeader, now_ms: int
     ) -> AppendResult:
-        try:  # not ``_offline_on_failure``: its generator costs ~1.3 µs on every produce
+        try:  # not ``_offline_on_failure``: 1.3 µs more per append (timeit, 11-24, load 0.3)
             result = self.log.append(
                 batch,
                 header,

@@ -509,12 +509,14 @@ class PartitionLog:
                 break
             excess -= segment.size
             doomed += 1
-        if doomed:
-            self._delete_first(doomed)
-        return doomed
+        return self._delete_first(doomed) if doomed else 0
 
-    def _delete_first(self, count: int) -> None:
+    def _delete_first(self, count: int) -> int:
+        """Delete the first ``count`` segments; how many went (none once the log failed,
+        checked again under the lock: an fsync thread may fail it meanwhile)."""
         with self._lock:
+            if self._storage_failure is not None:
+                return 0
             doomed = self._segments[:count]
             del self._segments[:count]
             del self._bases[:count]
@@ -524,6 +526,7 @@ class PartitionLog:
         for segment in doomed:
             log.info("deleting segment %s", segment.path)
             segment.delete()
+        return count
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch holding ``offset`` or later (whole batches, so the new log
