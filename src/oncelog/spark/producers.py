@@ -53,7 +53,7 @@ COORDINATOR_SETTLE_S = 0.05
 # A new librdkafka 2.16 client drops its bootstrap connection once the first Metadata
 # answer names the brokers, and a FindCoordinator sent on it meanwhile fails and is retried
 # only after its "sparse connection" pause, half of reconnect.backoff.ms (100 ms by default):
-# bench/first_progress_read.py (10 tries each, 2026-11-24 03:23 UTC, load 2.7-2.9): a new
+# bench/first_progress_read.py of f814d61 (10 tries each, 2026-11-24 03:23 UTC, load 2.7-2.9): a new
 # sink consumer's first progress read took a median 55.2 ms, 6 of 10 over 40 ms, with the
 # default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers start with it;
 # `kafka.reconnect.backoff.ms` overrides it.
@@ -80,9 +80,10 @@ class Writer:
 
 @dataclass
 class ConnectionWatch:
-    """Whether a producer lost a broker connection (its `error_cb`): a writer that did is
-    not reused. librdkafka 2.16's send_offsets_to_transaction waits forever, whatever its
-    timeout, when the group coordinator it has cached went away (librdkafka #5456,
+    """Whether a client lost a broker connection (its `error_cb`): a writer (or an admin
+    client, `KeptCluster`) that did is not reused. librdkafka 2.16's
+    send_offsets_to_transaction waits forever, whatever its timeout, when the group
+    coordinator it has cached went away (librdkafka #5456,
     #5511): a writer kept across a broker restart hung there in every task (9 of 9 in a
     probe; tests/spark/test_spark_producer_reuse.py has the case with its control) until
     `writer._bounded` gave up after 70 s. A new producer looks its coordinators up afresh."""
@@ -96,14 +97,27 @@ class ConnectionWatch:
 
 @dataclass
 class KeptConsumer:
-    """A consumer kept by the worker: a sink's progress reader (read_committed, the sink's
-    group), or the claims reader of a configuration (read_uncommitted); a claims reader
+    """A consumer kept by the worker: a member of a sink's progress group (for its group
+    metadata), or the claims reader of a configuration (read_uncommitted); a claims reader
     also remembers the progress topics it has looked up (`_knowing`; progress readers
     leave `known_topics` empty)."""
 
     consumer: Consumer
     last_used: float = field(default_factory=time.monotonic)
     known_topics: set[str] = field(default_factory=set)
+
+
+@dataclass
+class KeptCluster:
+    """A configuration's admin client (`oncelog.spark.client.Cluster`), kept by the worker
+    until it loses a broker connection: like a kept writer's producer (`ConnectionWatch`),
+    librdkafka 2.16's admin client kept across a broker restart waited in vain for its
+    OffsetFetch to the group coordinator it had cached (seen in
+    test_a_writer_that_lost_its_broker_connection_is_not_reused, 2026-11-24)."""
+
+    cluster: Cluster
+    connections: ConnectionWatch
+    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -130,6 +144,7 @@ class ClientPool:
         self._claims: dict[ConfigKey, KeptConsumer] = {}
         self._idempotent: dict[ConfigKey, IdempotentProducer] = {}
         self._slots: dict[tuple[str, ConfigKey], int] = {}
+        self._clusters: dict[ConfigKey, KeptCluster] = {}
 
     def _evict_idle(self) -> None:
         """Close kept clients no task has used for IDLE_EVICTION_S."""
@@ -147,6 +162,9 @@ class ClientPool:
             if idle.last_used < horizon:
                 del self._idempotent[config]
                 idle.producer.close()
+        for config, kept_cluster in list(self._clusters.items()):
+            if kept_cluster.last_used < horizon:
+                del self._clusters[config]  # an AdminClient has no close(): dropped
 
     def writer(self, options: WriteOptions) -> Writer:
         """The worker's writer for this configuration, or a new one (initialised). Asked for
@@ -190,11 +208,33 @@ class ClientPool:
         _initialised(options, transactional_id).close()
 
     def progress(self, options: WriteOptions) -> Consumer:
-        """The consumer that reads this sink's progress, stable (read_committed: KIP-447's
-        require_stable), and whose group metadata the progress is committed with."""
+        """A consumer of this sink's progress group, whose group metadata the progress is
+        committed with (`send_offsets_to_transaction`). The progress is read through the
+        configuration's admin client (`cluster`, `progress_read`): this consumer's own
+        connections are made while the task goes on, and never waited for."""
         self._evict_idle()
         key = (str(options.sink_id), _config_key(options.client))
         return _lend(self._progress, key, lambda: progress_consumer(options, "read_committed"))
+
+    def cluster(self, options: WriteOptions) -> Cluster:
+        """The admin client of this configuration, kept: it reads every sink's progress
+        (`progress_read`), the progress partitions' last stable offsets, and checks the
+        progress topic."""
+        self._evict_idle()
+        key = _config_key(options.client)
+        kept = self._clusters.get(key)
+        if kept is not None:
+            kept.cluster.admin.poll(0)  # serves the errors it met while idle
+            if kept.connections.lost:
+                log.info("the sink's admin client lost a broker connection: a new one replaces it")
+                del self._clusters[key]
+                kept = None
+        if kept is None:
+            connections = ConnectionWatch()
+            cluster = Cluster(options.client, on_error=connections.on_error)
+            kept = self._clusters[key] = KeptCluster(cluster, connections)
+        kept.last_used = time.monotonic()
+        return kept.cluster
 
     def claims(self, options: WriteOptions) -> Consumer:
         """The consumer that reads the sinks' claims (read_uncommitted), one per
@@ -244,7 +284,7 @@ class ClientPool:
         key = (options.progress_topic, _config_key(options.client))
         slots = self._slots.get(key)
         if slots is None:
-            cluster = Cluster(options.client)
+            cluster = self.cluster(options)
             slots = cluster.ensure_topic(
                 options.progress_topic, options.progress_partitions, claims.PROGRESS_TOPIC_CONFIG
             )
