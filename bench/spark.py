@@ -4,6 +4,7 @@
     .venv/bin/python bench/spark.py --records 200000 --skip-pipeline
     .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
     .venv/bin/python bench/spark.py --read-only --rounds 4   # batch reads only
+    .venv/bin/python bench/spark.py --write-only --rounds 5  # batch writes only
     .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
     .venv/bin/python bench/spark.py --rounds 3 --pipeline-baseline-src /tmp/a852cb3/src
 
@@ -485,7 +486,7 @@ def _oncelog_path(_: object) -> str:
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     create_topics(bootstrap, ["read", "warm"], PARTITIONS)
     n = args.records
-    if not args.micro_only:
+    if not args.micro_only and not args.write_only:
         baseline_produce(bootstrap, "read", n)  # what every read reads
     spark = new_session("oncelog-bench-spark")
     spark.sparkContext.setLogLevel("ERROR")
@@ -504,8 +505,9 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             # write of a session took 0.1-1.0 s longer than the later ones (13:05 UTC run:
             # count() 2.19 s, then 1.52 and 1.59; exactly_once 2.50, then 2.26 and 2.30;
             # at_least_once 2.76, then 2.13 and 2.12), which left a best of 3 rounds 2
-            _reader(spark, bootstrap, "read").count()
-            floor_read(spark, n)
+            if not args.write_only:
+                _reader(spark, bootstrap, "read").count()
+                floor_read(spark, n)
             if not args.read_only:
                 for guarantee in ("exactly_once", "at_least_once"):
                     _write_new_topic(spark, bootstrap, n, guarantee, -1)
@@ -517,7 +519,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
 
         read: dict[str, float] = {}
         write: dict[str, float] = {}
-        if not args.micro_only:
+        if not args.micro_only and not args.write_only:
             read = _best_of_rotations(
                 args.rounds,
                 {
@@ -530,34 +532,34 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
                 },
                 n,
             )
-            write = (
-                {}
-                if args.read_only
-                else _best_of_rotations(
-                    args.rounds,
-                    {
-                        WRITE_BASELINE: produce,
-                        WRITE_EOS: functools.partial(
-                            _write_new_topic, spark, bootstrap, n, "exactly_once"
-                        ),
-                        WRITE_ALO: functools.partial(
-                            _write_new_topic, spark, bootstrap, n, "at_least_once"
-                        ),
-                        WRITE_FLOOR: lambda r: floor_write(spark, n),
-                    },
-                    n,
-                )
+        if not args.micro_only and not args.read_only:
+            write = _best_of_rotations(
+                args.rounds,
+                {
+                    WRITE_BASELINE: produce,
+                    WRITE_EOS: functools.partial(
+                        _write_new_topic, spark, bootstrap, n, "exactly_once"
+                    ),
+                    WRITE_ALO: functools.partial(
+                        _write_new_topic, spark, bootstrap, n, "at_least_once"
+                    ),
+                    WRITE_FLOOR: lambda r: floor_write(spark, n),
+                },
+                n,
             )
-            if not args.read_only:
-                _verify_writes(spark, bootstrap, n, args.rounds)
+            _verify_writes(spark, bootstrap, n, args.rounds)
         micro = (
             {}
-            if args.bulk_only or args.read_only
+            if args.bulk_only or args.read_only or args.write_only
             else measure_micro_batches(spark, bootstrap, work, args.batches)
         )
         pipeline = (
             {}
-            if args.skip_pipeline or args.bulk_only or args.micro_only or args.read_only
+            if args.skip_pipeline
+            or args.bulk_only
+            or args.micro_only
+            or args.read_only
+            or args.write_only
             else measure_pipeline(
                 spark, bootstrap, work, args.orders, args.max_offsets_per_trigger, 1
             )
@@ -646,16 +648,27 @@ def main() -> int:
         "--read-only", action="store_true", help="only the batch reads (and their floor)"
     )
     parser.add_argument(
+        "--write-only",
+        action="store_true",
+        help="only the batch writes (and their floor): the exactly_once / at_least_once A/B",
+    )
+    parser.add_argument(
         "--micro-only",
         action="store_true",
         help="only the micro-batch costs (no batch reads and writes, no pipeline)",
     )
     args = parser.parse_args()
     if args.pipeline_baseline_src is not None:
-        if args.skip_pipeline or args.bulk_only or args.micro_only or args.read_only:
+        if (
+            args.skip_pipeline
+            or args.bulk_only
+            or args.micro_only
+            or args.read_only
+            or args.write_only
+        ):
             parser.error(
                 "--pipeline-baseline-src measures the pipeline: not with --skip-pipeline, "
-                "--bulk-only, --micro-only or --read-only"
+                "--bulk-only, --micro-only, --read-only or --write-only"
             )
         args.pipeline_baseline_src = baseline_source(args.pipeline_baseline_src)  # now, not last
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")
