@@ -4,10 +4,11 @@ Spark reuses its Python workers across tasks and micro-batches, so a task finds 
 clients an earlier task left: one transactional producer per client configuration (a
 *writer*, with a transactional.id of its own, `oncelog-sink-<uuid>`, that serves every task
 slot and every sink: `claims` fences zombies without a transactional.id per slot), the
-consumers that read each sink's progress and claims, an idempotent producer for
-at_least_once, and the progress topic's partition count. Making a writer costs a connection,
-a coordinator lookup and `init_transactions()`; keeping it makes a micro-batch's fixed cost
-a few round trips, wherever PySpark runs the task.
+admin client that reads every sink's progress (`progress_read`), a consumer of each sink's
+group (its group metadata for the progress commit), the consumer that reads the claims, an
+idempotent producer for at_least_once, and the progress topic's partition count. Making a
+writer costs a connection, a coordinator lookup and `init_transactions()`; keeping it makes
+a micro-batch's fixed cost a few round trips, wherever PySpark runs the task.
 
 A writer whose claim did not end in its own commit is retired (`retire`) and closed: a
 later attempt of that slot may fence its transactional.id. A fence can also reach a kept
@@ -53,10 +54,10 @@ COORDINATOR_SETTLE_S = 0.05
 # A new librdkafka 2.16 client drops its bootstrap connection once the first Metadata
 # answer names the brokers, and a FindCoordinator sent on it meanwhile fails and is retried
 # only after its "sparse connection" pause, half of reconnect.backoff.ms (100 ms by default):
-# bench/first_progress_read.py of f814d61 (10 tries each, 2026-11-24 03:23 UTC, load 2.7-2.9): a new
-# sink consumer's first progress read took a median 55.2 ms, 6 of 10 over 40 ms, with the
-# default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers start with it;
-# `kafka.reconnect.backoff.ms` overrides it.
+# bench/first_progress_read.py of f814d61 (10 tries each, 2026-11-24 03:23 UTC, load
+# 2.7-2.9): a new sink consumer's first progress read took a median 55.2 ms, 6 of 10 over
+# 40 ms, with the default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers
+# start with it; `kafka.reconnect.backoff.ms` overrides it.
 RECONNECT_BACKOFF_MS = 20
 IDLE_EVICTION_S = 600.0  # a kept client unused this long is closed (Spark's producer cache)
 
@@ -99,7 +100,7 @@ class ConnectionWatch:
 class KeptConsumer:
     """A consumer kept by the worker: a member of a sink's progress group (for its group
     metadata), or the claims reader of a configuration (read_uncommitted); a claims reader
-    also remembers the progress topics it has looked up (`_knowing`; progress readers
+    also remembers the progress topics it has looked up (`_knowing`; group members
     leave `known_topics` empty)."""
 
     consumer: Consumer
