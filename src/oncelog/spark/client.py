@@ -86,10 +86,8 @@ class Cluster:
         client_config: Mapping[str, str],
         retries: int = DEFAULT_FETCH_OFFSET_RETRIES,
         retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
-        on_error: Callable[[KafkaError], None] | None = None,
     ) -> None:
         self._config = dict(client_config)
-        self._on_error = on_error  # the admin client's error_cb, served by its poll()
         self._timeout_s = client_timeout_s(client_config)
         self._retries = retries
         self._retry_interval_s = retry_interval_ms / 1000
@@ -98,10 +96,7 @@ class Cluster:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
-            config: dict[str, Any] = admin_config(self._config)
-            if self._on_error is not None:
-                config["error_cb"] = self._on_error
-            self._admin = AdminClient(with_logger(config))
+            self._admin = AdminClient(with_logger(admin_config(self._config)))
         return self._admin
 
     def _call(self, what: str, call: Callable[[], T]) -> T:

@@ -4,11 +4,10 @@ Spark reuses its Python workers across tasks and micro-batches, so a task finds 
 clients an earlier task left: one transactional producer per client configuration (a
 *writer*, with a transactional.id of its own, `oncelog-sink-<uuid>`, that serves every task
 slot and every sink: `claims` fences zombies without a transactional.id per slot), the
-admin client that reads every sink's progress (`progress_read`), a consumer of each sink's
-group (its group metadata for the progress commit), the consumer that reads the claims, an
-idempotent producer for at_least_once, and the progress topic's partition count. Making a
-writer costs a connection, a coordinator lookup and `init_transactions()`; keeping it makes
-a micro-batch's fixed cost a few round trips, wherever PySpark runs the task.
+consumers that read each sink's progress and claims, an idempotent producer for
+at_least_once, and the progress topic's partition count. Making a writer costs a connection,
+a coordinator lookup and `init_transactions()`; keeping it makes a micro-batch's fixed cost
+a few round trips, wherever PySpark runs the task.
 
 A writer whose claim did not end in its own commit is retired (`retire`) and closed: a
 later attempt of that slot may fence its transactional.id. A fence can also reach a kept
@@ -54,10 +53,10 @@ COORDINATOR_SETTLE_S = 0.05
 # A new librdkafka 2.16 client drops its bootstrap connection once the first Metadata
 # answer names the brokers, and a FindCoordinator sent on it meanwhile fails and is retried
 # only after its "sparse connection" pause, half of reconnect.backoff.ms (100 ms by default):
-# bench/first_progress_read.py of f814d61 (10 tries each, 2026-11-24 03:23 UTC, load
-# 2.7-2.9): a new sink consumer's first progress read took a median 55.2 ms, 6 of 10 over
-# 40 ms, with the default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers
-# start with it; `kafka.reconnect.backoff.ms` overrides it.
+# bench/first_progress_read.py (10 tries each, 2026-11-24 03:23 UTC, load 2.7-2.9): a new
+# sink consumer's first progress read took a median 55.2 ms, 6 of 10 over 40 ms, with the
+# default, and 15.7 ms, none over 40 ms, with 20 ms. The sink's consumers start with it;
+# `kafka.reconnect.backoff.ms` overrides it.
 RECONNECT_BACKOFF_MS = 20
 IDLE_EVICTION_S = 600.0  # a kept client unused this long is closed (Spark's producer cache)
 
@@ -81,10 +80,9 @@ class Writer:
 
 @dataclass
 class ConnectionWatch:
-    """Whether a client lost a broker connection (its `error_cb`): a writer (or an admin
-    client, `KeptCluster`) that did is not reused. librdkafka 2.16's
-    send_offsets_to_transaction waits forever, whatever its timeout, when the group
-    coordinator it has cached went away (librdkafka #5456,
+    """Whether a producer lost a broker connection (its `error_cb`): a writer that did is
+    not reused. librdkafka 2.16's send_offsets_to_transaction waits forever, whatever its
+    timeout, when the group coordinator it has cached went away (librdkafka #5456,
     #5511): a writer kept across a broker restart hung there in every task (9 of 9 in a
     probe; tests/spark/test_spark_producer_reuse.py has the case with its control) until
     `writer._bounded` gave up after 70 s. A new producer looks its coordinators up afresh."""
@@ -98,27 +96,14 @@ class ConnectionWatch:
 
 @dataclass
 class KeptConsumer:
-    """A consumer kept by the worker: a member of a sink's progress group (for its group
-    metadata), or the claims reader of a configuration (read_uncommitted); a claims reader
-    also remembers the progress topics it has looked up (`_knowing`; group members
+    """A consumer kept by the worker: a sink's progress reader (read_committed, the sink's
+    group), or the claims reader of a configuration (read_uncommitted); a claims reader
+    also remembers the progress topics it has looked up (`_knowing`; progress readers
     leave `known_topics` empty)."""
 
     consumer: Consumer
     last_used: float = field(default_factory=time.monotonic)
     known_topics: set[str] = field(default_factory=set)
-
-
-@dataclass
-class KeptCluster:
-    """A configuration's admin client (`oncelog.spark.client.Cluster`), kept by the worker
-    until it loses a broker connection: like a kept writer's producer (`ConnectionWatch`),
-    librdkafka 2.16's admin client kept across a broker restart waited in vain for its
-    OffsetFetch to the group coordinator it had cached (seen in
-    test_a_writer_that_lost_its_broker_connection_is_not_reused, 2026-11-24)."""
-
-    cluster: Cluster
-    connections: ConnectionWatch
-    last_used: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -145,7 +130,6 @@ class ClientPool:
         self._claims: dict[ConfigKey, KeptConsumer] = {}
         self._idempotent: dict[ConfigKey, IdempotentProducer] = {}
         self._slots: dict[tuple[str, ConfigKey], int] = {}
-        self._clusters: dict[ConfigKey, KeptCluster] = {}
 
     def _evict_idle(self) -> None:
         """Close kept clients no task has used for IDLE_EVICTION_S."""
@@ -163,9 +147,6 @@ class ClientPool:
             if idle.last_used < horizon:
                 del self._idempotent[config]
                 idle.producer.close()
-        for config, kept_cluster in list(self._clusters.items()):
-            if kept_cluster.last_used < horizon:
-                del self._clusters[config]  # an AdminClient has no close(): dropped
 
     def writer(self, options: WriteOptions) -> Writer:
         """The worker's writer for this configuration, or a new one (initialised). Asked for
@@ -209,33 +190,11 @@ class ClientPool:
         _initialised(options, transactional_id).close()
 
     def progress(self, options: WriteOptions) -> Consumer:
-        """A consumer of this sink's progress group, whose group metadata the progress is
-        committed with (`send_offsets_to_transaction`). The progress is read through the
-        configuration's admin client (`cluster`, `progress_read`): this consumer's own
-        connections are made while the task goes on, and never waited for."""
+        """The consumer that reads this sink's progress, stable (read_committed: KIP-447's
+        require_stable), and whose group metadata the progress is committed with."""
         self._evict_idle()
         key = (str(options.sink_id), _config_key(options.client))
         return _lend(self._progress, key, lambda: progress_consumer(options, "read_committed"))
-
-    def cluster(self, options: WriteOptions) -> Cluster:
-        """The admin client of this configuration, kept: it reads every sink's progress
-        (`progress_read`), the progress partitions' last stable offsets, and checks the
-        progress topic."""
-        self._evict_idle()
-        key = _config_key(options.client)
-        kept = self._clusters.get(key)
-        if kept is not None:
-            kept.cluster.admin.poll(0)  # serves the errors it met while idle
-            if kept.connections.lost:
-                log.info("the sink's admin client lost a broker connection: a new one replaces it")
-                del self._clusters[key]
-                kept = None
-        if kept is None:
-            connections = ConnectionWatch()
-            cluster = Cluster(options.client, on_error=connections.on_error)
-            kept = self._clusters[key] = KeptCluster(cluster, connections)
-        kept.last_used = time.monotonic()
-        return kept.cluster
 
     def claims(self, options: WriteOptions) -> Consumer:
         """The consumer that reads the sinks' claims (read_uncommitted), one per
@@ -285,7 +244,7 @@ class ClientPool:
         key = (options.progress_topic, _config_key(options.client))
         slots = self._slots.get(key)
         if slots is None:
-            cluster = self.cluster(options)
+            cluster = Cluster(options.client)
             slots = cluster.ensure_topic(
                 options.progress_topic, options.progress_partitions, claims.PROGRESS_TOPIC_CONFIG
             )

@@ -25,7 +25,6 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -33,7 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from oncelog.spark import claims, progress_read, sink
+from oncelog.spark import claims, sink
 from oncelog.spark.options import OptionError, WriteOptions
 from oncelog.spark.producers import (
     PENDING_PROGRESS_WAIT_S,
@@ -41,6 +40,7 @@ from oncelog.spark.producers import (
     TRANSACTION_TIMEOUT_S,
     ClientPool,
     Writer,
+    progress_consumer,
 )
 
 log = logging.getLogger(__name__)
@@ -259,29 +259,22 @@ def _write_at_least_once(
 
 
 def _read_progress(
-    options: WriteOptions, admin: AdminClient, partition: int, slots: int, wait: claims.Wait | None
+    options: WriteOptions, reader: Consumer, partition: int, slots: int, wait: claims.Wait
 ) -> sink.Progress | None:
-    """The slot's progress through the worker's admin client (`progress_read`): stable
-    (KIP-447's require_stable) for a `wait`, as last materialised for None (no wait for a
-    commit whose markers are being written). A SHORT stable read that waits in vain
-    (another writer's open transaction holds the progress) answers None; a LONG one, or a
-    materialised read, fails."""
+    """The slot's progress as `reader` sees it. A SHORT stable read that waits in vain
+    (another writer's open transaction holds the progress) answers None; a LONG one fails."""
     slot = TopicPartition(options.progress_topic, partition)
     short = wait is claims.Wait.SHORT
     try:
-        committed = progress_read.committed(
-            admin,
-            options.progress_group,
-            slot,
-            stable=wait is not None,
-            timeout_s=PENDING_PROGRESS_WAIT_S if short else TRANSACTION_TIMEOUT_S,
+        (committed,) = reader.committed(
+            [slot], timeout=PENDING_PROGRESS_WAIT_S if short else TRANSACTION_TIMEOUT_S
         )
-    except progress_read.ProgressNotRead:
-        if short:
+    except KafkaException as exc:
+        if short and exc.args[0].code() == KafkaError._TIMED_OUT:
             return None
         raise
-    except KafkaException as exc:
-        raise RuntimeError(f"task {partition}: reading sink progress failed: {exc}") from exc
+    if committed.error is not None:
+        raise RuntimeError(f"task {partition}: reading sink progress failed: {committed.error}")
     return sink.Progress.from_committed(
         str(options.sink_id),
         options.progress_topic,
@@ -289,6 +282,18 @@ def _read_progress(
         committed.offset,
         committed.metadata,
     )
+
+
+def _materialised(options: WriteOptions, partition: int, slots: int) -> sink.Progress:
+    """The slot's progress as last materialised (read_uncommitted: no wait for a commit
+    whose markers are being written), by a consumer made for this rare case."""
+    reader = progress_consumer(options, "read_uncommitted")
+    try:
+        progress = _read_progress(options, reader, partition, slots, claims.Wait.LONG)
+    finally:
+        reader.close()
+    assert progress is not None  # None only for a SHORT read
+    return progress
 
 
 def _abort_quietly(producer: Producer) -> None:
@@ -325,9 +330,7 @@ class _ClusterSteps:
         self.task = task
         self.slots = slots
         self.pool = pool
-        self.admin = pool.cluster(options).admin
-        # the sink's group's metadata for its progress commit (`_send_progress`)
-        self.group_member = pool.progress(options)
+        self.reader = pool.progress(options)
         # before the claim: its first use for a progress topic looks the topic up, which
         # must not wait with the claim's transaction open (holding the slot's LSO)
         self.claims_reader = pool.claims(options)
@@ -341,14 +344,17 @@ class _ClusterSteps:
         options, partition = self.options, self.task.partition
         match step:
             case claims.ReadProgress(wait):
-                return _read_progress(options, self.admin, partition, self.slots, wait)
+                return _read_progress(options, self.reader, partition, self.slots, wait)
             case claims.ReadMaterialised():
-                return _read_progress(options, self.admin, partition, self.slots, None)
+                return _materialised(options, partition, self.slots)
             case claims.ProduceClaim():
                 return self._claim_with_a_live_writer()
             case claims.LookUpStableOffset():
-                key = (options.progress_topic, partition)
-                return self.pool.cluster(options).offsets([key], "latest", True)[key]
+                # the progress reader is read_committed: its "high" watermark is the LSO
+                _low, stable = self.reader.get_watermark_offsets(
+                    self.slot, timeout=TRANSACTION_TIMEOUT_S, cached=False
+                )
+                return int(stable)
             case claims.ReadClaims(start, end):
                 return _read_claims(options, self.claims_reader, partition, start, end)
             case claims.Fence(other):
@@ -439,7 +445,7 @@ def _write_exactly_once(
         if faults is not None:
             batches = faults.input(batches, task, lambda: producer.flush(TRANSACTION_TIMEOUT_S))
         rows = produce_batches(producer, batches, options.topic)
-        _send_progress(options, writer, cluster.group_member, outcome, task, rows)
+        _send_progress(options, writer, cluster.reader, outcome, task, rows)
         producer.commit_transaction(TRANSACTION_TIMEOUT_S)
     except BaseException as exc:
         # failed, fenced, or the worker is going away; stuck: it stays busy in its thread
@@ -569,7 +575,7 @@ def _skip(
 def _send_progress(
     options: WriteOptions,
     writer: Writer,
-    group_member: Consumer,
+    progress_reader: Consumer,
     proceed: claims.Proceed,
     task: TaskAttempt,
     rows: int,
@@ -583,7 +589,7 @@ def _send_progress(
     slot = TopicPartition(
         options.progress_topic, task.partition, proceed.decision.next_batch, metadata=metadata
     )
-    group = group_member.consumer_group_metadata()
+    group = progress_reader.consumer_group_metadata()
     _bounded(
         lambda: writer.producer.send_offsets_to_transaction([slot], group, TRANSACTION_TIMEOUT_S),
         SEND_OFFSETS_BOUND_S,
