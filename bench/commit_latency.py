@@ -56,21 +56,23 @@ def thread_cpu_seconds(pid: int, tid: int) -> float | None:
 
 
 @contextmanager
-def broker_from(tree: str, source: Path) -> Iterator[tuple[str, int]]:
-    """A fresh broker run from ``source`` (on PYTHONPATH): its bootstrap address and pid;
-    stopped on the way out."""
+def broker_from(tree: str, source: Path, *, metrics: bool = False) -> Iterator[BrokerProcess]:
+    """A fresh broker run from ``source`` (on PYTHONPATH), started (``metrics``: serving
+    Prometheus metrics); stopped on the way out."""
     with tempfile.TemporaryDirectory(prefix=f"oncelog-{tree}-") as tmp:
-        broker = BrokerProcess(Path(tmp), [], {**os.environ, "PYTHONPATH": str(source)})
+        env = {**os.environ, "PYTHONPATH": str(source)}
+        broker = BrokerProcess(Path(tmp), [], env, metrics=metrics)
         broker.start()
         try:
-            assert broker.proc is not None
-            yield broker.bootstrap, broker.proc.pid
+            yield broker
         finally:
             broker.stop()
 
 
 def one_run(tree: str, source: Path, producers: int, seconds: float) -> Run:
-    with broker_from(tree, source) as (bootstrap, pid):
+    with broker_from(tree, source) as broker:
+        assert broker.proc is not None
+        pid = broker.proc.pid
         loop: list[float | None] = []
 
         def cpu() -> float | None:
@@ -78,7 +80,9 @@ def one_run(tree: str, source: Path, producers: int, seconds: float) -> Run:
             return compare.process_cpu_seconds(pid)
 
         settings = {**compare.PRODUCER_SETTINGS, "linger.ms": 0}
-        cell = compare.run_cell(tree, bootstrap, TXN_WORKLOAD, producers, 1, seconds, settings, cpu)
+        cell = compare.run_cell(
+            tree, broker.bootstrap, TXN_WORKLOAD, producers, 1, seconds, settings, cpu
+        )
     if cell.errors:
         raise SystemExit(f"{tree}: {cell.errors[:3]}")
     commits = len(cell.commit_ms)

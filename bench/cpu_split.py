@@ -10,16 +10,22 @@ Each run is one ``bench/compare.py`` cell (its producers, settings and fresh bro
 prints records/s, the broker's CPU per record (user + system, every thread, from /proc),
 its event-loop thread's, the loop thread's busy share, the CPU per record of everything
 else on the machine (the producer processes, and whatever else runs: say the load), and
-the machine's idle share. When the machine is never idle and the producers take most of
-it, a ratio between two workloads is a ratio of their total CPU per record; idle time in
-a transactional cell is the producers waiting for their flush and commit. Round r runs
-the trees in the given order when r is even and reversed when odd (ABBA...).
+the machine's idle share; then what the broker did for it, from its metrics endpoint:
+requests handled by API and fsync rounds, per transaction in a transactional cell, per
+1,000 records otherwise (so that a transaction's extra work is counted, not inferred).
+When the machine is never idle and the producers take most of it, a ratio between two
+workloads is a ratio of their total CPU per record; idle time in a transactional cell is
+the producers waiting for their flush and commit. Round r runs the trees in the given
+order when r is even and reversed when odd (ABBA...).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
+import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +48,33 @@ class MachineTimes:
         return cls(idle=ticks[3] + ticks[4], total=sum(ticks))  # idle + iowait
 
 
+_REQUESTS = re.compile(r'^kafka_network_requestmetrics_requests_total\{request="(\w+)"\} (\S+)$')
+_FSYNCS = "kafka_log_logflushstats_logflush_seconds_count"
+
+
+def broker_counts(metrics_port: int) -> dict[str, float]:
+    """Requests the broker has handled so far, by API, and its fsync rounds (``fsyncs``),
+    read from its Prometheus endpoint."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if match := _REQUESTS.match(line):
+            counts[match.group(1)] = float(match.group(2))
+        elif line.startswith(_FSYNCS + " "):
+            counts["fsyncs"] = float(line.split()[-1])
+    return counts
+
+
+def per_unit(
+    before: Mapping[str, float], after: Mapping[str, float], units: float
+) -> dict[str, float]:
+    """What changed between two ``broker_counts``, divided by ``units``."""
+    changed = {key: after[key] - before.get(key, 0.0) for key in after}
+    return {key: delta / units for key, delta in sorted(changed.items()) if delta}
+
+
 @dataclass(frozen=True)
 class Split:
     tree: str
@@ -52,20 +85,33 @@ class Split:
     loop_busy: float  # share of the run the loop thread was on a CPU
     rest_us: float  # everything else on the machine, per record
     idle: float  # share of the machine's CPU time idle
+    unit: str  # "transaction", or "1,000 records" in a cell without transactions
+    counts: dict[str, float]  # requests by API and fsyncs per unit
 
 
 def one_run(
     tree: str, source: Path, workload: compare.Workload, producers: int, partitions: int, s: float
 ) -> Split:
-    with broker_from(tree, source) as (bootstrap, pid):
+    with broker_from(tree, source, metrics=True) as broker:
+        assert broker.proc is not None and broker.metrics_port is not None
+        pid, metrics_port = broker.proc.pid, broker.metrics_port
         marks: list[tuple[float | None, MachineTimes]] = []
+        counts: list[dict[str, float]] = []
 
         def cpu() -> float | None:
             marks.append((thread_cpu_seconds(pid, pid), MachineTimes.now()))
+            counts.append(broker_counts(metrics_port))
             return compare.process_cpu_seconds(pid)
 
         cell = compare.run_cell(
-            tree, bootstrap, workload, producers, partitions, s, compare.PRODUCER_SETTINGS, cpu
+            tree,
+            broker.bootstrap,
+            workload,
+            producers,
+            partitions,
+            s,
+            compare.PRODUCER_SETTINGS,
+            cpu,
         )
     if cell.errors or not cell.records or cell.broker_cpu_s is None:
         raise SystemExit(f"{tree}, {workload.name}: no figures ({cell.errors[:3]})")
@@ -76,6 +122,10 @@ def one_run(
     total = after.total - before.total
     busy_s = (total - (after.idle - before.idle)) / ticks
     per_record = 1e6 / cell.records
+    transactions = len(cell.commit_ms)
+    unit, units = (
+        ("transaction", transactions) if transactions else ("1,000 records", cell.records / 1000)
+    )
     return Split(
         tree,
         workload.name,
@@ -85,6 +135,8 @@ def one_run(
         (loop_after - loop_before) / cell.seconds if cell.seconds else 0.0,
         (busy_s - cell.broker_cpu_s) * per_record,
         (after.idle - before.idle) / total if total else 0.0,
+        unit,
+        per_unit(counts[0], counts[1], units),
     )
 
 
@@ -92,7 +144,9 @@ def describe(split: Split) -> str:
     return (
         f"  {split.tree:<8} {split.workload:<20} {split.records_per_s:9,.0f} records/s  "
         f"broker {split.broker_us:5.2f} µs  loop {split.loop_us:5.2f} µs "
-        f"({split.loop_busy:4.0%} busy)  rest {split.rest_us:5.2f} µs  idle {split.idle:4.0%}"
+        f"({split.loop_busy:4.0%} busy)  rest {split.rest_us:5.2f} µs  idle {split.idle:4.0%}\n"
+        f"           per {split.unit}: "
+        + ", ".join(f"{key} {value:.2f}" for key, value in split.counts.items())
     )
 
 

@@ -116,17 +116,25 @@ def process_cpu_seconds(pid: int) -> float | None:
 
 class BrokerProcess:
     def __init__(
-        self, work: Path, extra_sets: list[str], env: dict[str, str] | None = None
+        self,
+        work: Path,
+        extra_sets: list[str],
+        env: dict[str, str] | None = None,
+        *,
+        metrics: bool = False,
     ) -> None:
-        """``env``: the broker's environment (default: this process's)."""
+        """``env``: the broker's environment (default: this process's); ``metrics``: serve
+        Prometheus metrics on a free port (``metrics_port`` once started)."""
         self.work = work
         self.data_dir = work / "data"
         self.ready_file = work / "ready"
         self.log_path = work / "broker.log"
         self.extra_sets = extra_sets
         self.env = env
+        self.metrics = metrics
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
+        self.metrics_port: int | None = None
 
     def start(self, timeout_s: float = 30.0) -> None:
         cmd = [
@@ -145,6 +153,8 @@ class BrokerProcess:
         ]
         for kv in self.extra_sets:
             cmd += ["--set", kv]
+        if self.metrics:
+            cmd += ["--metrics-port", "0"]
         with open(self.log_path, "wb") as log:
             # Own session: a Ctrl-C in the terminal reaches only us; we stop the broker.
             self.proc = subprocess.Popen(
@@ -160,8 +170,11 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
             text = self.ready_file.read_text() if self.ready_file.exists() else ""
-            if text.endswith("\n"):  # `LISTENER PORT` lines: the first listener's port
-                self.port = int(text.splitlines()[0].split()[-1])
+            if text.endswith("\n"):  # `LISTENER PORT` lines, then `metrics PORT` if asked
+                lines = text.splitlines()
+                self.port = int(lines[0].split()[-1])
+                if self.metrics:
+                    self.metrics_port = int(lines[-1].split()[-1])
                 return
             time.sleep(0.05)
         raise RuntimeError(f"broker not ready after {timeout_s} s:\n{self.log_tail()}")
