@@ -16,6 +16,8 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.storage.txn_index import AbortedTxn
 
+from ..storage.failures import file_of
+
 NOW = 1_795_000_000_000
 
 
@@ -123,7 +125,7 @@ class _IndexWrites:
         monkeypatch.setattr(os, "write", self.write)
 
     def write(self, fd: int, data: bytes | memoryview) -> int:
-        if not self.armed or not os.readlink(f"/proc/self/fd/{fd}").endswith(".txnindex"):
+        if not self.armed or not file_of(fd).endswith(".txnindex"):
             return self._write(fd, data)
         self.armed = False
         if self.short:

@@ -25,6 +25,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.protocol.record_batch import Record, build_batch
 from oncelog.testing import EmbeddedBroker
 
+from ..storage.failures import file_of
 from .raw_requests import create_topics, produce, produce_each
 
 TOPIC = "storage-failure"
@@ -36,10 +37,7 @@ def _batch(value: bytes) -> bytes:
 
 
 def _is_partition_0_segment(fd: int) -> bool:
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return False
+    target = file_of(fd)
     return f"/{TOPIC}-0/" in target and target.endswith(".log")
 
 

@@ -39,6 +39,7 @@ from oncelog.testing import EmbeddedBroker
 from oncelog.testing.cluster import LocalCluster
 
 from ..broker.raw_requests import metadata
+from ..storage.failures import file_of
 from .coordination import (
     COORDINATOR_CONFIG,
     FAST_FAILOVER_CONFIG,
@@ -65,10 +66,7 @@ class _PartitionFiles:
         self.directory = f"{directory}{os.sep}"
 
     def __contains__(self, fd: object) -> bool:
-        try:
-            return os.readlink(f"/proc/self/fd/{fd}").startswith(self.directory)
-        except OSError:
-            return False
+        return isinstance(fd, int) and file_of(fd).startswith(self.directory)
 
 
 class FailingFsync:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 
 import pytest
 
@@ -22,3 +23,12 @@ def fail_with_one_fsync(partition_log: PartitionLog) -> None:
         with pytest.raises(OSError):
             partition_log.flush()
     assert partition_log.failed
+
+
+def file_of(fd: int) -> str:
+    """The path a descriptor is open on, for a fault injected into the files it names
+    (through /proc/self/fd); "" if it is not open."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""

@@ -25,6 +25,8 @@ from oncelog.storage.checkpoint import read_checkpoint, write_checkpoint
 from oncelog.storage.log import RECOVERY_POINT_FILE
 from oncelog.storage.txn_index import AbortedTxn
 
+from .failures import file_of
+
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=200)
 
 
@@ -488,7 +490,7 @@ def test_a_flush_fsyncs_an_index_only_if_it_was_written_since_the_last_flush(
     fail = [False]
 
     def recording(fds: list[int]) -> None:
-        synced.append(sorted(Path(os.readlink(f"/proc/self/fd/{fd}")).suffix for fd in fds))
+        synced.append(sorted(Path(file_of(fd)).suffix for fd in fds))
         if fail[0]:
             fail[0] = False
             raise OSError(5, "injected")
@@ -529,7 +531,7 @@ def test_a_cut_log_keeps_its_earlier_aborted_transactions_and_fsyncs_the_cut_ind
     real = oncelog.storage.log.fsync_together
 
     def recording(fds: list[int]) -> None:
-        synced.append(sorted(Path(os.readlink(f"/proc/self/fd/{fd}")).suffix for fd in fds))
+        synced.append(sorted(Path(file_of(fd)).suffix for fd in fds))
         real(fds)
 
     monkeypatch.setattr(oncelog.storage.log, "fsync_together", recording)
@@ -718,7 +720,7 @@ def test_a_batch_whose_index_entry_fails_is_taken_back(
     index_fd = [-1]
 
     def failing_index_write(fd: int, data: bytes | memoryview) -> int:
-        if Path(os.readlink(f"/proc/self/fd/{fd}")).suffix == ".index":
+        if Path(file_of(fd)).suffix == ".index":
             index_fd[0] = fd
             monkeypatch.setattr(os, "write", real_write)
             raise OSError(28, os.strerror(28))
@@ -753,7 +755,7 @@ def test_an_index_entry_written_in_part_takes_its_batch_back(
     halves = [0]
 
     def half_an_index_entry(fd: int, data: bytes | memoryview) -> int:
-        if halves[0] < 2 and Path(os.readlink(f"/proc/self/fd/{fd}")).suffix == ".index":
+        if halves[0] < 2 and Path(file_of(fd)).suffix == ".index":
             halves[0] += 1
             return real_write(fd, memoryview(data)[: len(data) // 2])
         return real_write(fd, data)

@@ -40,6 +40,7 @@ from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
 from oncelog.transactions.state import TransactionMetadata, TxnState
 
+from ..storage.failures import file_of
 from .e2e_helpers import (
     FAST_START,
     TIMEOUT_S,
@@ -53,10 +54,7 @@ from .e2e_helpers import (
 
 
 def is_state_segment(fd: int) -> bool:
-    try:
-        target = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return False
+    target = file_of(fd)
     return f"/{TRANSACTION_STATE}-" in target and target.endswith(".log")
 
 

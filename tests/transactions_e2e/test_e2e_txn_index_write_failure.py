@@ -24,6 +24,7 @@ import pytest
 
 from oncelog.testing import EmbeddedBroker
 
+from ..storage.failures import file_of
 from .e2e_helpers import (
     FAST_START,
     TIMEOUT_S,
@@ -44,11 +45,7 @@ class IndexWriteFault:
         self.fired = 0
 
     def fails(self, fd: int) -> bool:
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return False
-        if not (self.armed and target.endswith(".txnindex")):
+        if not (self.armed and file_of(fd).endswith(".txnindex")):
             return False
         self.armed = False
         self.fired += 1

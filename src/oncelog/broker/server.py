@@ -496,12 +496,16 @@ async def _write_responses(
 
 
 def _send(writer: asyncio.StreamWriter, data: bytes) -> None:
-    """Write ``data``, or raise ConnectionResetError if the client has gone: uvloop's write
-    on a closing transport raises RuntimeError, which would end the responder with an
-    exception no one retrieves and leave its queue undrained."""
-    if writer.transport.is_closing():
-        raise ConnectionResetError("the connection is closing")
-    writer.write(data)
+    """Write ``data``; ConnectionResetError if the client has gone: uvloop's write on a
+    closing transport raises RuntimeError, which would end the responder with an exception
+    no one retrieves and leave its queue undrained. Asked only after a failed write: every
+    answer goes through here."""
+    try:
+        writer.write(data)
+    except RuntimeError:
+        if not writer.transport.is_closing():
+            raise
+        raise ConnectionResetError("the connection is closing") from None
 
 
 def _authenticate(

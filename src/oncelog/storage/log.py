@@ -302,9 +302,9 @@ class PartitionLog:
         """Time-based roll for a periodic task (a quiet partition rolls without appends)."""
         with self._lock:
             active = self._segments[-1]
-            if self._storage_failure is None and active.torn is None:  # failed: no roll
-                if active.size and self._aged(active, now_ms):
-                    self._roll_locked()
+            failed = self._storage_failure is not None  # a torn segment fails its log too
+            if not failed and active.size and self._aged(active, now_ms):
+                self._roll_locked()
 
     def _aged(self, segment: LogSegment, now_ms: int) -> bool:
         """segment.ms elapsed since its first batch arrived (after a restart: since that
@@ -495,7 +495,7 @@ class PartitionLog:
         every segment until a restart recovers it, as Kafka's offline log directories are out
         of its retention: nothing more is written to (or deleted from) a failing disk."""
         config = self.config
-        if not config.delete or self.failed:
+        if not config.delete:
             return 0
         excess = self.size_bytes() - config.retention_bytes if config.retention_bytes >= 0 else 0
         doomed = 0
