@@ -50,6 +50,30 @@ def test_a_streaming_sources_runner_leaves_the_writer_unimported() -> None:
     assert _imported_by(("oncelog.spark.writer",), writer) == sorted(writer)  # the control
 
 
+def test_the_fault_injecting_source_leaves_the_broker_unimported() -> None:
+    """The demonstration's sink (`oncelog_faults`) fails every task's first attempt, and
+    PySpark runs each retry in a new worker, which unpickles the data source and so imports
+    `oncelog.testing`. Its `__init__` imported the embedded broker (1.7 CPU-seconds with
+    kio's types and hypothesis's hooks): several seconds of every retry on two cores."""
+    broker = ("kio", "oncelog.protocol", "oncelog.broker", "hypothesis")
+    assert _imported_by(("oncelog.testing.spark",), broker) == []
+    assert _imported_by(("oncelog.testing.embedded",), broker) != []  # the control
+
+
+def test_the_testing_package_still_gives_its_names() -> None:
+    import oncelog.testing
+    from oncelog.testing.embedded import EmbeddedBroker
+    from oncelog.testing.proxy import FaultInjectionProxy
+
+    assert oncelog.testing.EmbeddedBroker is EmbeddedBroker
+    assert oncelog.testing.FaultInjectionProxy is FaultInjectionProxy
+    assert set(oncelog.testing._HOME) == set(oncelog.testing.__all__)  # no drift
+    assert set(oncelog.testing.__all__) <= set(dir(oncelog.testing))
+    assert all(getattr(oncelog.testing, name) is not None for name in oncelog.testing.__all__)
+    with pytest.raises(AttributeError, match="Nothing"):
+        oncelog.testing.Nothing  # noqa: B018
+
+
 def test_the_spark_package_still_gives_its_names() -> None:
     import oncelog.spark
     from oncelog.spark.client import ClusterError

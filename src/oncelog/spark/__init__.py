@@ -15,8 +15,9 @@ too cost every query's start for modules a source never uses.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from oncelog.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,19 +54,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """`OncelogDataSource` and the other names, imported from their module when first
-    asked for. (The type checker takes them from the TYPE_CHECKING imports; a misspelt
-    name is an AttributeError at run time.)"""
-    if name not in _HOME:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_HOME[name]), name)
-    globals()[name] = value  # the next access finds it without this call
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+__getattr__, __dir__ = lazy_names(__name__, _HOME, globals())
 
 
 def register(spark: SparkSession) -> None:

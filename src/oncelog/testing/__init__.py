@@ -1,17 +1,25 @@
 """Tools for testing applications against oncelog: an embedded broker, a broker in a
 child process (for crash tests), a local cluster on ZooKeeper, and pytest fixtures.
 
-The cluster helpers (LocalCluster, ZooKeeperServer) are imported on first use: they need
-kazoo, Java and ZooKeeper, which a single-node test suite does not."""
+The names are imported on first use, not with the package. Spark's Python workers import
+this package whenever they unpickle the demonstration's fault-injecting data source
+(`oncelog.testing.spark`), and a failed task's retry always runs in a new worker: importing
+the embedded broker there (the whole broker and kio's types, with hypothesis's hooks where
+it is installed) cost each new worker 1.7 CPU-seconds for modules it never uses. The
+cluster helpers also need kazoo, Java and ZooKeeper, which a single-node test suite does
+not."""
 
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
-from oncelog.testing.embedded import EmbeddedBroker
-from oncelog.testing.process import BrokerProcess, BrokerProcessError
-from oncelog.testing.proxy import FaultConfig, FaultInjectionProxy, ProxyStats
+from typing import TYPE_CHECKING
+
+from oncelog.lazy_names import lazy_names
 
 if TYPE_CHECKING:
     from oncelog.testing.cluster import LocalCluster
+    from oncelog.testing.embedded import EmbeddedBroker
+    from oncelog.testing.process import BrokerProcess, BrokerProcessError
+    from oncelog.testing.proxy import FaultConfig, FaultInjectionProxy, ProxyStats
     from oncelog.testing.zookeeper import ZooKeeperServer
 
 __all__ = [
@@ -24,15 +32,16 @@ __all__ = [
     "ProxyStats",
     "ZooKeeperServer",
 ]
+_HOME = {
+    "BrokerProcess": "oncelog.testing.process",
+    "BrokerProcessError": "oncelog.testing.process",
+    "EmbeddedBroker": "oncelog.testing.embedded",
+    "FaultConfig": "oncelog.testing.proxy",
+    "FaultInjectionProxy": "oncelog.testing.proxy",
+    "LocalCluster": "oncelog.testing.cluster",
+    "ProxyStats": "oncelog.testing.proxy",
+    "ZooKeeperServer": "oncelog.testing.zookeeper",
+}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "LocalCluster":
-        from oncelog.testing.cluster import LocalCluster
-
-        return LocalCluster
-    if name == "ZooKeeperServer":
-        from oncelog.testing.zookeeper import ZooKeeperServer
-
-        return ZooKeeperServer
-    raise AttributeError(name)
+__getattr__, __dir__ = lazy_names(__name__, _HOME, globals())
