@@ -12,7 +12,9 @@ its event-loop thread's, the loop thread's busy share, the CPU per record of eve
 else on the machine (the producer processes, and whatever else runs: say the load), and
 the machine's idle share; then what the broker did for it, from its metrics endpoint:
 requests handled by API and fsync rounds, per transaction in a transactional cell, per
-1,000 records otherwise (so that a transaction's extra work is counted, not inferred).
+1,000 records otherwise (so that a transaction's extra work is counted, not inferred);
+and, where ``perf`` may count the broker's system calls (root, or perf_event_paranoid
+allowing it), its ``fsync`` calls: a round fsyncs one or several files (``fsync calls``).
 When the machine is never idle and the producers take most of it, a ratio between two
 workloads is a ratio of their total CPU per record; idle time in a transactional cell is
 the producers waiting for their flush and commit. Round r runs the trees in the given
@@ -24,6 +26,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
+import signal
+import subprocess
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -67,6 +72,42 @@ def broker_counts(metrics_port: int) -> dict[str, float]:
     return counts
 
 
+class FsyncCalls:
+    """The fsync system calls of one process (every thread, those it starts later too)
+    while it is counted, from ``perf stat``'s tracepoint; None where perf cannot."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self._perf: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        perf = shutil.which("perf")
+        if perf is not None:
+            self._perf = subprocess.Popen(
+                [perf, "stat", "-x,", "-e", "syscalls:sys_enter_fsync", "-p", str(self._pid)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+
+    def stop(self) -> float | None:
+        """The count since ``start`` (perf prints it when interrupted)."""
+        if self._perf is None:
+            return None
+        self._perf.send_signal(signal.SIGINT)
+        try:
+            _, err = self._perf.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._perf.kill()
+            self._perf.communicate()
+            return None
+        for line in err.splitlines():
+            fields = line.split(",")
+            if len(fields) > 2 and fields[2] == "syscalls:sys_enter_fsync":
+                return float(fields[0]) if fields[0].isdigit() else None
+        return None
+
+
 def per_unit(
     before: Mapping[str, float], after: Mapping[str, float], units: float
 ) -> dict[str, float]:
@@ -97,10 +138,15 @@ def one_run(
         pid, metrics_port = broker.proc.pid, broker.metrics_port
         marks: list[tuple[float | None, MachineTimes]] = []
         counts: list[dict[str, float]] = []
+        fsync_calls = FsyncCalls(pid)
 
         def cpu() -> float | None:
             marks.append((thread_cpu_seconds(pid, pid), MachineTimes.now()))
             counts.append(broker_counts(metrics_port))
+            if len(counts) == 1:
+                fsync_calls.start()
+            elif (calls := fsync_calls.stop()) is not None:
+                counts[0]["fsync calls"], counts[1]["fsync calls"] = 0.0, calls
             return compare.process_cpu_seconds(pid)
 
         cell = compare.run_cell(

@@ -71,9 +71,9 @@ def test_after_a_failed_fsync_nothing_more_is_durable_or_appended(
     with pytest.raises(KafkaError) as refused:
         _append(log, b"after")
     assert refused.value.code == ErrorCode.kafka_storage_error
-    log.close()  # no flush: the recovery point stays at the last good fsync
+    log.close()  # no flush, no checkpoint: the next start recovers from the last one
     reopened = PartitionLog.open(tmp_path / "t-0", LogConfig(), clean_shutdown=False)
-    assert not reopened.failed and reopened.log_end_offset == 2  # recovered from offset 1
+    assert not reopened.failed and reopened.log_end_offset == 2  # recovered from the log start
     reopened.close()
 
 

@@ -7,6 +7,14 @@ waits for an fsync. Appends take the same lock, briefly, so the snapshot is cons
 ``write_recovery_checkpoint`` may run in a worker thread too (the periodic checkpoint) while
 the loop closes or deletes the log: checkpoint writes, close and delete take
 ``_checkpoint_lock``, so one temporary file never has two writers.
+
+What is durable when (Kafka's rule): an acknowledged append waits for an fsync of the
+segment's ``.log`` file (and ``.txnindex`` after an abort), never of its offset index.
+The offset index is fsynced before anything trusts it: before a recovery-point checkpoint
+is written (the checkpoint says "the index below this offset is durable": recovery starts
+from its entries there) and at a clean close (a clean start loads every index). A crash
+before that costs the index's unsynced entries, which recovery rebuilds from the log
+after the checkpointed recovery point. Durability of the data itself never waits for it.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
 from oncelog.storage.cleaner import CLEANED_SUFFIX, CleanedGroup, SegmentSource
 from oncelog.storage.compaction import SegmentStats
-from oncelog.storage.file_cache import open_files
+from oncelog.storage.file_cache import CachedFile, open_files
 from oncelog.storage.fsync import fsync_together
 from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
@@ -170,11 +178,13 @@ class PartitionLog:
             recovery_point = min(recovery_point, segments[-1].next_offset)
         else:
             segments, report = _recover(directory, segments, recovery_point)
-            recovery_point = checkpointed = segments[-1].next_offset
-            write_checkpoint(directory / RECOVERY_POINT_FILE, recovery_point)
+            recovery_point = segments[-1].next_offset
         log_start = read_checkpoint(directory / LOG_START_FILE)
         opened = cls(directory, config, segments, recovery_point, report, log_start)
         opened._checkpointed = checkpointed
+        if not (clean_shutdown or created):
+            opened._checkpointed = None  # written after every recovery, indexes first
+            opened.write_recovery_checkpoint()
         return opened
 
     # --- offsets ---
@@ -323,10 +333,13 @@ class PartitionLog:
         return segment
 
     def flush(self, up_to: int | None = None) -> int:
-        """fsync every dirty segment; returns the new recovery point. Thread-safe.
+        """fsync the data of every dirty segment; returns the new recovery point (every
+        record below it is durable). Thread-safe.
 
         With ``up_to``, return at once if the recovery point already covers it: callers
-        waiting for their own offset share whichever fsync got there first.
+        waiting for their own offset share whichever fsync got there first. The offset
+        indexes are not fsynced here (see the module docstring): one file per fsync, not
+        two, for the small appends that add an index entry nearly every time.
         """
         with self._lock:
             if not self._segments or (up_to is not None and self._recovery_point >= up_to):
@@ -368,10 +381,61 @@ class PartitionLog:
                 self._write_checkpoint_if_moved()
 
     def _write_checkpoint_if_moved(self) -> None:
+        """Under ``_checkpoint_lock``: the offset indexes first, then the checkpoint.
+
+        Recovery trusts every index entry below the checkpointed recovery point, so those
+        entries must be on disk before the checkpoint is: each was written before the
+        flush that raised the recovery point read here, so the index fsync that follows
+        covers it. A failed log writes none: its indexes may hold what its failure left
+        (an index fsync that failed, an entry that could not be cut), and the next start
+        recovers from the last checkpoint written while it was healthy."""
         recovery_point = self._recovery_point
-        if recovery_point != self._checkpointed:
-            write_checkpoint(self.directory / RECOVERY_POINT_FILE, recovery_point)
-            self._checkpointed = recovery_point
+        if recovery_point == self._checkpointed or self._storage_failure is not None:
+            return
+        self._sync_indexes()
+        write_checkpoint(self.directory / RECOVERY_POINT_FILE, recovery_point)
+        self._checkpointed = recovery_point
+
+    def _sync_indexes(self) -> None:
+        """fsync every offset index written since its last fsync. Under
+        ``_checkpoint_lock``, so a checkpoint never follows an index another caller has
+        claimed and is still fsyncing. A failure takes the log offline, as a failed data
+        fsync does: the kernel may have dropped the index's pages (see ``__init__``)."""
+        with self._lock:
+            if self._storage_failure is not None:
+                raise OSError(errno.EIO, self._offline_reason())
+            claimed: list[tuple[LogSegment, CachedFile]] = []
+            for segment in self._segments:
+                file = segment.claim_unsynced_index()
+                if file is not None:
+                    claimed.append((segment, file))
+            files = [file for _, file in claimed]
+            try:
+                fds = open_files.pin_for_sync(files)
+            except OSError as exc:
+                self._index_sync_failed(claimed, exc)
+                raise
+        if not fds:
+            return
+        try:
+            fsync_together(fds)
+        except OSError as exc:
+            with self._lock:
+                self._index_sync_failed(claimed, exc)
+            open_files.sync_failed(files)
+            raise
+        finally:
+            for file in files:
+                open_files.unpin(file)
+
+    def _index_sync_failed(
+        self, claimed: list[tuple[LogSegment, CachedFile]], exc: OSError
+    ) -> None:
+        """Under ``_lock``: the claimed indexes are unsynced again and the log offline."""
+        for segment, _ in claimed:
+            segment.unclaim_index()
+        if self._storage_failure is None:
+            self._storage_failure = f"an fsync of {self.directory.name}'s indexes failed: {exc}"
 
     # --- reading ---
 
@@ -725,16 +789,20 @@ class PartitionLog:
         return sum(s.size for s in self._segments)
 
     def close(self) -> None:
-        """Flush, persist the recovery point, close every descriptor (idempotent). A
-        failed log is closed without a flush: its recovery point stays where the last
-        good fsync left it, for the next start to recover from."""
+        """Flush, fsync the indexes (a clean start loads them), persist the recovery
+        point, close every descriptor (idempotent). A failed log is closed without a
+        flush or a checkpoint: the next start recovers it from the last checkpoint."""
         if not self._segments:
             return
         if self._storage_failure is None:
             self.flush()
         with self._checkpoint_lock:
-            self._write_checkpoint_if_moved()
-            self._close_segments()
+            try:
+                if self._storage_failure is None:
+                    self._sync_indexes()
+                    self._write_checkpoint_if_moved()
+            finally:
+                self._close_segments()
 
     def delete(self) -> None:
         """Close without flushing and remove the partition directory (topic deletion)."""

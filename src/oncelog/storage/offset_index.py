@@ -4,7 +4,13 @@ Entries are 8 bytes, big-endian: offset relative to the segment's base offset (u
 and the byte position of a batch in the ``.log`` file (uint32). As in Kafka, an entry is
 added when more than ``index.interval.bytes`` were appended since the last one, keyed by
 the batch's last offset. Entries are kept in memory too: lookups never touch the file.
-The file is not fsynced on its own schedule; after an unclean shutdown it is rebuilt.
+
+Durability, as in Kafka: the file is not fsynced with the data it indexes. An acknowledged
+append waits for its ``.log`` file only; the index is fsynced before anything trusts it:
+before a recovery-point checkpoint covering its entries is written, and at a clean close
+(``PartitionLog._sync_indexes``). Recovery trusts an entry only below the checkpointed
+recovery point and rebuilds the rest of the segment's index from the log, so entries a
+crash lost or garbled beyond that point cost a re-read, never a record.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ class OffsetIndex:
         self._positions = array("q")
         size_or_create(path)
         self.file = open_files.file(path, os.O_RDWR | os.O_APPEND)
-        self.unsynced = True  # written since a flush last fsynced it (not known yet: yes)
+        # Written since its last fsync. An index found on disk is durable: a clean close
+        # and every checkpoint fsync it, and recovery fsyncs the ones it rebuilds.
+        self.unsynced = False
 
     def __len__(self) -> int:
         return len(self._offsets)

@@ -41,10 +41,11 @@ class RecoveryReport:
 def recover_segment(segment: LogSegment, recovery_point: int | None = None) -> SegmentRecovery:
     """Validate ``segment``, truncate at the first bad batch, fsync.
 
-    With ``recovery_point`` (every offset below it was fsynced, the index with it),
-    validation starts at the last indexed batch wholly below it instead of the segment's
-    start, so an unclean start costs the unflushed tail, not the whole segment. Should
-    that batch itself fail, the segment is validated from its start after all.
+    With ``recovery_point`` (every offset below it was fsynced, and the index entries
+    below it were fsynced before it was checkpointed), validation starts at the last
+    indexed batch wholly below it instead of the segment's start, so an unclean start
+    costs the unflushed tail, not the whole segment; the index after that batch is rebuilt.
+    Should that batch itself fail, the segment is validated from its start after all.
     """
     start = _trusted_position(segment, recovery_point)
     result = _validate_from(segment, start)
@@ -57,9 +58,10 @@ def recover_segment(segment: LogSegment, recovery_point: int | None = None) -> S
 
 
 def _trusted_position(segment: LogSegment, recovery_point: int | None) -> int:
-    """The last indexed batch whose offsets all lie below ``recovery_point``: it and its
-    index entry were written before the fsync that the recovery point records. 0 if none,
-    or if the index fails its checks."""
+    """The last indexed batch whose offsets all lie below ``recovery_point``: it was
+    fsynced before the recovery point was, and its index entry before the checkpoint that
+    records it (``PartitionLog._write_checkpoint_if_moved``); entries after it may be lost
+    or garbled by the crash and are rebuilt. 0 if none, or if the index fails its checks."""
     if recovery_point is None or not segment.index.load(segment.size):
         return 0
     return segment.index.lookup(recovery_point - 1)

@@ -370,31 +370,49 @@ class LogSegment:
         return files
 
     def claim_unsynced_files(self) -> list[CachedFile]:
-        """What a flush must fsync, claimed under the log's lock: the log file, and each
-        index only if it was written since a flush last claimed it. An unchanged index
-        costs a thread hand-off and an fsync for nothing, and the coordinators' records
-        add an offset index entry only every few kilobytes: two of the three durable
-        writes one transaction waits for. Clears ``dirty``; if the fsync fails,
-        :meth:`unclaim` marks everything to be synced again."""
+        """What a data flush must fsync, claimed under the log's lock: the log file, and
+        the aborted-transaction index if it was written since a flush last claimed it.
+        Clears ``dirty``; if the fsync fails, :meth:`unclaim` marks them to be synced again.
+
+        Not the offset index: nothing trusts it before the recovery point that covers its
+        entries is checkpointed, so it is fsynced then (:meth:`claim_unsynced_index`); a
+        crash before that rebuilds it from the log. The aborted-transaction index is not
+        rebuilt by recovery (only the producer-state replay after the newest snapshot
+        re-indexes abort markers, and a snapshot may lie past the checkpoint), so an abort
+        is durable only with its entry; it is written once per aborted transaction."""
         files = [self._file]
-        for index in (self.index, self.txn_index):
-            if index.unsynced and index.file is not None:
-                files.append(index.file)
-                index.unsynced = False
+        if self.txn_index.unsynced and self.txn_index.file is not None:
+            files.append(self.txn_index.file)
+            self.txn_index.unsynced = False
         self.dirty = False
         return files
 
     def unclaim(self) -> None:
-        """After a failed fsync: the next flush covers every file again."""
-        self.dirty = self.index.unsynced = self.txn_index.unsynced = True
+        """After a failed data fsync: the next flush covers every file again."""
+        self.dirty = self.txn_index.unsynced = True
+
+    def claim_unsynced_index(self) -> CachedFile | None:
+        """The offset index's file if it was written since it was last claimed (clears
+        the mark; :meth:`unclaim_index` sets it again after a failed fsync), else None."""
+        if not self.index.unsynced:
+            return None
+        self.index.unsynced = False
+        return self.index.file
+
+    def unclaim_index(self) -> None:
+        self.index.unsynced = True
 
     def fsync(self) -> None:
-        """fsync every file of the segment now (in the calling thread)."""
+        """fsync every file of the segment now (in the calling thread): recovery and the
+        cleaner make a segment wholly durable before anything trusts it."""
         files = self.sync_files()
         fds = open_files.pin_for_sync(files)
+        unsynced = self.index.unsynced, self.txn_index.unsynced
+        self.index.unsynced = self.txn_index.unsynced = False
         try:
             fsync_together(fds)
         except BaseException:
+            self.index.unsynced, self.txn_index.unsynced = unsynced
             open_files.sync_failed(files)
             raise
         finally:
