@@ -182,3 +182,24 @@ def test_a_failed_index_fsync_writes_no_checkpoint_and_takes_the_log_offline(
     assert not reopened.failed and reopened.log_end_offset == 20
     assert [batch_offsets(reopened.read(o, 1))[0] for o in (0, 19)] == [0, 18]
     reopened.close()
+
+
+def test_an_index_rebuilt_at_an_unclean_start_is_fsynced_before_the_checkpoint(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment below the recovery point is loaded, not recovered; if its index fails its
+    checks it is rebuilt, and the checkpoint written after the recovery covers it."""
+    config = LogConfig(segment_bytes=2000, index_interval_bytes=200)
+    log = PartitionLog.open(path, config, clean_shutdown=False)
+    append_batches(log, 0, 30)
+    log.flush()
+    log.write_recovery_checkpoint()
+    assert len(log.segments()) > 1
+    for segment in log._segments:  # a crash
+        segment.close()
+    (path / INDEX).write_bytes(bytes(13))  # the first segment's: fails its checks
+    events, _ = recording(monkeypatch)
+    reopened = PartitionLog.open(path, config, clean_shutdown=False)
+    assert events == ["fsync .index", "checkpoint 60"]
+    assert len(index_entries(path / INDEX)) > 0
+    reopened.close()
