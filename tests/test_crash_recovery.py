@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import socket
+import struct
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, To
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.broker.broker import CLEAN_SHUTDOWN_MARKER
+from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.record_batch import (
     Record,
     build_batch,
@@ -33,6 +36,8 @@ from oncelog.protocol.record_batch import (
     iter_stored_batches,
 )
 from oncelog.testing import BrokerProcess, BrokerProcessError
+
+from .broker.raw_requests import FETCH_BY_NAME, fetch_body
 
 RDKAFKA_LOG = logging.getLogger("rdkafka")
 
@@ -341,6 +346,75 @@ def test_torn_tail_is_truncated_and_produce_continues(
     )
     broker.terminate()
     assert scan_segments(partition_dir) == list(enumerate(values + more))
+
+
+# -- an offset index that lost its unsynced tail ------------------------------------------
+
+INDEX_ENTRY = struct.Struct(">II")  # relative offset, position (storage/offset_index.py)
+INDEXED_RECORDS = 80  # per half; 4 records of 1 KiB a batch: an index entry at every batch
+
+
+def _read_at(conn: KafkaConnection, topic: str, offset: int) -> tuple[int, bytes | None]:
+    """(offset, value) of the first record at or after ``offset`` in what a Fetch from
+    ``offset`` returns (what a client delivers first)."""
+    answer = conn.request(ApiKey.FETCH, fetch_body(topic, offset=offset), version=FETCH_BY_NAME)
+    ((part,),) = [t.partitions for t in answer.responses]
+    data = memoryview(part.records)
+    for position, header in iter_stored_batches(part.records):
+        for record in decode_records(data[position : position + header.size]):
+            if record.offset >= offset:
+                return record.offset, record.value
+    raise AssertionError(f"nothing read from offset {offset}")
+
+
+@pytest.mark.parametrize("checkpoint", ["as_written", "ahead_of_the_index"])
+def test_an_index_tail_garbled_by_a_crash_is_rebuilt_and_every_acked_record_read_by_offset(
+    broker: BrokerProcess, checkpoint: str
+) -> None:
+    """An acks=all produce waits for the fsync of the segment's .log file only; its index
+    entries are fsynced with the next recovery-point checkpoint. Records acknowledged after
+    the last checkpoint, then SIGKILL, and the index's entries past the checkpoint garbled
+    as a crash may leave them (one plausible entry pointing too far): the next start
+    rebuilds them from the log and every acknowledged record reads back at its offset.
+    The control puts the checkpoint at the log end, as if it had been written before the
+    index was fsynced: recovery trusts the garbled entry and serves the wrong records."""
+    topic = "indexed"
+    create_topic(broker.bootstrap_servers, topic, 1)
+    values = [b"idx-%05d-" % i + bytes(1014) for i in range(2 * INDEXED_RECORDS)]
+    half = INDEXED_RECORDS
+    assert _produce(broker.bootstrap_servers, topic, values[:half], 4) == list(range(half))
+    broker.restart()  # a clean stop: indexes fsynced, the checkpoint at the log end
+    assert _produce(broker.bootstrap_servers, topic, values[half:], 4) == list(
+        range(half, 2 * half)
+    )
+    broker.kill()
+    partition_dir = broker.data_dir / f"{topic}-0"
+    checkpointed = int((partition_dir / "recovery-point").read_text().split()[-1])
+    assert checkpointed == half, "a checkpoint was written after the restart"
+    index_path = partition_dir / f"{0:020d}.index"
+    entries = list(INDEX_ENTRY.iter_unpack(index_path.read_bytes()))
+    assert any(offset >= half for offset, _ in entries), "no entry past the checkpoint"
+    far, far_base = next(
+        (position, header.base_offset)
+        for position, header in iter_stored_batches((partition_dir / f"{0:020d}.log").read_bytes())
+        if header.base_offset >= half + 60
+    )
+    kept = [entry for entry in entries if entry[0] < half]
+    garbled = [*kept, (half + 10, far)]  # offset half+10 said to be in a batch 50 further on
+    index_path.write_bytes(b"".join(INDEX_ENTRY.pack(*e) for e in garbled))
+    if checkpoint == "ahead_of_the_index":
+        (partition_dir / "recovery-point").write_text(f"0\n{2 * half}\n")
+    broker.restart()
+
+    with KafkaConnection(broker.bootstrap_servers) as conn:
+        read = {offset: _read_at(conn, topic, offset) for offset in range(2 * half)}
+    wrong = [offset for offset, got in read.items() if got != (offset, values[offset])]
+    if checkpoint == "as_written":
+        assert wrong == []
+        assert "recovering 1 segment(s)" in broker.read_log(current_run=True)
+    else:
+        # the offsets from half+10 up to that batch are looked up there
+        assert wrong == list(range(half + 10, far_base)), "the control showed no anomaly"
 
 
 # -- the BrokerProcess harness itself ----------------------------------------------------
