@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import threading
 from pathlib import Path
 
 import pytest
 
+import oncelog.storage.log as log_module
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.maintenance import Maintenance
 from oncelog.broker.topics import TopicRegistry
 from oncelog.protocol.record_batch import Record, build_batch
 
-from ..storage.failures import fail_with_one_fsync
+from ..storage.failures import fail_with_one_fsync, file_of
 
 HOUR_MS = 3_600_000
 
@@ -99,6 +101,43 @@ def test_retention_leaves_a_failed_log_alone(
     assert len(registry.partition("healthy", 0).log.segments()) == 1
     assert failed.segments() == failed_segments and failed.log_start_offset == 0
     assert all(segment.path.exists() for segment in failed_segments)
+    registry.close()
+
+
+def test_a_failed_index_fsync_at_the_checkpoint_reports_its_log_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic checkpoint fsyncs the offset indexes first; one that fails takes its
+    log offline, and the partition's owner is told (in a cluster: marked offline in
+    ZooKeeper, leadership moves), as after a failed data fsync. The other log is not."""
+    config = BrokerConfig.load(None, {})
+    registry = TopicRegistry(tmp_path, config)
+    offline: list[str] = []
+    for topic in ("healthy", "failing"):
+        asyncio.run(registry.create(topic, 1, {"index.interval.bytes": "100"}, 0))
+        append(registry, topic, 5, timestamp_ms=1_000)
+        partition = registry.partition(topic, 0)
+        partition.log.flush()  # the data is durable; its index entries are not yet
+        partition.on_offline = lambda p: offline.append(p.topic)
+    real = log_module.fsync_together
+
+    def failing_index(fds: list[int]) -> None:
+        if any("failing-0" in file_of(fd) and file_of(fd).endswith(".index") for fd in fds):
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real(fds)
+
+    monkeypatch.setattr(log_module, "fsync_together", failing_index)
+
+    async def scenario() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        await Maintenance(registry, flusher, config, clock_ms=lambda: 0).tick(0)
+        await flusher.stop()
+
+    asyncio.run(scenario())
+    assert offline == ["failing"]
+    assert registry.partition("failing", 0).log.failed
+    assert not registry.partition("healthy", 0).log.failed
     registry.close()
 
 

@@ -203,3 +203,25 @@ def test_an_index_rebuilt_at_an_unclean_start_is_fsynced_before_the_checkpoint(
     assert events == ["fsync .index", "checkpoint 60"]
     assert len(index_entries(path / INDEX)) > 0
     reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled"])
+def test_an_index_rebuilt_at_a_clean_start_is_fsynced_before_open_returns(
+    path: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    """A clean start loads every index, rebuilding one that is missing or fails its
+    checks; the recovery point need not move for a while (a quiet partition), so the
+    rebuilt file is fsynced at once: a later crash's recovery trusts it below the
+    checkpoint."""
+    log = PartitionLog.open(path, CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 20)
+    log.close()
+    if damage == "missing":
+        (path / INDEX).unlink()
+    else:
+        (path / INDEX).write_bytes(bytes(13))
+    events, _ = recording(monkeypatch)
+    reopened = PartitionLog.open(path, CONFIG, clean_shutdown=True)
+    assert events == ["fsync .index"]
+    assert len(index_entries(path / INDEX)) > 0
+    reopened.close()

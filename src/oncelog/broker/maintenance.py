@@ -96,11 +96,15 @@ class Maintenance:
         if checkpoint_due:
             self._next_checkpoint_ms = now_ms + CHECKPOINT_INTERVAL_MS
             stopping = threading.Event()
-            await write_in_thread(lambda: self._write_checkpoints(stopping), stopping)
+            failed: list[Partition] = []
+            await write_in_thread(lambda: self._write_checkpoints(stopping, failed), stopping)
+            for partition in failed:  # back on the loop: a failed index fsync took it offline
+                partition.check_offline()
 
-    def _write_checkpoints(self, stopping: threading.Event) -> None:
-        """Each partition's recovery checkpoint, until ``stopping`` is set (the broker
-        stops: each log writes its own when it closes)."""
+    def _write_checkpoints(self, stopping: threading.Event, failed: list[Partition]) -> None:
+        """Each partition's recovery checkpoint (its indexes fsynced first), until
+        ``stopping`` is set (the broker stops: each log writes its own when it closes).
+        The partitions it failed on are added to ``failed``."""
         failures = _Failures("writing the recovery checkpoint")
         for partition in self._topics.partitions():
             if stopping.is_set():
@@ -109,6 +113,7 @@ class Maintenance:
                 partition.log.write_recovery_checkpoint()
             except OSError as exc:
                 failures.add(partition, exc)
+                failed.append(partition)
         failures.report()
 
 

@@ -185,6 +185,9 @@ class PartitionLog:
         if not (clean_shutdown or created):
             opened._checkpointed = None  # written after every recovery, indexes first
             opened.write_recovery_checkpoint()
+        else:  # an index a load rebuilt (missing, or failing its checks) is trusted later
+            with opened._checkpoint_lock:
+                opened._sync_indexes()
         return opened
 
     # --- offsets ---
