@@ -91,15 +91,17 @@ class FsyncCalls:
             )
 
     def stop(self) -> float | None:
-        """The count since ``start`` (perf prints it when interrupted)."""
-        if self._perf is None:
+        """The count since ``start`` (perf prints it when interrupted); None after the
+        first call."""
+        perf, self._perf = self._perf, None
+        if perf is None:
             return None
-        self._perf.send_signal(signal.SIGINT)
+        perf.send_signal(signal.SIGINT)
         try:
-            _, err = self._perf.communicate(timeout=10)
+            _, err = perf.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            self._perf.kill()
-            self._perf.communicate()
+            perf.kill()
+            perf.communicate()
             return None
         for line in err.splitlines():
             fields = line.split(",")
@@ -161,6 +163,7 @@ def one_run(
         )
     if cell.errors or not cell.records or cell.broker_cpu_s is None:
         raise SystemExit(f"{tree}, {workload.name}: no figures ({cell.errors[:3]})")
+    assert len(counts) == 2, "run_cell reads the broker's CPU once before, once after"
     (loop_before, before), (loop_after, after) = marks
     if loop_before is None or loop_after is None:
         raise SystemExit("the broker's loop thread could not be read from /proc")

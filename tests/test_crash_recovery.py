@@ -377,30 +377,34 @@ def test_an_index_tail_garbled_by_a_crash_is_rebuilt_and_every_acked_record_read
     as a crash may leave them (one plausible entry pointing too far): the next start
     rebuilds them from the log and every acknowledged record reads back at its offset.
     The control puts the checkpoint at the log end, as if it had been written before the
-    index was fsynced: recovery trusts the garbled entry and serves the wrong records."""
+    index was fsynced: recovery trusts the garbled entry and serves the wrong records.
+    (This tests recovery's trust rule, which main had too; the order of index fsync and
+    checkpoint is tested in tests/storage/test_index_durability.py.)"""
     topic = "indexed"
     create_topic(broker.bootstrap_servers, topic, 1)
     values = [b"idx-%05d-" % i + bytes(1014) for i in range(2 * INDEXED_RECORDS)]
     half = INDEXED_RECORDS
     assert _produce(broker.bootstrap_servers, topic, values[:half], 4) == list(range(half))
     broker.restart()  # a clean stop: indexes fsynced, the checkpoint at the log end
+    time.sleep(2)  # past the first maintenance tick, which may write a checkpoint
     assert _produce(broker.bootstrap_servers, topic, values[half:], 4) == list(
         range(half, 2 * half)
     )
     broker.kill()
     partition_dir = broker.data_dir / f"{topic}-0"
     checkpointed = int((partition_dir / "recovery-point").read_text().split()[-1])
-    assert checkpointed == half, "a checkpoint was written after the restart"
+    assert checkpointed <= 2 * half - 70, f"a checkpoint at {checkpointed} leaves no tail"
     index_path = partition_dir / f"{0:020d}.index"
     entries = list(INDEX_ENTRY.iter_unpack(index_path.read_bytes()))
-    assert any(offset >= half for offset, _ in entries), "no entry past the checkpoint"
+    assert any(offset >= checkpointed for offset, _ in entries), "no entry past it"
     far, far_base = next(
         (position, header.base_offset)
         for position, header in iter_stored_batches((partition_dir / f"{0:020d}.log").read_bytes())
-        if header.base_offset >= half + 60
+        if header.base_offset >= checkpointed + 60
     )
-    kept = [entry for entry in entries if entry[0] < half]
-    garbled = [*kept, (half + 10, far)]  # offset half+10 said to be in a batch 50 further on
+    kept = [entry for entry in entries if entry[0] < checkpointed]
+    garbled_at = checkpointed + 10  # said to be in a batch 50 offsets further on
+    garbled = [*kept, (garbled_at, far)]
     index_path.write_bytes(b"".join(INDEX_ENTRY.pack(*e) for e in garbled))
     if checkpoint == "ahead_of_the_index":
         (partition_dir / "recovery-point").write_text(f"0\n{2 * half}\n")
@@ -413,8 +417,8 @@ def test_an_index_tail_garbled_by_a_crash_is_rebuilt_and_every_acked_record_read
         assert wrong == []
         assert "recovering 1 segment(s)" in broker.read_log(current_run=True)
     else:
-        # the offsets from half+10 up to that batch are looked up there
-        assert wrong == list(range(half + 10, far_base)), "the control showed no anomaly"
+        # the offsets from the garbled one up to that batch are looked up there
+        assert wrong == list(range(garbled_at, far_base)), "the control showed no anomaly"
 
 
 # -- the BrokerProcess harness itself ----------------------------------------------------

@@ -12,7 +12,9 @@ Closing a descriptor must never lose a write or hide a failed one:
 - a descriptor in use (`using`, or pinned for an fsync) is never closed under its user,
   whichever thread wants the slot;
 - a file written since its last fsync is fsynced before its descriptor is closed (this
-  happens only when more files are being written at once than the capacity holds);
+  happens when more files are written than the capacity holds: a data file within
+  one flush, an offset index within one recovery-point checkpoint interval, since an
+  index is fsynced at the checkpoint, not with its data: storage/log.py);
   if that fsync fails, the failure is kept and every later fsync of the file reports it,
   so no write is acknowledged as durable that is not;
 - a file is reopened without O_CREAT: a segment file that vanished is an error, not an

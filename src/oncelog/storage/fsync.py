@@ -5,8 +5,10 @@ index too (the offset index waits for the recovery-point checkpoint: storage/log
 a checkpoint fsyncs the offset indexes written since the last one; recovery and the
 cleaner a whole segment. fsynced one after the other, each file costs its own journal
 commit; issued together, the file system can fold them into one. Measured on the
-project's 2-core VM (ext4, load 9; a 10 KiB append plus an 8-byte index entry, 200 rounds
-of each way, alternating): log then index p50 5.6-6.3 ms, both at once p50 1.3-2.5 ms.
+project's 2-core VM when a durable append still fsynced its log and offset index (ext4,
+load 9; a 10 KiB append plus an 8-byte index entry, 200 rounds of each way,
+alternating): log then index p50 5.6-6.3 ms, both at once p50 1.3-2.5 ms. What it still
+folds: an abort's log and ``.txnindex``, a checkpoint's indexes, a recovered segment.
 """
 
 from __future__ import annotations

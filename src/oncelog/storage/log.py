@@ -6,15 +6,20 @@ duplicated descriptors of dirty segments and note the log end offset, so an appe
 waits for an fsync. Appends take the same lock, briefly, so the snapshot is consistent.
 ``write_recovery_checkpoint`` may run in a worker thread too (the periodic checkpoint) while
 the loop closes or deletes the log: checkpoint writes, close and delete take
-``_checkpoint_lock``, so one temporary file never has two writers.
+``_checkpoint_lock``, so one temporary file never has two writers. A truncation that lowers
+the recovery point writes its checkpoint (indexes first) on the loop thread, waiting for
+the lock if the periodic checkpoint holds it.
 
-What is durable when (Kafka's rule): an acknowledged append waits for an fsync of the
-segment's ``.log`` file (and ``.txnindex`` after an abort), never of its offset index.
-The offset index is fsynced before anything trusts it: before a recovery-point checkpoint
-is written (the checkpoint says "the index below this offset is durable": recovery starts
-from its entries there) and at a clean close (a clean start loads every index). A crash
-before that costs the index's unsynced entries, which recovery rebuilds from the log
-after the checkpointed recovery point. Durability of the data itself never waits for it.
+What is durable when: an acknowledged append waits for an fsync of the segment's ``.log``
+file (and ``.txnindex`` after an abort), never of its offset index. Kafka's segment flush
+fsyncs the log and all its indexes together; oncelog parts from it there (one file per
+durable append instead of two, issue 12) and keeps the invariant Kafka's recovery rests
+on: everything a checkpoint covers, indexes included, was fsynced before the checkpoint
+was written. So the offset index is fsynced before anything trusts it: before a
+recovery-point checkpoint is written (recovery starts from its entries below that point)
+and at a clean close and a clean open that rebuilt one (a clean start loads every index).
+A crash before that costs the index's unsynced entries, which recovery rebuilds from the
+log after the checkpointed recovery point. Durability of the data never waits for it.
 """
 
 from __future__ import annotations
@@ -407,12 +412,13 @@ class PartitionLog:
         with self._lock:
             if self._storage_failure is not None:
                 raise OSError(errno.EIO, self._offline_reason())
-            claimed: list[tuple[LogSegment, CachedFile]] = []
+            claimed: list[LogSegment] = []
+            files: list[CachedFile] = []
             for segment in self._segments:
                 file = segment.claim_unsynced_index()
                 if file is not None:
-                    claimed.append((segment, file))
-            files = [file for _, file in claimed]
+                    claimed.append(segment)
+                    files.append(file)
             try:
                 fds = open_files.pin_for_sync(files)
             except OSError as exc:
@@ -431,11 +437,9 @@ class PartitionLog:
             for file in files:
                 open_files.unpin(file)
 
-    def _index_sync_failed(
-        self, claimed: list[tuple[LogSegment, CachedFile]], exc: OSError
-    ) -> None:
+    def _index_sync_failed(self, claimed: list[LogSegment], exc: OSError) -> None:
         """Under ``_lock``: the claimed indexes are unsynced again and the log offline."""
-        for segment, _ in claimed:
+        for segment in claimed:
             segment.unclaim_index()
         if self._storage_failure is None:
             self._storage_failure = f"an fsync of {self.directory.name}'s indexes failed: {exc}"
@@ -802,6 +806,8 @@ class PartitionLog:
         with self._checkpoint_lock:
             try:
                 if self._storage_failure is None:
+                    # even if the recovery point did not move: an index cut back since
+                    # (a failed append taken back) is loaded as it is at a clean start
                     self._sync_indexes()
                     self._write_checkpoint_if_moved()
             finally:

@@ -5,12 +5,13 @@ and the byte position of a batch in the ``.log`` file (uint32). As in Kafka, an 
 added when more than ``index.interval.bytes`` were appended since the last one, keyed by
 the batch's last offset. Entries are kept in memory too: lookups never touch the file.
 
-Durability, as in Kafka: the file is not fsynced with the data it indexes. An acknowledged
-append waits for its ``.log`` file only; the index is fsynced before anything trusts it:
-before a recovery-point checkpoint covering its entries is written, and at a clean close
-(``PartitionLog._sync_indexes``). Recovery trusts an entry only below the checkpointed
-recovery point and rebuilds the rest of the segment's index from the log, so entries a
-crash lost or garbled beyond that point cost a re-read, never a record.
+Durability: the file is not fsynced with the data it indexes (Kafka's segment flush does
+fsync both; see ``storage/log.py``). An acknowledged append waits for its ``.log`` file
+only; the index is fsynced before anything trusts it: before a recovery-point checkpoint
+covering its entries is written, and at a clean close (``PartitionLog._sync_indexes``).
+Recovery trusts an entry only below the checkpointed recovery point and rebuilds the rest
+of the segment's index from the log, so entries a crash lost or garbled beyond that point
+cost a re-read, never a record.
 """
 
 from __future__ import annotations

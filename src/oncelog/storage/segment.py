@@ -400,6 +400,7 @@ class LogSegment:
         return self.index.file
 
     def unclaim_index(self) -> None:
+        """After a failed index fsync: the index is unsynced again (its log is offline)."""
         self.index.unsynced = True
 
     def fsync(self) -> None:
