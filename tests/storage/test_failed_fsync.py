@@ -10,6 +10,7 @@ directory offline; oncelog takes the log offline (KAFKA_STORAGE_ERROR) until a r
 from __future__ import annotations
 
 import errno
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,10 @@ from oncelog.broker.broker import CLEAN_SHUTDOWN_MARKER
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import Record, build_batch, split_batches
 from oncelog.storage import LogConfig, PartitionLog
+from oncelog.storage.file_cache import open_files
 from oncelog.testing.embedded import EmbeddedBroker
+
+from .failures import file_of
 
 
 class FailingFsync:
@@ -110,3 +114,37 @@ def test_an_acks_all_retry_after_a_failed_fsync_is_not_acknowledged(
             confluent_kafka.KafkaError._MSG_TIMED_OUT,
         ), reports[0]
     assert not (tmp_path / CLEAN_SHUTDOWN_MARKER).exists()
+
+
+def test_a_failed_fsync_at_an_eviction_takes_the_log_offline_at_its_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file cache fsyncs a written file before it closes the descriptor for another;
+    when that fsync fails, the log's next flush is refused, and the log goes offline. Left
+    online, the flush after it would find the segment claimed clean and call its data
+    durable without any fsync having succeeded."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True)
+    _append(log, b"durable")
+    assert log.flush() == 1
+    _append(log, b"its fsync fails at the eviction")
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if Path(file_of(fd)).suffix == ".log":
+            raise OSError(errno.EIO, "Input/output error (injected)")
+        real_fsync(fd)
+
+    other = open_files.file(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+    monkeypatch.setattr(os, "fsync", failing)
+    monkeypatch.setattr(open_files, "capacity", 1)
+    with open_files.using(other):  # closes the log's descriptors to make room
+        pass
+    monkeypatch.undo()  # the disk answers again, the cache holds as many as before
+    with pytest.raises(OSError, match="an earlier fsync failed"):
+        log.flush()
+    assert log.failed
+    with pytest.raises(OSError, match="offline"):
+        log.flush()
+    assert log.recovery_point == 1
+    open_files.retire(other)
+    log.close()

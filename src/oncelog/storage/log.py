@@ -357,7 +357,14 @@ class PartitionLog:
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
             files = [f for s in dirty for f in s.claim_unsynced_files()]
-            fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
+            try:
+                fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
+            except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
+                for s in dirty:
+                    s.unclaim()  # else the next flush would call their data durable
+                if _earlier_fsync_failed(files):
+                    self._storage_failure = f"an fsync of {self.directory.name} failed: {exc}"
+                raise
             dir_dirty, self._dir_dirty = self._dir_dirty, False
         try:
             fsync_together(fds)
@@ -407,8 +414,9 @@ class PartitionLog:
     def _sync_indexes(self) -> None:
         """fsync every offset index written since its last fsync. Under
         ``_checkpoint_lock``, so a checkpoint never follows an index another caller has
-        claimed and is still fsyncing. A failure takes the log offline, as a failed data
-        fsync does: the kernel may have dropped the index's pages (see ``__init__``)."""
+        claimed and is still fsyncing. A failed fsync takes the log offline, as a failed
+        data fsync does: the kernel may have dropped the index's pages (see ``__init__``);
+        any failure leaves the indexes to be fsynced again."""
         with self._lock:
             if self._storage_failure is not None:
                 raise OSError(errno.EIO, self._offline_reason())
@@ -421,27 +429,30 @@ class PartitionLog:
                     files.append(file)
             try:
                 fds = open_files.pin_for_sync(files)
-            except OSError as exc:
-                self._index_sync_failed(claimed, exc)
+            except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
+                self._index_sync_failed(claimed, exc, offline=_earlier_fsync_failed(files))
                 raise
         if not fds:
             return
         try:
             fsync_together(fds)
-        except OSError as exc:
+        except BaseException as exc:
             with self._lock:
-                self._index_sync_failed(claimed, exc)
+                self._index_sync_failed(claimed, exc, offline=isinstance(exc, OSError))
             open_files.sync_failed(files)
             raise
         finally:
             for file in files:
                 open_files.unpin(file)
 
-    def _index_sync_failed(self, claimed: list[LogSegment], exc: OSError) -> None:
-        """Under ``_lock``: the claimed indexes are unsynced again and the log offline."""
+    def _index_sync_failed(
+        self, claimed: list[LogSegment], exc: BaseException, *, offline: bool
+    ) -> None:
+        """Under ``_lock``: the claimed indexes are unsynced again, and with ``offline``
+        (an fsync failed) the log is offline."""
         for segment in claimed:
             segment.unclaim_index()
-        if self._storage_failure is None:
+        if offline and self._storage_failure is None:
             self._storage_failure = f"an fsync of {self.directory.name}'s indexes failed: {exc}"
 
     # --- reading ---
@@ -825,6 +836,12 @@ class PartitionLog:
             for segment in self._segments:
                 segment.close()
             self._segments = []
+
+
+def _earlier_fsync_failed(files: list[CachedFile]) -> bool:
+    """Whether ``pin_for_sync`` refused one of ``files`` because the fsync before its
+    eviction failed (its pages may be gone: the log goes offline), rather than a reopen."""
+    return any(file.error is not None for file in files)
 
 
 def _base_offset_at(segment: LogSegment, position: int) -> int:

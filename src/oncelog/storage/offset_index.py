@@ -8,7 +8,8 @@ the batch's last offset. Entries are kept in memory too: lookups never touch the
 Durability: the file is not fsynced with the data it indexes (Kafka's segment flush does
 fsync both; see ``storage/log.py``). An acknowledged append waits for its ``.log`` file
 only; the index is fsynced before anything trusts it: before a recovery-point checkpoint
-covering its entries is written, and at a clean close (``PartitionLog._sync_indexes``).
+covering its entries is written, at a clean close, and after a clean open rebuilt it
+(``PartitionLog._sync_indexes``).
 Recovery trusts an entry only below the checkpointed recovery point and rebuilds the rest
 of the segment's index from the log, so entries a crash lost or garbled beyond that point
 cost a re-read, never a record.
@@ -42,7 +43,7 @@ class OffsetIndex:
         size_or_create(path)
         self.file = open_files.file(path, os.O_RDWR | os.O_APPEND)
         # Written since its last fsync. An index found on disk is durable: a clean close
-        # and every checkpoint fsync it, and recovery fsyncs the ones it rebuilds.
+        # and every checkpoint fsync it, and so do recovery and a clean open that rebuilt it.
         self.unsynced = False
 
     def __len__(self) -> int:

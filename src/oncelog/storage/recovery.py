@@ -1,9 +1,13 @@
 """Crash recovery of one segment, after Kafka's ``LogSegment.recover()``.
 
-Every batch is re-read and checked (whole, v2, CRC valid, offsets increasing and within
-the segment's 32-bit relative range); the file is cut at the first batch that fails and
-the index is rebuilt from the batches kept. The caller deletes later segments if bytes
-were dropped, since nothing after a hole can be trusted.
+Every batch from the last indexed batch below the checkpointed recovery point on (from
+the segment's start if there is none) is re-read and checked (whole, v2, CRC valid,
+offsets increasing and within the segment's 32-bit relative range); the file is cut at
+the first batch that fails and the index after that trusted batch is rebuilt from the
+batches kept. Kafka's ``recover()`` re-reads the whole segment and resets its whole
+index; trusting the index below the checkpoint is oncelog's own (see
+:func:`recover_segment`). The caller deletes later segments if bytes were dropped, since
+nothing after a hole can be trusted.
 """
 
 from __future__ import annotations
