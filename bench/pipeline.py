@@ -22,7 +22,8 @@ as one of its phases.
 processes, alternately with DIR on PYTHONPATH (another checkout's `src`: its job, sink,
 source and broker) and with this tree's code: baseline, this, this, baseline, ... for
 --pairs pairs (ABBA, so neither side always runs on a machine its predecessor warmed or
-loaded); it prints each child's figures and the ratios of the best of each side.
+loaded); it prints each child's figures and, per guarantee, the median of the pairs'
+ratios with their range, and the ratio of the best of each side (`pairs`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from oncelog.pipeline.job import JobConfig, new_session, run
 from oncelog.pipeline.orders import produce_orders
 from oncelog.pipeline.verify import verify
 from oncelog.testing.process import BrokerProcess
+from pairs import describe, interleaved, ratio
 
 GUARANTEES = ("exactly_once", "at_least_once")
 RESULT = "result: "  # a child's line with its figures, for the parent of --baseline-src
@@ -175,24 +177,30 @@ def _child(args: argparse.Namespace, source: Path | None) -> dict[str, float]:
 
 
 def compare(args: argparse.Namespace) -> int:
+    """The ABBA pairs of children; per guarantee the median of the pairs' ratios (this tree
+    over the baseline, `pairs.ratio`), their range, and the ratio of the best of each."""
     source = baseline_source(args.baseline_src)
-    best: dict[str, dict[str, float]] = {"baseline": {}, "this tree": {}}
+    rates: dict[str, dict[str, list[float]]] = {"baseline": {}, "this tree": {}}
     for pair in range(args.pairs):
-        sides = ("baseline", "this tree") if pair % 2 == 0 else ("this tree", "baseline")
-        for side in sides:
+        for side in interleaved(("baseline", "this tree"), pair):
             print(f"  {side} ({time.strftime('%H:%M:%S', time.gmtime())} UTC, {load_average()})")
-            rates = _child(args, source if side == "baseline" else None)
-            for g, rate in rates.items():
-                best[side][g] = max(best[side].get(g, 0.0), rate)
+            for g, rate in _child(args, source if side == "baseline" else None).items():
+                rates[side].setdefault(g, []).append(rate)
     print(f"end: {load_average()}")
     print(
         f"pipeline, {args.orders:,} orders, maxOffsetsPerTrigger={args.max_offsets_per_trigger}, "
-        f"warm-up {args.warmup_orders:,} orders; best of {args.pairs * args.rounds} each; "
-        f"baseline {source}"
+        f"warm-up {args.warmup_orders:,} orders; {args.pairs} pairs of children, best of "
+        f"{args.rounds} each; baseline {source}"
     )
+    print(f"  {'':<14} {'':<18} {'':<18} median [pairs' range]  best of each")
     for g in GUARANTEES:
-        this, base = best["this tree"][g], best["baseline"][g]
-        print(f"  {g:<14} this tree {this:>8,.0f}  baseline {base:>8,.0f}  ratio {this / base:.2f}")
+        this, base = rates["this tree"][g], rates["baseline"][g]
+        # records/s: the baseline's over this tree's is seconds over seconds, as pairs.ratio takes
+        seconds_ratio = ratio([1 / r for r in base], [1 / r for r in this])
+        print(
+            f"  {g:<14} this tree {max(this):>8,.0f}  baseline {max(base):>8,.0f}  "
+            f"{describe(seconds_ratio)}"
+        )
     return 0
 
 

@@ -2,49 +2,54 @@
 
     .venv/bin/python bench/spark.py                      # 1,000,000 records, 20,000 orders
     .venv/bin/python bench/spark.py --records 200000 --skip-pipeline
-    .venv/bin/python bench/spark.py --bulk-only --rounds 3   # reads and writes only
-    .venv/bin/python bench/spark.py --read-only --rounds 4   # batch reads only
-    .venv/bin/python bench/spark.py --write-only --rounds 5  # batch writes only
+    .venv/bin/python bench/spark.py --bulk-only --rounds 4   # reads and writes only
+    .venv/bin/python bench/spark.py --read-only --rounds 8   # batch reads only
+    .venv/bin/python bench/spark.py --write-only --rounds 8  # batch writes only
     .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
-    .venv/bin/python bench/spark.py --rounds 3 --pipeline-baseline-src /tmp/a852cb3/src
+    .venv/bin/python bench/spark.py --pipeline-baseline-src /tmp/a852cb3/src
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
-partitions per topic) and measures, in this order:
+partitions per topic), writes N records of ~200 bytes with a plain idempotent producer
+(what every read reads), starts one Spark session (local[2,3]) and warms it up (each Spark
+read and write below once untimed, at full size), then measures, in this order:
 
-1. one plain idempotent producer (this Python process) writing N records of ~200 bytes;
-2. one tuned Python consumer (fetch.queue.backoff.ms=10) reading them back (assign());
-3. Spark (one session, local[2,3], after a warm-up that runs each Spark read and write
-   below once untimed, at full size) reading the same topic: `count()`,
-   once with one task per partition (Spark's default) and once with `minPartitions`
-   (--min-partitions, 6 by default: both cores busy to the end instead of the third
-   partition read alone), alternating with PySpark's own floor for it: a Python batch
-   source that yields the same number of rows in the same schema from Arrow batches
-   built once (no Kafka);
-4. Spark writing N generated rows exactly_once, then at_least_once, then into PySpark's
-   floor for a write, a Python Arrow sink that only iterates its input (order rotated
-   over --rounds rounds, best of each);
-5. the fixed cost of a streaming micro-batch at the log tail: `oncelog` source into the
-   `oncelog` exactly-once sink, while small transactions keep arriving, against Spark's
-   rate source into the noop sink, and against PySpark's own floor, a Python source and a
-   Python sink that do nothing, alone and while the same small transactions arrive at the
-   broker (the tail's machine without the connector), and the latter with one task a
-   micro-batch, as oncelog plans a tail batch (what PySpark costs the connector's plan:
-   the tail over it is what the connector adds); the tail once more with Spark's plan
-   of a task per partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of
-   the progress reports after a warm-up, with the mean of the parts Spark reports
-   (latestOffset, addBatch, ...);
-6. the order-enrichment pipeline (`bench/pipeline.py`'s measurement);
-7. with --pipeline-baseline-src DIR (another checkout's `src`, such as issue 15's
+1. batch reads, --rounds rounds (`pairs.interleaved`: in the order below in even rounds,
+   reversed in odd ones): one tuned Python consumer (fetch.queue.backoff.ms=10, assign())
+   reading the N records; Spark's `count()` of them, with one task per partition (Spark's
+   default); the same with `minPartitions` (--min-partitions, 6 by default: both cores
+   busy to the end instead of the third partition read alone); PySpark's own floor for a
+   read: a Python batch source that yields the same number of rows in the same schema
+   from Arrow batches built once (no Kafka);
+2. batch writes, --rounds rounds interleaved likewise: one plain idempotent producer
+   (this Python process) writing N records; Spark writing N generated rows exactly_once;
+   the same at_least_once; PySpark's floor for a write, a Python Arrow sink that only
+   iterates its input;
+3. the fixed cost of a streaming micro-batch at the log tail, in --micro-pairs interleaved
+   pairs: Spark's rate source into the noop sink, and the `oncelog` source into the
+   `oncelog` exactly-once sink while small transactions keep arriving; after the first
+   pair, once each: PySpark's own floor, a Python source and a Python sink that do
+   nothing, alone and while the same small transactions arrive at the broker (the tail's
+   machine without the connector), and the latter with one task a micro-batch, as
+   oncelog plans a tail batch (what PySpark costs the connector's plan: the tail over it
+   is what the connector adds); the tail once more with Spark's plan of a task per
+   partition (`combineRangesUpTo=0`). Each is the mean `triggerExecution` of the progress
+   reports after a warm-up, with the mean of the parts Spark reports (latestOffset,
+   addBatch, ...);
+4. the order-enrichment pipeline (`bench/pipeline.py`'s measurement);
+5. with --pipeline-baseline-src DIR (another checkout's `src`, such as issue 15's
    baseline a852cb3), after the broker above is stopped: the pipeline of that checkout
    against this tree's, `bench/pipeline.py --baseline-src`'s ABBA in child processes, so
    that the pipeline's ratio comes from the same run as the other figures. Each child is a
-   new JVM with its own warm-up; phase 6's figure is this session's, after its phases 3-5.
+   new JVM with its own warm-up; phase 4's figure is this session's, after its phases 1-3.
    (The parent's JVM stays alive, idle, while the children run: py4j's gateway outlives
    `spark.stop()`.)
 
-It prints the load average (`uptime`) before and after: the machine is shared, so compare
-figures only as ratios within one run. Every output is checked (row counts, exactly once).
-The broker is always stopped and the temporary directory removed.
+Each ratio is printed as the median of its rounds' ratios (each round's pair ran next to
+each other), their lowest and highest, and the ratio of the best of each side (what earlier
+sessions reported); issue 15's goals are judged on the median (`pairs`). It prints the load
+average before and after: the machine is shared, so compare figures only as ratios within
+one run. Every output is checked (row counts, exactly once). The broker is always stopped
+and the temporary directory removed.
 """
 
 from __future__ import annotations
@@ -80,6 +85,7 @@ from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
 from oncelog.spark.schema import arrow_schema, spark_schema
 from oncelog.testing.process import BrokerProcess
+from pairs import describe, interleaved, ratio
 from pipeline import VerificationFailed, baseline_source, compare, measure_pipeline
 
 PARTITIONS = 3
@@ -212,9 +218,11 @@ def micro_batch_cost(
         query.stop()
 
 
-def fixed_cost_rate_noop(spark: Any, work: Path, batches: int, warmup: int) -> float:
+def fixed_cost_rate_noop(spark: Any, work: Path, batches: int, warmup: int, name: str) -> float:
     stream = spark.readStream.format("rate").option("rowsPerSecond", "10").load()
-    return micro_batch_cost(stream.writeStream.format("noop"), work / "ck-rate", batches, warmup)[0]
+    return micro_batch_cost(
+        stream.writeStream.format("noop"), work / f"ck-{name}", batches, warmup
+    )[0]
 
 
 @contextlib.contextmanager
@@ -247,12 +255,18 @@ def feeding(bootstrap: str, topic: str) -> Iterator[None]:
 
 
 def fixed_cost_oncelog(
-    spark: Any, bootstrap: str, work: Path, batches: int, warmup: int, **source_options: str
+    spark: Any,
+    bootstrap: str,
+    work: Path,
+    batches: int,
+    warmup: int,
+    label: str,
+    **source_options: str,
 ) -> tuple[float, int]:
     """The `oncelog` source into the exactly-once sink at the tail of a transactional
     topic kept supplied by `feeding`. Each call has topics, a sink id and a checkpoint of
-    its own (`source_options` name them apart)."""
-    name = "tail" + "".join(f"-{key}-{value}" for key, value in source_options.items())
+    its own (`label` and `source_options` name them apart)."""
+    name = f"tail-{label}" + "".join(f"-{key}-{value}" for key, value in source_options.items())
     create_topics(bootstrap, [f"{name}-in", f"{name}-out"], PARTITIONS)
     reader = (
         spark.readStream.format("oncelog")
@@ -396,13 +410,42 @@ def fixed_cost_python_floor(
     return micro_batch_cost(stream, work / f"ck-{name}", batches, warmup)[0]
 
 
-def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) -> dict[str, float]:
-    """Mean ms of a micro-batch: rate into noop, PySpark's floor (alone, then while the
-    tail's feeder loads the broker: what the machine costs every micro-batch then; and so
-    with one task, oncelog's plan of a tail batch), oncelog into oncelog (its default
-    plan, then Spark's plan of a task per partition)."""
-    rate_ms = fixed_cost_rate_noop(spark, work, batches, 5)
-    print(f"  micro-batch, rate source into noop:              {rate_ms:6.0f} ms", flush=True)
+def measure_micro_batches(
+    spark: Any, bootstrap: str, work: Path, batches: int, pairs: int
+) -> dict[str, list[float]]:
+    """Mean ms of a micro-batch: rate into noop and oncelog into oncelog (its default plan)
+    in `pairs` interleaved pairs (`pairs.interleaved`: the goal's ratio, pair by pair);
+    after the first pair, once each: PySpark's floor (alone, then while the tail's feeder
+    loads the broker: what the machine costs every micro-batch then; and so with one task,
+    oncelog's plan of a tail batch), and oncelog into oncelog with Spark's plan of a task
+    per partition."""
+    costs: dict[str, list[float]] = {RATE: [], TAIL: []}
+
+    def rate(p: int) -> None:
+        ms = fixed_cost_rate_noop(spark, work, batches, 5, f"rate-{p}")
+        print(f"  micro-batch, rate source into noop:              {ms:6.0f} ms", flush=True)
+        costs[RATE].append(ms)
+
+    def tail(p: int) -> None:
+        ms, rows = fixed_cost_oncelog(spark, bootstrap, work, batches, 5, str(p))
+        print(
+            f"  micro-batch, oncelog into oncelog (EOS):         {ms:6.0f} ms "
+            f"({rows} rows a batch)",
+            flush=True,
+        )
+        costs[TAIL].append(ms)
+
+    for p in range(pairs):
+        for measure_one in interleaved([rate, tail], p):
+            measure_one(p)
+        if p == 0:
+            costs.update(_micro_floors(spark, bootstrap, work, batches))
+    return costs
+
+
+def _micro_floors(spark: Any, bootstrap: str, work: Path, batches: int) -> dict[str, list[float]]:
+    """The micro-batch phase's figures measured once: PySpark's floors and Spark's plan of
+    the tail."""
     floor_ms = fixed_cost_python_floor(spark, work, batches, 5)
     print(f"  micro-batch, Python source into Python sink:     {floor_ms:6.0f} ms", flush=True)
     create_topics(bootstrap, ["floor-fed"], PARTITIONS)
@@ -412,14 +455,8 @@ def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) 
     with feeding(bootstrap, "floor-fed"):
         one_ms = fixed_cost_python_floor(spark, work, batches, 5, "floor-one-task", tasks=1)
     print(f"  micro-batch, the same with one task:             {one_ms:6.0f} ms", flush=True)
-    tail_ms, tail_rows = fixed_cost_oncelog(spark, bootstrap, work, batches, 5)
-    print(
-        f"  micro-batch, oncelog into oncelog (EOS):         {tail_ms:6.0f} ms "
-        f"({tail_rows} rows a batch)",
-        flush=True,
-    )
     split_ms, split_rows = fixed_cost_oncelog(
-        spark, bootstrap, work, batches, 5, combineRangesUpTo="0"
+        spark, bootstrap, work, batches, 5, "split", combineRangesUpTo="0"
     )
     print(
         f"  micro-batch, the same, a task per partition:     {split_ms:6.0f} ms "
@@ -427,30 +464,28 @@ def measure_micro_batches(spark: Any, bootstrap: str, work: Path, batches: int) 
         flush=True,
     )
     return {
-        RATE: rate_ms,
-        MICRO_FLOOR: floor_ms,
-        MICRO_FLOOR_FED: fed_ms,
-        MICRO_FLOOR_ONE: one_ms,
-        TAIL: tail_ms,
-        TAIL_SPLIT: split_ms,
+        MICRO_FLOOR: [floor_ms],
+        MICRO_FLOOR_FED: [fed_ms],
+        MICRO_FLOOR_ONE: [one_ms],
+        TAIL_SPLIT: [split_ms],
     }
 
 
-def _best_of_rotations(
+def _interleaved_rounds(
     rounds: int, runs: dict[str, Callable[[int], int]], records: int
-) -> dict[str, float]:
-    """Each run once per round, the order rotated every round (the machine's load drifts);
-    the best seconds of each. A run returns its row count, which must be `records`."""
-    best: dict[str, float] = {}
-    names = list(runs)
+) -> dict[str, list[float]]:
+    """Each run once per round, in the given order in even rounds and reversed in odd ones
+    (`pairs.interleaved`: runs listed next to each other are compared round by round); the
+    seconds of each run, round by round. A run returns its row count, which must be
+    `records`."""
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
     for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
-            got, seconds = _timed(name, functools.partial(runs[name], r))
+        for name in interleaved(list(runs), r):
+            got, took = _timed(name, functools.partial(runs[name], r))
             if got != records:
                 raise VerificationFailed(f"{name}: {got} rows of {records}")
-            best[name] = min(best.get(name, seconds), seconds)
-    return best
+            seconds[name].append(took)
+    return seconds
 
 
 def _write_topic(guarantee: str, r: int) -> str:
@@ -517,10 +552,10 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
             create_topics(bootstrap, [f"baseline-{r}"], PARTITIONS)
             return baseline_produce(bootstrap, f"baseline-{r}", n)
 
-        read: dict[str, float] = {}
-        write: dict[str, float] = {}
+        read: dict[str, list[float]] = {}
+        write: dict[str, list[float]] = {}
         if not args.micro_only and not args.write_only:
-            read = _best_of_rotations(
+            read = _interleaved_rounds(
                 args.rounds,
                 {
                     READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
@@ -533,7 +568,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
                 n,
             )
         if not args.micro_only and not args.read_only:
-            write = _best_of_rotations(
+            write = _interleaved_rounds(
                 args.rounds,
                 {
                     WRITE_BASELINE: produce,
@@ -551,7 +586,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         micro = (
             {}
             if args.bulk_only or args.read_only or args.write_only
-            else measure_micro_batches(spark, bootstrap, work, args.batches)
+            else measure_micro_batches(spark, bootstrap, work, args.batches, args.micro_pairs)
         )
         pipeline = (
             {}
@@ -606,9 +641,13 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         ("  the same while the feeder runs / rate into noop", MICRO_FLOOR_FED, RATE, "floor"),
         ("  the same with one task / rate into noop", MICRO_FLOOR_ONE, RATE, "oncelog's plan"),
     ]
+    print(
+        f"  {'ratio (goals are judged on the median of the pairs)':<54} median [pairs' range]"
+        "  best of each"
+    )
     for what, a, b, note in rows:
         if a in seconds and b in seconds:
-            print(f"  {what:<54} {seconds[a] / seconds[b]:6.2f}   ({note})")
+            print(f"  {what:<54} {describe(ratio(seconds[a], seconds[b]))}   ({note})")
     for guarantee, rate in pipeline.items():
         print(f"  pipeline in this session, {guarantee:<24} {rate:6,.0f} records/s")
 
@@ -618,8 +657,21 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=8,
+        help="rounds of the batch reads and writes, the order reversed every round: "
+        "each round gives one ratio of each pair",
+    )
     parser.add_argument("--batches", type=int, default=30, help="micro-batches timed")
+    parser.add_argument(
+        "--micro-pairs",
+        type=int,
+        default=3,
+        help="interleaved pairs of the micro-batch goal's queries (rate into noop, oncelog "
+        "into oncelog)",
+    )
     parser.add_argument(
         "--min-partitions",
         type=int,
