@@ -32,7 +32,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import BinaryType, IntegerType, StringType, StructType
 
-from oncelog.spark import claims, sink
+from oncelog.spark import claims, input_end, sink
 from oncelog.spark.options import OptionError, WriteOptions
 from oncelog.spark.producers import (
     PENDING_PROGRESS_WAIT_S,
@@ -619,14 +619,33 @@ def _task(batch_id: int) -> TaskAttempt:
 
 class _Base:
     """Construction does no I/O: PySpark makes the stream writer again for every batch and
-    for every commit (the progress topic is checked by the tasks, once per worker)."""
+    for every commit (the progress topic is checked by the tasks, once per worker).
+    `check_input_end` False is a test's control only (`oncelog.testing.spark`)."""
 
     def __init__(
-        self, options: WriteOptions, schema: StructType, faults: Faults | None = None
+        self,
+        options: WriteOptions,
+        schema: StructType,
+        faults: Faults | None = None,
+        check_input_end: bool = True,
     ) -> None:
         validate_schema(schema, options)
         self.options = options
         self.faults = faults
+        self.check_input_end = check_input_end
+
+    def _input(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """The task's input; exactly_once, checked at its end for a cut (`input_end`: a
+        JVM that gave the task up closes the input, which pyarrow takes for its end)."""
+        if not self.options.exactly_once or not self.check_input_end:
+            return batches
+        stream = input_end.worker_input()
+        if stream is None:
+            raise SinkGuaranteeError(
+                "exactly_once: the Python worker's input stream was not found (a PySpark "
+                "other than 4.3?), so a complete input cannot be told from a cut one"
+            )
+        return input_end.checked(batches, stream)
 
 
 class OncelogBatchWriter(_Base, DataSourceArrowWriter):
@@ -634,7 +653,8 @@ class OncelogBatchWriter(_Base, DataSourceArrowWriter):
     re-running the same write with the same sink.id and write.id writes nothing again."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        return write_task(self.options, _task(self.options.write_id), iterator, self.faults)
+        task = _task(self.options.write_id)
+        return write_task(self.options, task, self._input(iterator), self.faults)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info(
@@ -663,7 +683,7 @@ class OncelogStreamWriter(_Base, DataSourceStreamArrowWriter):
             raise SinkGuaranteeError(
                 f"no {BATCH_ID_PROPERTY} on the task: cannot tell which batch is being written"
             )
-        return write_task(self.options, _task(int(raw)), iterator, self.faults)
+        return write_task(self.options, _task(int(raw)), self._input(iterator), self.faults)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         # No I/O: every task already committed its own transaction, so running this twice for

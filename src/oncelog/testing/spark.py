@@ -14,6 +14,9 @@
   moment, which lasts only some milliseconds otherwise, so the kill always finds a batch
   that is fully written and will be replayed.
 
+- `trustInputEnd=true`: the sink takes an end of its input for the end (without
+  `input_end`'s check): the control of the tests that cut a task's input off.
+
 And one source option:
 
 - `holdAfterInitialOffset=DIR`: a streaming query's `initialOffset`, once it has the first
@@ -53,6 +56,7 @@ from oncelog.spark.writer import OncelogBatchWriter, OncelogStreamWriter, TaskAt
 FAIL_AFTER = "failAfter"
 HOLD_COMMITS_WHILE = "holdCommitsWhile"
 HOLD_AFTER_INITIAL_OFFSET = "holdAfterInitialOffset"
+TRUST_INPUT_END = "trustInputEnd"
 HOLD_LIMIT_S = 300.0  # a demonstration that never kills its driver does not hang it for ever
 
 
@@ -134,6 +138,10 @@ def _hold(options: Any) -> CommitHold | None:
     return CommitHold(Path(raw)) if raw else None
 
 
+def _checks_input_end(options: Any) -> bool:
+    return str(_option(options, TRUST_INPUT_END) or "false").lower() != "true"
+
+
 def _source_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """The source's options without the hook, which the production parser refuses."""
     return {k: v for k, v in options.items() if str(k).lower() != HOLD_AFTER_INITIAL_OFFSET.lower()}
@@ -148,8 +156,9 @@ class HeldOncelogStreamWriter(OncelogStreamWriter):
         schema: StructType,
         faults: FailAfter | None,
         hold: CommitHold | None,
+        check_input_end: bool,
     ) -> None:
-        super().__init__(options, schema, faults)
+        super().__init__(options, schema, faults, check_input_end)
         self.hold = hold
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
@@ -159,8 +168,8 @@ class HeldOncelogStreamWriter(OncelogStreamWriter):
 
 
 class FaultyOncelogDataSource(OncelogDataSource):
-    """The oncelog data source whose sink takes `failAfter` and `holdCommitsWhile`, and its
-    source `holdAfterInitialOffset`."""
+    """The oncelog data source whose sink takes `failAfter`, `holdCommitsWhile` and
+    `trustInputEnd`, and its source `holdAfterInitialOffset`."""
 
     @classmethod
     def name(cls) -> str:
@@ -178,12 +187,22 @@ class FaultyOncelogDataSource(OncelogDataSource):
         return HeldStartStreamReader(options, Path(held))
 
     def writer(self, schema: StructType, overwrite: bool) -> OncelogBatchWriter:
-        options = parse_write_options(self.options, extra=(FAIL_AFTER,))
-        return OncelogBatchWriter(options, schema, _faults(self.options))
+        options = parse_write_options(self.options, extra=(FAIL_AFTER, TRUST_INPUT_END))
+        return OncelogBatchWriter(
+            options, schema, _faults(self.options), _checks_input_end(self.options)
+        )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> OncelogStreamWriter:
-        options = parse_write_options(self.options, extra=(FAIL_AFTER, HOLD_COMMITS_WHILE))
-        return HeldOncelogStreamWriter(options, schema, _faults(self.options), _hold(self.options))
+        options = parse_write_options(
+            self.options, extra=(FAIL_AFTER, HOLD_COMMITS_WHILE, TRUST_INPUT_END)
+        )
+        return HeldOncelogStreamWriter(
+            options,
+            schema,
+            _faults(self.options),
+            _hold(self.options),
+            _checks_input_end(self.options),
+        )
 
 
 def register_faults(spark: Any) -> None:
