@@ -196,7 +196,7 @@ def compare(args: argparse.Namespace) -> int:
     for g in GUARANTEES:
         this, base = rates["this tree"][g], rates["baseline"][g]
         # records/s: the baseline's over this tree's is seconds over seconds, as pairs.ratio takes
-        seconds_ratio = ratio([1 / r for r in base], [1 / r for r in this])
+        seconds_ratio = ratio([1 / r for r in base], [1 / r for r in this], paired=True)
         print(
             f"  {g:<14} this tree {max(this):>8,.0f}  baseline {max(base):>8,.0f}  "
             f"{describe(seconds_ratio)}"

@@ -14,12 +14,12 @@ partitions per topic), writes N records of ~200 bytes with a plain idempotent pr
 read and write below once untimed, at full size), then measures, in this order:
 
 1. batch reads, --rounds rounds (`pairs.interleaved`: in the order below in even rounds,
-   reversed in odd ones): one tuned Python consumer (fetch.queue.backoff.ms=10, assign())
-   reading the N records; Spark's `count()` of them, with one task per partition (Spark's
-   default); the same with `minPartitions` (--min-partitions, 6 by default: both cores
-   busy to the end instead of the third partition read alone); PySpark's own floor for a
-   read: a Python batch source that yields the same number of rows in the same schema
-   from Arrow batches built once (no Kafka);
+   reversed in odd ones): Spark's `count()` of the N records, with one task per partition
+   (Spark's default); one tuned Python consumer (fetch.queue.backoff.ms=10, assign())
+   reading them; Spark's `count()` with `minPartitions` (--min-partitions, 6 by default:
+   both cores busy to the end instead of the third partition read alone); PySpark's own
+   floor for a read: a Python batch source that yields the same number of rows in the same
+   schema from Arrow batches built once (no Kafka);
 2. batch writes, --rounds rounds interleaved likewise: one plain idempotent producer
    (this Python process) writing N records; Spark writing N generated rows exactly_once;
    the same at_least_once; PySpark's floor for a write, a Python Arrow sink that only
@@ -557,9 +557,9 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         if not args.micro_only and not args.write_only:
             read = _interleaved_rounds(
                 args.rounds,
-                {
-                    READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
+                {  # the tuned consumer next to both Spark reads
                     READ: lambda r: _reader(spark, bootstrap, "read").count(),
+                    READ_BASELINE: lambda r: baseline_consume(bootstrap, "read", n),
                     READ_SPLIT: lambda r: _reader(
                         spark, bootstrap, "read", minPartitions=str(args.min_partitions)
                     ).count(),
@@ -570,7 +570,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         if not args.micro_only and not args.read_only:
             write = _interleaved_rounds(
                 args.rounds,
-                {
+                {  # exactly_once next to both the producer and at_least_once
                     WRITE_BASELINE: produce,
                     WRITE_EOS: functools.partial(
                         _write_new_topic, spark, bootstrap, n, "exactly_once"
@@ -607,6 +607,8 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
         "partitions, local[2,3], broker subprocess on the same machine"
     )
     seconds = {**read, **write, **micro}
+    # sides measured in the same interleaved rounds, one value each per round
+    phases = [set(read), set(write), {RATE, TAIL} & set(micro)]
     rows = [  # (what, a, b, note): the ratio of the seconds (or ms) of a to those of b
         ("batch read / tuned consumer", READ_BASELINE, READ, "goal >= 0.7"),
         (
@@ -647,7 +649,8 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     )
     for what, a, b, note in rows:
         if a in seconds and b in seconds:
-            print(f"  {what:<54} {describe(ratio(seconds[a], seconds[b]))}   ({note})")
+            paired = any(a in phase and b in phase for phase in phases)
+            print(f"  {what:<54} {describe(ratio(seconds[a], seconds[b], paired))}   ({note})")
     for guarantee, rate in pipeline.items():
         print(f"  pipeline in this session, {guarantee:<24} {rate:6,.0f} records/s")
 
@@ -662,15 +665,15 @@ def main() -> int:
         type=int,
         default=8,
         help="rounds of the batch reads and writes, the order reversed every round: "
-        "each round gives one ratio of each pair",
+        "each round gives one ratio of each pair; even",
     )
     parser.add_argument("--batches", type=int, default=30, help="micro-batches timed")
     parser.add_argument(
         "--micro-pairs",
         type=int,
-        default=3,
+        default=4,
         help="interleaved pairs of the micro-batch goal's queries (rate into noop, oncelog "
-        "into oncelog)",
+        "into oncelog); even",
     )
     parser.add_argument(
         "--min-partitions",
@@ -690,8 +693,9 @@ def main() -> int:
         "--pipeline-pairs",
         type=int,
         default=2,
-        help="with --pipeline-baseline-src: ABBA pairs; each side is the best of its children, "
-        "one query per guarantee each (--rounds does not apply there)",
+        help="with --pipeline-baseline-src: ABBA pairs of children, one query per guarantee "
+        "each (--rounds does not apply there); the goal is judged on the median of the pairs' "
+        "ratios; even",
     )
     parser.add_argument(
         "--bulk-only", action="store_true", help="only the batch reads and writes (no streaming)"
@@ -710,6 +714,9 @@ def main() -> int:
         help="only the micro-batch costs (no batch reads and writes, no pipeline)",
     )
     args = parser.parse_args()
+    for name in ("rounds", "micro_pairs", "pipeline_pairs"):
+        if getattr(args, name) % 2:  # pairs.interleaved: each side first equally often
+            parser.error(f"--{name.replace('_', '-')} must be even")
     if args.pipeline_baseline_src is not None:
         if (
             args.skip_pipeline

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.spark.options import WriteOptions, parse_write_options
+
+TASK_ROWS = 40  # the rows of `task_batches`
 
 
 def unique(prefix: str) -> str:
@@ -73,3 +79,26 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
         values.append(message.value())
     consumer.close()
     return values
+
+
+def task_batches(batch: int) -> list[pa.RecordBatch]:
+    """A write task's input for `batch`: TASK_ROWS values in two Arrow batches, as Spark
+    hands them over."""
+    values = [b"b%d-r%02d" % (batch, i) for i in range(TASK_ROWS)]
+    half = TASK_ROWS // 2
+    return [
+        pa.record_batch([pa.array(values[:half], pa.binary())], names=["value"]),
+        pa.record_batch([pa.array(values[half:], pa.binary())], names=["value"]),
+    ]
+
+
+def new_sink(bootstrap: str, topic: str, more: Mapping[str, str] | None = None) -> WriteOptions:
+    """The options of a new sink (a sink.id of its own) writing `topic`, and `more`."""
+    return parse_write_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "topic": topic,
+            "sink.id": unique("sink"),
+            **(more or {}),
+        }
+    )

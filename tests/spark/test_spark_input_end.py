@@ -4,13 +4,16 @@ When a write task's input fails upstream, Spark gives the task up and closes the
 worker's input while the worker lives; pyarrow takes that end of file, at a record batch's
 end, for the end of the stream. The Spark test cuts a task's input that way (an upstream
 Python stage fails after some batches); its control (`trustInputEnd=true`) shows the part
-committed as if it were the whole, and the rerun of the same write then refused."""
+committed as if it were the whole, and the rerun of the same write then refused. A
+streaming write takes the same check (`OncelogStreamWriter.write`) over the same JVM path
+(`PythonStreamingWriterFactory` extends `PythonBatchWriterFactory`); the exactly_once
+streaming tests of test_spark_write.py run its lookup of the worker's input in every task."""
 
 from __future__ import annotations
 
 import io
 import struct
-import time
+import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -23,8 +26,10 @@ from oncelog.spark.options import EXACTLY_ONCE
 from oncelog.spark.producers import ClientPool
 from oncelog.spark.writer import TaskAttempt, write_task
 
+from .spark_helpers import TASK_ROWS as ROWS
 from .spark_helpers import create_topic, read_all, unique
-from .test_spark_producer_reuse import ROWS, _rows, _sink
+from .spark_helpers import new_sink as _sink
+from .spark_helpers import task_batches as _rows
 
 END_OF_STREAM = struct.pack(">i", -4)  # what the JVM writes after a complete Arrow stream
 
@@ -33,20 +38,51 @@ def _stream(after_arrow: bytes) -> io.BufferedReader:
     return io.BufferedReader(io.BytesIO(after_arrow))
 
 
+def _arrow_stream(batches: list[pa.RecordBatch]) -> tuple[bytes, bytes]:
+    """The Arrow stream the JVM writes: its bytes up to the last batch's end, and its
+    end-of-stream marker."""
+    sink = io.BytesIO()
+    writer = pa.ipc.new_stream(sink, batches[0].schema)
+    for batch in batches:
+        writer.write_batch(batch)
+    body = sink.getvalue()
+    writer.close()
+    return body, sink.getvalue()[len(body) :]
+
+
+def _as_pyspark_reads(stream: io.BufferedReader) -> Iterator[pa.RecordBatch]:
+    """What PySpark 4.3's worker hands a map-in-Arrow function: the batches of the Arrow
+    stream on its input (`ArrowStreamSerializer.load_stream`)."""
+    from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+    return ArrowStreamSerializer().load_stream(stream)
+
+
 def test_a_complete_input_ends_as_it_is() -> None:
     batches = _rows(0)
-    stream = _stream(END_OF_STREAM)
-    assert list(checked(iter(batches), stream)) == batches
+    body, end = _arrow_stream(batches)
+    stream = _stream(body + end + END_OF_STREAM)
+    assert list(checked(_as_pyspark_reads(stream), stream)) == batches
     assert stream.read() == END_OF_STREAM  # peeked at, left for PySpark's worker to read
 
 
-def test_an_input_at_its_end_of_file_is_a_cut() -> None:
+def test_an_input_cut_after_a_batch_reads_as_complete_to_pyarrow_and_is_a_cut() -> None:
     batches = _rows(0)
+    body, _end = _arrow_stream(batches)
+    # pyarrow: an end of file at a message boundary is an end of stream, without an error
+    assert list(_as_pyspark_reads(_stream(body))) == batches
+    stream = _stream(body)
     read: list[pa.RecordBatch] = []
     with pytest.raises(InputCut):
-        for batch in checked(iter(batches), _stream(b"")):
+        for batch in checked(_as_pyspark_reads(stream), stream):
             read.append(batch)
     assert read == batches  # every batch that came, then the cut
+
+
+def test_an_input_cut_inside_a_message_fails_in_pyarrow() -> None:
+    body, _end = _arrow_stream(_rows(0))
+    with pytest.raises((OSError, pa.ArrowInvalid)):
+        list(_as_pyspark_reads(_stream(body[:-5])))
 
 
 def test_no_worker_input_outside_a_pyspark_worker() -> None:
@@ -91,6 +127,7 @@ BATCH_ROWS = 100  # spark.sql.execution.arrow.maxRecordsPerBatch in the test
 VALUE_BYTES = 1000  # a batch of 100 KB: more than spark.buffer.size, so sent on its own
 BATCHES = 20
 BATCHES_BEFORE_THE_FAILURE = 3
+SAVE_BOUND_S = 120.0
 
 
 class _RowsReader(DataSourceReader):
@@ -103,7 +140,6 @@ class _RowsReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         for b in range(BATCHES):
             if self.fail and b == BATCHES_BEFORE_THE_FAILURE:
-                time.sleep(2)  # the sink's worker reads every batch sent before the failure
                 raise RuntimeError("the upstream stage fails")
             ids = range(b * BATCH_ROWS, (b + 1) * BATCH_ROWS)
             yield pa.record_batch(
@@ -143,7 +179,18 @@ def _write(spark, bootstrap: str, topic: str, sink: str, fail: bool, trusted: bo
     )
     if trusted:
         writer = writer.option("trustInputEnd", "true")
-    writer.save()
+    # bounded: a check that waited on a live JVM (the failure it must not have) would
+    # otherwise hang the suite
+    tag = unique("input-end")
+    context = spark.sparkContext
+    context.addJobTag(tag)
+    bound = threading.Timer(SAVE_BOUND_S, context.cancelJobsWithTag, (tag,))
+    bound.start()
+    try:
+        writer.save()
+    finally:
+        bound.cancel()
+        context.removeJobTag(tag)
 
 
 @pytest.mark.parametrize("trusted", [False, True], ids=["checked", "control-trusted"])

@@ -6,18 +6,16 @@ controls show the duplicates without the protocol: at_least_once, and the claims
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from oncelog.spark import claims
 from oncelog.spark.claims import ProgressTopicError
-from oncelog.spark.options import WriteOptions, parse_write_options
+from oncelog.spark.options import WriteOptions
 from oncelog.spark.producers import ClientPool, ConnectionWatch
 from oncelog.spark.writer import (
     ClientCallStuck,
@@ -31,31 +29,12 @@ from oncelog.spark.writer import (
 from oncelog.testing.process import BrokerProcess
 from oncelog.testing.spark import FailAfter, SimulatedCrash
 
+from .spark_helpers import TASK_ROWS as ROWS
 from .spark_helpers import create_topic, read_all, unique
+from .spark_helpers import new_sink as _sink
+from .spark_helpers import task_batches as _rows
 
-ROWS = 40
 CRASH_AFTER = 15
-
-
-def _rows(batch: int) -> list[pa.RecordBatch]:
-    values = [b"b%d-r%02d" % (batch, i) for i in range(ROWS)]
-    half = ROWS // 2  # two Arrow batches, as Spark hands them over
-    return [
-        pa.record_batch([pa.array(values[:half], pa.binary())], names=["value"]),
-        pa.record_batch([pa.array(values[half:], pa.binary())], names=["value"]),
-    ]
-
-
-def _sink(bootstrap: str, topic: str, more: Mapping[str, str] | None = None) -> WriteOptions:
-    """The options of a new sink (a sink.id of its own) writing `topic`, and `more`."""
-    return parse_write_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "topic": topic,
-            "sink.id": unique("sink"),
-            **(more or {}),
-        }
-    )
 
 
 def _write(options, pool: ClientPool, batch: int, attempt: int = 0, faults=None, slot: int = 0):  # type: ignore[no-untyped-def]

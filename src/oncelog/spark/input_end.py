@@ -41,10 +41,15 @@ import pyarrow as pa
 
 
 class InputCut(RuntimeError):
-    """The task's input ended without Arrow's end-of-stream marker: the JVM closed it."""
+    """The task's Arrow input ended at the worker input's end of file, with no
+    END_OF_STREAM after it: the JVM closed the input instead of completing it."""
 
 
 class Peekable(Protocol):
+    """The worker's input as `checked` needs it: the daemon's worker reads a
+    `BufferedReader` (pyspark/daemon.py), the simple worker a `BufferedRWPair`
+    (pyspark/worker_util.py); both peek without taking."""
+
     def peek(self, size: int = ..., /) -> bytes: ...
 
 

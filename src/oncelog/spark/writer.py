@@ -643,7 +643,9 @@ class _Base:
         if stream is None:
             raise SinkGuaranteeError(
                 "exactly_once: the Python worker's input stream was not found (a PySpark "
-                "other than 4.3?), so a complete input cannot be told from a cut one"
+                "other than 4.3, or a custom spark.python.worker.module or "
+                "spark.python.daemon.module?), so a complete input cannot be told from a cut "
+                "one"
             )
         return input_end.checked(batches, stream)
 
