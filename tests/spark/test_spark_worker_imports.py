@@ -53,8 +53,8 @@ def test_a_streaming_sources_runner_leaves_the_writer_unimported() -> None:
 def test_the_fault_injecting_source_leaves_the_broker_unimported() -> None:
     """The demonstration's sink (`oncelog_faults`) fails every task's first attempt, and
     PySpark runs each retry in a new worker, which unpickles the data source and so imports
-    `oncelog.testing`. Its `__init__` imported the embedded broker (1.7 CPU-seconds with
-    kio's types and hypothesis's hooks): several seconds of every retry on two cores."""
+    `oncelog.testing`. Its `__init__` imported the embedded broker (about 1.3 CPU-seconds
+    more, with kio's types and hypothesis's hooks): seconds of every retry on two cores."""
     broker = ("kio", "oncelog.protocol", "oncelog.broker", "hypothesis")
     assert _imported_by(("oncelog.testing.spark",), broker) == []
     assert _imported_by(("oncelog.testing.embedded",), broker) != []  # the control
