@@ -48,6 +48,18 @@ def produce_transaction(
         producer.abort_transaction(30)
 
 
+def committed_aborted_committed(bootstrap: str, prefix: str) -> tuple[str, list[bytes]]:
+    """A topic of one partition: offsets 0-9 committed (marker 10), 11-20 aborted (marker
+    21), 22-31 committed (marker 32), by one transactional id; and the 30 values sent."""
+    topic = create_topic(bootstrap, unique(prefix), partitions=1)
+    txn = unique(prefix)
+    values = [b"v%02d" % i for i in range(30)]
+    produce_transaction(bootstrap, topic, values[:10], txn_id=txn, partition=0)
+    produce_transaction(bootstrap, topic, values[10:20], commit=False, txn_id=txn, partition=0)
+    produce_transaction(bootstrap, topic, values[20:], txn_id=txn, partition=0)
+    return topic, values
+
+
 def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """Every value in `topic`, read with a plain confluent consumer (not our reader)."""
     consumer = Consumer(

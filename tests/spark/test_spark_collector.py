@@ -3,6 +3,7 @@ a batch: whoever iterates (PySpark, user code) always runs with the collector as
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from collections.abc import Iterator
 
@@ -46,7 +47,10 @@ def test_the_collector_runs_between_batches_and_after_the_range(bootstrap: str) 
     for i in range(20_000):
         producer.produce(topic, value=b"%05d" % i)
     assert producer.flush(30) == 0
-    options = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False)
+    options = dataclasses.replace(  # the consumer's path: the one that builds objects
+        parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic}, False),
+        own_fetch=False,
+    )
     rows = 0
     for batch in read_range(options, OffsetRange(topic, 0, 0, 20_000), "collector-test"):
         assert gc.isenabled()

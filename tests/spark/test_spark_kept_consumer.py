@@ -7,6 +7,7 @@ values produced, not against another read."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -31,15 +32,18 @@ from oncelog.spark.source import OncelogDataSource
 from oncelog.testing.cluster import LocalCluster
 from oncelog.testing.process import BrokerProcess
 
-from .spark_helpers import create_topic, produce_transaction, unique
+from .spark_helpers import committed_aborted_committed, create_topic, unique
 
 GROUP = "kept-consumer-test"
 
 
 def _options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
-    return parse_read_options(
+    """A batch read's options, its ranges read through the kept consumers (not through
+    Fetch requests of the reader's own, `fetch`, which keep no consumer)."""
+    options = parse_read_options(
         {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **extra}, False
     )
+    return dataclasses.replace(options, own_fetch=False)
 
 
 def _read(
@@ -152,12 +156,7 @@ def test_a_worker_keeps_at_most_a_few_consumers_the_least_recently_used_closed(
 def test_a_kept_consumer_skips_aborted_transactions_in_every_range(bootstrap: str) -> None:
     """Offsets 0-9 committed (marker 10), 11-20 aborted (marker 21), 22-31 committed
     (marker 32), read with one kept consumer under read_committed."""
-    topic = create_topic(bootstrap, unique("kept-txn"), partitions=1)
-    txn = unique("kept-txn")
-    values = [b"v%02d" % i for i in range(30)]
-    produce_transaction(bootstrap, topic, values[:10], txn_id=txn, partition=0)
-    produce_transaction(bootstrap, topic, values[10:20], commit=False, txn_id=txn, partition=0)
-    produce_transaction(bootstrap, topic, values[20:], txn_id=txn, partition=0)
+    topic, values = committed_aborted_committed(bootstrap, "kept-txn")
     committed = dict(
         zip(list(range(10)) + list(range(22, 32)), values[:10] + values[20:], strict=True)
     )

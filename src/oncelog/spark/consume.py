@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
+import logging
 import operator
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,10 +53,13 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from oncelog.collector import collector_paused
+from oncelog.spark import fetch
 from oncelog.spark.client import with_logger
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, consumer_config
 from oncelog.spark.schema import HEADER, arrow_schema
+
+log = logging.getLogger(__name__)
 
 ROWS_PER_BATCH = 8192
 IDLE_POLL_S = 0.01  # wait for the fetcher this long at a time, then look at the position
@@ -157,9 +162,24 @@ def read_range(
     group_id: str,
     consumers: KeptConsumers = CONSUMERS,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of one offset range as Arrow batches in the source's schema."""
+    """The records of an offset range as Arrow batches in the source's schema: a batch
+    read's through its own Fetch requests where that path applies (`fetch`), the rest,
+    and every streaming range, through a confluent-kafka consumer."""
     if rng.size == 0:
         return
+    if options.own_fetch and fetch.applies(options, consumer_config(options.client)):
+        try:
+            yield from fetch.read_range(options, rng)
+            return
+        except fetch.FetchUnavailable as unavailable:
+            log.info("%s-%s: librdkafka reads on: %s", rng.topic, rng.partition, unavailable)
+            rng = dataclasses.replace(rng, start=unavailable.position)
+    yield from _consumed(options, rng, group_id, consumers)
+
+
+def _consumed(
+    options: ReadOptions, rng: OffsetRange, group_id: str, consumers: KeptConsumers
+) -> Iterator[pa.RecordBatch]:
     with consumers.lend(consumer_settings(options, group_id)) as consumer:
         messages = _RangeReader(consumer, options, rng).messages()
         while True:

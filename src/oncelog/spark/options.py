@@ -581,6 +581,9 @@ class ReadOptions:
     # the range consumers' fetch settings (`kafka.*` options override them): a batch
     # read's or a streaming read's
     fetch_defaults: Mapping[str, str]
+    # a batch query's ranges may be read by Fetch requests of its own (`fetch`); a streaming
+    # query's small ranges at the tail are read through its kept consumers
+    own_fetch: bool = False
 
     @property
     def read_committed(self) -> bool:
@@ -685,6 +688,7 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         # streaming=None (`schema()`, which reads nothing) takes the streaming ones only
         # because the field needs a value
         fetch_defaults=BATCH_FETCH_DEFAULTS if streaming is False else FETCH_DEFAULTS,
+        own_fetch=streaming is False,
     )
 
 

@@ -1,0 +1,265 @@
+"""A batch read's ranges through Fetch requests of the reader's own (`oncelog.spark.fetch`),
+decoded natively into Arrow (`record_columns`): the same rows as Kafka's consumer returns.
+
+The pure tests build record batches and check the selection rules of Kafka's consumer
+(`CompletedFetch`): positions and ends inside batches, control batches, aborted
+transactions under read_committed (with the read_uncommitted control showing the aborted
+records are there), compressed and LogAppendTime batches, and malformed records refused.
+The broker tests read ranges through the Fetch path with the confluent-kafka path made to
+fail (so the rows come from the Fetch path only), compare them with the values produced
+and with what the confluent-kafka path returns, and show the hand-over to librdkafka when
+the range's first offsets are gone (data loss)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from oncelog.protocol import compression, record_batch
+from oncelog.protocol.record_batch import Record, build_batch, build_control_batch
+from oncelog.spark import consume, fetch, record_columns
+from oncelog.spark.consume import DataLossError, read_range
+from oncelog.spark.offsets import OffsetRange
+from oncelog.spark.options import ReadOptions, parse_read_options
+from oncelog.spark.schema import arrow_schema
+
+from .spark_helpers import committed_aborted_committed, create_topic, unique
+
+SCHEMA = arrow_schema(False)
+T0 = 1_700_000_000_000
+
+
+def _rows(parts: list[record_columns.Part]) -> list[tuple]:
+    batch = record_columns.to_record_batch(parts, "t", 0, SCHEMA)
+    return list(
+        zip(
+            batch.column("offset").to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            [t.timestamp() * 1000 for t in batch.column("timestamp").to_pylist()],
+            batch.column("timestampType").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _decoded(batches: list[bytes], low: int, high: int) -> list[tuple]:
+    """The reference: the broker's own (pure-Python) decoder."""
+    rows = []
+    for batch in batches:
+        kind = record_batch.parse_header(batch).timestamp_type
+        for r in record_batch.decode_records(batch):
+            if low <= r.offset < high:
+                rows.append((r.offset, r.key, r.value, float(r.timestamp), kind))
+    return rows
+
+
+def _data(base: int, n: int, codec: int = record_batch.COMPRESSION_NONE, **kw: object) -> bytes:
+    records = [
+        Record(
+            None if i % 5 == 1 else b"k%d" % (base + i),
+            None if i % 7 == 3 else b"v%d" % (base + i) * (1 + i % 3),
+            headers=(("h", b"x"),) if i % 4 == 0 else (),
+            timestamp_ms=T0 + base + i,
+        )
+        for i in range(n)
+    ]
+    return build_batch(records, base_offset=base, timestamp_ms=T0, compression=codec, **kw)  # type: ignore[arg-type]
+
+
+def test_columns_are_the_records_of_every_kind_of_batch() -> None:
+    batches = [
+        _data(0, 10),
+        _data(10, 20, compression.GZIP),
+        _data(30, 5, compression.LZ4),
+        _data(35, 7, compression.ZSTD),
+        _data(42, 9, compression.SNAPPY),
+        record_batch.assign_offsets(_data(51, 4), 51, log_append_time=T0 + 999),
+    ]
+    chosen = record_columns.select(b"".join(batches), 0, 1000, None)
+    assert chosen.position == 55
+    rows = _rows(chosen.parts)
+    assert rows == _decoded(batches, 0, 1000)
+    assert [r[4] for r in rows[-4:]] == [1] * 4  # LogAppendTime: Spark's 1
+    assert {r[3] for r in rows[-4:]} == {float(T0 + 999)}
+    assert any(r[1] is None for r in rows) and any(r[2] is None for r in rows)
+
+
+def test_records_below_the_position_and_from_the_end_on_are_left_out() -> None:
+    batches = [_data(0, 10), _data(10, 10), _data(20, 10)]
+    records = b"".join(batches)
+    chosen = record_columns.select(records, 4, 15, None)
+    assert [r[0] for r in _rows(chosen.parts)] == list(range(4, 15))
+    assert chosen.position == 20  # past the last batch read: the range is done
+    # a batch wholly past the end is not decoded
+    chosen = record_columns.select(records, 0, 10, None)
+    assert len(chosen.parts) == 1 and chosen.position == 10
+    # a fetch from the middle of the last batch
+    chosen = record_columns.select(records, 25, 100, None)
+    assert [r[0] for r in _rows(chosen.parts)] == list(range(25, 30))
+
+
+def test_a_torn_last_batch_is_left_for_the_next_fetch() -> None:
+    batches = [_data(0, 10), _data(10, 10)]
+    records = b"".join(batches)
+    chosen = record_columns.select(records[:-3], 0, 100, None)
+    assert [r[0] for r in _rows(chosen.parts)] == list(range(10))
+    assert chosen.position == 10
+    nothing = record_columns.select(records[:30], 0, 100, None)
+    assert nothing.parts == [] and nothing.position == 0
+
+
+def _txn(pid: int, base: int, n: int) -> bytes:
+    return _data(base, n, producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
+
+
+def _marker(pid: int, offset: int, commit: bool) -> bytes:
+    return build_control_batch(
+        commit,
+        producer_id=pid,
+        producer_epoch=0,
+        coordinator_epoch=0,
+        base_offset=offset,
+        timestamp_ms=T0,
+    )
+
+
+def test_read_committed_skips_aborted_transactions_until_their_abort_marker() -> None:
+    """Producer 7 aborts 0-4 (marker 8) while producer 8 commits 5-7 (marker 9); plain
+    records 10-12; producer 7 commits 13-15 (marker 16)."""
+    log = b"".join(
+        [
+            _txn(7, 0, 5),
+            _txn(8, 5, 3),
+            _marker(7, 8, commit=False),
+            _marker(8, 9, commit=True),
+            _data(10, 3),
+            _txn(7, 13, 3),
+            _marker(7, 16, commit=True),
+        ]
+    )
+    committed = [5, 6, 7, 10, 11, 12, 13, 14, 15]
+    chosen = record_columns.select(log, 0, 17, [(0, 7)])
+    assert [r[0] for r in _rows(chosen.parts)] == committed
+    assert chosen.position == 17  # the range ends on a marker: done
+    # a fetch that starts inside the aborted transaction
+    chosen = record_columns.select(log, 2, 17, [(0, 7)])
+    assert [r[0] for r in _rows(chosen.parts)] == committed
+    # the control: without the aborted list (read_uncommitted) the aborted records are there
+    everything = record_columns.select(log, 0, 17, None)
+    assert [r[0] for r in _rows(everything.parts)] == [0, 1, 2, 3, 4, *committed]
+
+
+def test_malformed_records_are_refused_never_misread() -> None:
+    batch = _data(0, 10)
+    header = record_batch.parse_header(batch)
+    body = batch[record_batch.HEADER_SIZE :]
+    for cut in range(len(body)):
+        part = (body[:cut], header.record_count, 0, T0, T0, False, 0, 100)
+        with pytest.raises(ValueError, match="records of the batch at offset 0"):
+            record_columns.to_record_batch([part], "t", 0, SCHEMA)
+    too_many = (body, 1 << 30, 0, T0, T0, False, 0, 100)
+    with pytest.raises(ValueError):
+        record_columns.to_record_batch([too_many], "t", 0, SCHEMA)
+    trailing = (body + b"\0", header.record_count, 0, T0, T0, False, 0, 100)
+    with pytest.raises(ValueError, match="trailing bytes"):
+        record_columns.to_record_batch([trailing], "t", 0, SCHEMA)
+
+
+def _options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
+    return parse_read_options(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, **extra}, False
+    )
+
+
+def test_only_plain_reads_without_other_client_options_are_fetched_here() -> None:
+    boot = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
+    plain = parse_read_options(boot, False)
+    assert plain.own_fetch and fetch.applies(plain, plain.client)
+    for extra in (
+        {"includeHeaders": "true"},
+        {"kafka.security.protocol": "SSL"},
+        {"kafka.fetch.max.bytes": "1000"},
+    ):
+        options = parse_read_options({**boot, **extra}, False)
+        assert not fetch.applies(options, options.client), extra
+    assert not parse_read_options(boot, True).own_fetch  # streaming ranges: librdkafka
+
+
+def _read(options: ReadOptions, topic: str, start: int, end: int) -> list[tuple]:
+    rows: list[tuple] = []
+    for batch in read_range(options, OffsetRange(topic, 0, start, end), "fetch-test"):
+        assert batch.schema == SCHEMA
+        rows.extend(zip(*(batch.column(i).to_pylist() for i in range(7)), strict=True))
+    return rows
+
+
+def test_a_batch_read_fetches_exactly_each_range_itself(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Offsets 0-9 committed (marker 10), 11-20 aborted (marker 21), 22-31 committed
+    (marker 32), then 500 plain lz4 records (33-532): every range read through the Fetch
+    path alone, then the same through confluent-kafka, which must agree row for row."""
+    topic, values = committed_aborted_committed(bootstrap, "fetch")
+    producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"})
+    plain = [b"p%03d" % i for i in range(500)]
+    for value in plain:
+        producer.produce(topic, value=value, key=value[:2], partition=0)
+    assert producer.flush(30) == 0
+    committed = dict(
+        zip(
+            list(range(10)) + list(range(22, 32)) + list(range(33, 533)),
+            values[:10] + values[20:] + plain,
+            strict=True,
+        )
+    )
+    ranges = [(0, 533), (15, 25), (5, 12), (11, 22), (22, 33), (40, 41), (100, 533)]
+    options = _options(bootstrap, topic)
+    fetched = {}
+    with monkeypatch.context() as patched:
+        patched.setattr(consume, "_consumed", _refuse)
+        for start, end in ranges:
+            rows = _read(options, topic, start, end)
+            assert [(r[4], r[1]) for r in rows] == [
+                (o, v) for o, v in sorted(committed.items()) if start <= o < end
+            ], (start, end)
+            fetched[(start, end)] = rows
+    consumed = dataclasses.replace(options, own_fetch=False)
+    for start, end in ranges:
+        assert _read(consumed, topic, start, end) == fetched[(start, end)], (start, end)
+    # the control: read_uncommitted returns the aborted records, through the Fetch path too
+    uncommitted = _options(bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"})
+    with monkeypatch.context() as patched:
+        patched.setattr(consume, "_consumed", _refuse)
+        assert [r[1] for r in _read(uncommitted, topic, 0, 33)] == values
+
+
+def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
+    raise AssertionError("the range was read through confluent-kafka")
+
+
+def test_a_range_whose_records_are_gone_is_handed_to_librdkafka(
+    bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Offsets 0-49 deleted: the Fetch answers OFFSET_OUT_OF_RANGE, and librdkafka's path
+    applies failOnDataLoss as before."""
+    topic = create_topic(bootstrap, unique("fetch-lost"), partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(100):
+        producer.produce(topic, value=b"%03d" % i, partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 50)]).values():
+        future.result(30)
+    caplog.set_level(logging.INFO, logger="oncelog.spark.consume")
+    with pytest.raises(DataLossError):
+        _read(_options(bootstrap, topic), topic, 0, 100)
+    assert "librdkafka reads on: offset 0: Fetch answered offset_out_of_range" in caplog.text
+    lenient = _options(bootstrap, topic, failOnDataLoss="false")
+    assert [r[4] for r in _read(lenient, topic, 0, 100)] == list(range(50, 100))
