@@ -233,6 +233,16 @@ def test_a_batch_read_fetches_exactly_each_range_itself(
     consumed = dataclasses.replace(options, own_fetch=False)
     for start, end in ranges:
         assert _read(consumed, topic, start, end) == fetched[(start, end)], (start, end)
+    # answers of at most one batch each (KIP-74): many Fetches, each sent ahead
+    with monkeypatch.context() as patched:
+        patched.setattr(consume, "_consumed", _refuse)
+        patched.setattr(fetch, "FETCH_MAX_BYTES", 100)
+        asked = []
+        ask = fetch._Fetcher.ask
+        patched.setattr(fetch._Fetcher, "ask", lambda f, *a: asked.append(a) or ask(f, *a))
+        for start, end in ranges:
+            assert _read(options, topic, start, end) == fetched[(start, end)], (start, end)
+        assert len(asked) > 2 * len(ranges)
     # the control: read_uncommitted returns the aborted records, through the Fetch path too
     uncommitted = _options(bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"})
     with monkeypatch.context() as patched:

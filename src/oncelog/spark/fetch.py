@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from oncelog.client.connection import KafkaConnection, ProtocolClientError
+from oncelog.protocol import codec
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.compression import CorruptPayload, PayloadTooLarge
 from oncelog.protocol.errors import ErrorCode
@@ -36,6 +37,7 @@ from oncelog.spark.schema import arrow_schema
 
 log = logging.getLogger(__name__)
 
+CLIENT_ID = "oncelog-spark-reader"
 FETCH_VERSION = 12  # the newest Fetch that names topics (13 on takes topic ids)
 FETCH_MAX_BYTES = 8 << 20  # as max.partition.fetch.bytes of the librdkafka reader
 FETCH_MAX_WAIT_MS = 100  # the range ends at or below the LSO: data is there, or never is
@@ -62,46 +64,97 @@ def applies(options: ReadOptions, client: Mapping[str, str]) -> bool:
 
 
 def read_range(options: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The range's rows, one Arrow batch per Fetch; FetchUnavailable to hand over."""
+    """The range's rows, one Arrow batch per Fetch; FetchUnavailable to hand over. The
+    next Fetch is sent before this one's records are decoded and handed to Spark, so
+    the broker prepares it meanwhile."""
     timeout_s = client_timeout_s(options.client)
     try:
         connection = _leader(options.client["bootstrap.servers"], rng, timeout_s)
     except (ProtocolClientError, OSError) as exc:
         raise FetchUnavailable(rng.start, f"no connection to the leader: {exc}") from exc
+    fetcher = _Fetcher(connection, rng, options.isolation_level)
     schema = arrow_schema(False)
-    position = rng.start
+    read_to = rng.start  # every row below it has been yielded
     try:
-        while position < rng.end:
-            try:
-                answer = _fetch(connection, rng, position, options.isolation_level)
-            except (ProtocolClientError, OSError) as exc:
-                raise FetchUnavailable(position, f"Fetch failed: {exc}") from exc
-            if answer.error_code != ErrorCode.none:
-                raise FetchUnavailable(position, f"Fetch answered {answer.error_code.name}")
+        fetcher.ask(read_to)
+        while read_to < rng.end:
+            answer = fetcher.answer(read_to)
             aborted = (
                 [(t.first_offset, t.producer_id) for t in answer.aborted_transactions or ()]
                 if options.isolation_level == READ_COMMITTED
                 else None
             )
             try:
-                chosen = record_columns.select(answer.records or b"", position, rng.end, aborted)
+                chosen = record_columns.select(answer.records or b"", read_to, rng.end, aborted)
+                if chosen.position == read_to:
+                    raise FetchUnavailable(read_to, "no whole v2 batch in the answer")
+                if chosen.position < rng.end:
+                    fetcher.ask(chosen.position, read_to)
                 batch = record_columns.to_record_batch(
                     chosen.parts, rng.topic, rng.partition, schema
                 )
             except (CorruptPayload, PayloadTooLarge, ValueError) as exc:
-                raise FetchUnavailable(position, f"records not decoded here: {exc}") from exc
-            if chosen.position == position:
-                raise FetchUnavailable(position, "no whole v2 batch in the answer")
-            position = chosen.position
+                raise FetchUnavailable(read_to, f"records not decoded here: {exc}") from exc
+            read_to = chosen.position
             if batch.num_rows:
                 yield batch
     finally:
         connection.close()
 
 
+class _Fetcher:
+    """Fetch requests of one partition on one connection, at most one ahead: `ask`
+    sends one, `answer` waits for the oldest one's answer."""
+
+    def __init__(self, connection: KafkaConnection, rng: OffsetRange, isolation: str) -> None:
+        self.connection = connection
+        self.rng = rng
+        self.isolation = 1 if isolation == READ_COMMITTED else 0
+        self.api = codec.api_codec(ApiKey.FETCH, FETCH_VERSION)
+        self.asked = 0  # correlation ids sent
+        self.answered = 0
+
+    def ask(self, position: int, read_to: int | None = None) -> None:
+        """Send a Fetch from `position`; FetchUnavailable at `read_to` (default: the
+        position) when it cannot be sent."""
+        self.asked += 1
+        body = _fetch_body(self.rng, position, self.isolation)
+        try:
+            self.connection.send_raw(codec.encode_request(self.api, self.asked, CLIENT_ID, body))
+        except OSError as exc:
+            at = position if read_to is None else read_to
+            raise FetchUnavailable(at, f"Fetch not sent: {exc}") from exc
+
+    def answer(self, read_to: int) -> Any:
+        """The partition's answer to the oldest Fetch not yet answered; FetchUnavailable
+        at `read_to` for a lost connection or an error code."""
+        try:
+            frame = self.connection.receive_frame()
+            self.answered += 1
+            correlation_id, response = codec.decode_response(self.api, frame)
+        except (ProtocolClientError, OSError, ValueError) as exc:
+            raise FetchUnavailable(read_to, f"no Fetch answer: {exc}") from exc
+        if correlation_id != self.answered:
+            raise FetchUnavailable(read_to, f"answer {correlation_id} to Fetch {self.answered}")
+        if response.error_code != ErrorCode.none:
+            raise FetchUnavailable(read_to, f"Fetch answered {response.error_code.name}")
+        for topic in response.responses:
+            for partition in topic.partitions:
+                if (
+                    topic.topic == self.rng.topic
+                    and partition.partition_index == self.rng.partition
+                ):
+                    if partition.error_code != ErrorCode.none:
+                        raise FetchUnavailable(
+                            read_to, f"Fetch answered {partition.error_code.name}"
+                        )
+                    return partition
+        raise FetchUnavailable(read_to, "the Fetch answer lacks the partition")
+
+
 def _leader(bootstrap: str, rng: OffsetRange, timeout_s: float) -> KafkaConnection:
     """A connection to the range's leader, found through the bootstrap servers."""
-    seed = KafkaConnection(bootstrap, client_id="oncelog-spark-reader", timeout_s=timeout_s)
+    seed = KafkaConnection(bootstrap, client_id=CLIENT_ID, timeout_s=timeout_s)
     try:
         metadata = seed.request(
             ApiKey.METADATA,
@@ -129,44 +182,32 @@ def _leader(bootstrap: str, rng: OffsetRange, timeout_s: float) -> KafkaConnecti
     if seed.version_for(ApiKey.FETCH) < FETCH_VERSION:
         seed.close()
         raise ProtocolClientError(f"the cluster does not speak Fetch v{FETCH_VERSION}")
+    if f"{broker.host}:{broker.port}" == bootstrap.split(",")[0].strip():
+        return seed  # the leader is the server asked
     seed.close()
-    return KafkaConnection(
-        f"{broker.host}:{broker.port}", client_id="oncelog-spark-reader", timeout_s=timeout_s
-    )
+    return KafkaConnection(f"{broker.host}:{broker.port}", client_id=CLIENT_ID, timeout_s=timeout_s)
 
 
-def _fetch(connection: KafkaConnection, rng: OffsetRange, position: int, isolation: str) -> Any:
-    """One Fetch of the range's partition from `position`; its partition's answer."""
-    response = connection.request(
-        ApiKey.FETCH,
-        {
-            "max_wait": FETCH_MAX_WAIT_MS,
-            "min_bytes": 1,
-            "max_bytes": FETCH_MAX_BYTES,
-            "isolation_level": 1 if isolation == READ_COMMITTED else 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": rng.topic,
-                    "partitions": [
-                        {
-                            "partition": rng.partition,
-                            "fetch_offset": position,
-                            "partition_max_bytes": FETCH_MAX_BYTES,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-        version=FETCH_VERSION,
-    )
-    if response.error_code != ErrorCode.none:
-        raise ProtocolClientError(f"Fetch answered {response.error_code.name}")
-    for topic in response.responses:
-        for partition in topic.partitions:
-            if topic.topic == rng.topic and partition.partition_index == rng.partition:
-                return partition
-    raise ProtocolClientError(f"the Fetch answer has no {rng.topic}-{rng.partition}")
+def _fetch_body(rng: OffsetRange, position: int, isolation: int) -> dict[str, Any]:
+    return {
+        "max_wait": FETCH_MAX_WAIT_MS,
+        "min_bytes": 1,
+        "max_bytes": FETCH_MAX_BYTES,
+        "isolation_level": isolation,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": rng.topic,
+                "partitions": [
+                    {
+                        "partition": rng.partition,
+                        "fetch_offset": position,
+                        "partition_max_bytes": FETCH_MAX_BYTES,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
