@@ -273,3 +273,16 @@ def test_a_range_whose_records_are_gone_is_handed_to_librdkafka(
     assert "librdkafka reads on: offset 0: Fetch answered offset_out_of_range" in caplog.text
     lenient = _options(bootstrap, topic, failOnDataLoss="false")
     assert [r[4] for r in _read(lenient, topic, 0, 100)] == list(range(50, 100))
+
+
+def test_the_leader_is_found_through_the_first_bootstrap_server_that_answers(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = create_topic(bootstrap, unique("fetch-seed"), partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    monkeypatch.setattr(consume, "_consumed", _refuse)
+    options = _options(f"127.0.0.1:1,{bootstrap}", topic)  # nothing listens on port 1
+    assert [r[4] for r in _read(options, topic, 0, 10)] == list(range(10))

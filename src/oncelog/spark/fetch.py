@@ -153,39 +153,51 @@ class _Fetcher:
 
 
 def _leader(bootstrap: str, rng: OffsetRange, timeout_s: float) -> KafkaConnection:
-    """A connection to the range's leader, found through the bootstrap servers."""
-    seed = KafkaConnection(bootstrap, client_id=CLIENT_ID, timeout_s=timeout_s)
-    try:
-        metadata = seed.request(
-            ApiKey.METADATA,
-            {
-                "topics": [{"name": rng.topic, "topic_id": None}],
-                "allow_auto_topic_creation": False,
-                "include_cluster_authorized_operations": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
-        leader = next(
-            p.leader_id
-            for t in metadata.topics
-            if t.name == rng.topic
-            for p in t.partitions
-            if p.partition_index == rng.partition and p.error_code == ErrorCode.none
-        )
-        broker = next(b for b in metadata.brokers if b.node_id == leader)
-    except StopIteration:
+    """A connection to the range's leader, found through the first bootstrap server that
+    answers (as librdkafka tries them)."""
+    failures = []
+    for server in (s.strip() for s in bootstrap.split(",") if s.strip()):
+        try:
+            seed = KafkaConnection(server, client_id=CLIENT_ID, timeout_s=timeout_s)
+        except ProtocolClientError as exc:
+            failures.append(str(exc))
+            continue
+        try:
+            address = _leader_address(seed, rng)
+        except BaseException:
+            seed.close()
+            raise
+        if address == server:
+            return seed  # the leader is the server asked
         seed.close()
-        raise ProtocolClientError(f"no leader of {rng.topic}-{rng.partition}") from None
-    except BaseException:
-        seed.close()
-        raise
+        return KafkaConnection(address, client_id=CLIENT_ID, timeout_s=timeout_s)
+    raise ProtocolClientError("; ".join(failures) or f"no bootstrap server in {bootstrap!r}")
+
+
+def _leader_address(seed: KafkaConnection, rng: OffsetRange) -> str:
+    """HOST:PORT of the range's leader, as `seed` knows it."""
     if seed.version_for(ApiKey.FETCH) < FETCH_VERSION:
-        seed.close()
         raise ProtocolClientError(f"the cluster does not speak Fetch v{FETCH_VERSION}")
-    if f"{broker.host}:{broker.port}" == bootstrap.split(",")[0].strip():
-        return seed  # the leader is the server asked
-    seed.close()
-    return KafkaConnection(f"{broker.host}:{broker.port}", client_id=CLIENT_ID, timeout_s=timeout_s)
+    metadata = seed.request(
+        ApiKey.METADATA,
+        {
+            "topics": [{"name": rng.topic, "topic_id": None}],
+            "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+    )
+    leaders = [
+        p.leader_id
+        for t in metadata.topics
+        if t.name == rng.topic
+        for p in t.partitions
+        if p.partition_index == rng.partition and p.error_code == ErrorCode.none
+    ]
+    brokers = [b for b in metadata.brokers if leaders and b.node_id == leaders[0]]
+    if not brokers:
+        raise ProtocolClientError(f"no leader of {rng.topic}-{rng.partition}")
+    return f"{brokers[0].host}:{brokers[0].port}"
 
 
 def _fetch_body(rng: OffsetRange, position: int, isolation: int) -> dict[str, Any]:
