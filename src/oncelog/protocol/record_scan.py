@@ -32,7 +32,7 @@ __all__ = ["SCANNER_ABI", "Fault", "Scan", "native_scanner_loaded", "scan", "sca
 
 log = logging.getLogger(__name__)
 
-SCANNER_ABI = 2  # bumped with every change of rules, in step with _record_scan.c
+SCANNER_ABI = 1  # bumped with every change of rules, in step with _record_scan.c
 MIN_RECORD_BYTES = 7
 
 

@@ -1,48 +1,53 @@
 """The records of one fetched partition as Arrow columns, without a Python object per record.
 
-A Fetch response holds a partition's record batches as the broker stores them. This module
+A Fetch answer holds a partition's record batches as the broker stores them. This module
 picks the records a consumer returns from them and hands them to the native decoder
-(`_record_scan.columns`), which copies keys, values, offsets and timestamps straight into
-Arrow buffers. Which records a consumer returns follows Kafka's consumer
+(`oncelog.spark._columns`), which copies keys, values, offsets and timestamps straight
+into Arrow buffers. Which records a consumer returns follows Kafka's consumer
 (`CompletedFetch.nextFetchedRecord`, Kafka 4.x):
 
 - batches wholly below the fetch position are skipped, and records below it in the first
   batch (a fetch returns whole batches from the one holding the position);
 - control batches (transaction markers) are never returned;
-- under read_committed, the response lists the aborted transactions overlapping the fetch
-  (producer id, first offset). Once a batch's last offset reaches an aborted
+- under read_committed, the answer lists the aborted transactions overlapping the fetch
+  (first offset, producer id). Once a batch's last offset reaches an aborted
   transaction's first offset, that producer's transactional batches are skipped until its
-  ABORT marker; records from offset `end` on are left for the next range.
+  ABORT marker;
+- records from offset `end` on are left for the next range.
 
 The position after a batch is its last offset + 1, markers and skipped batches included,
-so a range that ends on a marker ends when the marker is fetched.
+so a range that ends on a marker ends when the marker is fetched. Only whole v2 batches
+are read: a torn last batch (the answer's size limit) is fetched again next time.
+
+Nothing here imports `oncelog.protocol`, whose package imports kio's types (Spark's
+Python workers are kept free of them: tests/spark/test_spark_worker_imports.py), except
+the decompressor, on the first compressed batch.
 """
 
 from __future__ import annotations
 
 import heapq
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from oncelog.protocol import compression, record_batch
-from oncelog.protocol.record_batch import HEADER_SIZE, BatchHeader
-
-try:  # built by `pip install` from _record_scan.c; without it the reader uses librdkafka
-    from oncelog.protocol import _record_scan  # type: ignore[attr-defined]
+try:  # built by `pip install` from _columns.c; without it the reader uses librdkafka
+    from oncelog.spark import _columns  # type: ignore[attr-defined,unused-ignore]
 except ImportError:
-    _record_scan = None
-# None too when the extension is stale (built before it had `columns`)
-_native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = getattr(
-    _record_scan, "columns", None
-)
+    _columns = None
+_native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = getattr(_columns, "columns", None)
 
 _MILLIS, _MICROS = pa.timestamp("ms", tz="UTC"), pa.timestamp("us", tz="UTC")
-# the most a compressed batch may inflate to (Kafka's consumer has no bound; the broker's
-# own decoder uses the same one)
-_MAX_UNCOMPRESSED = record_batch.DECODE_MAX_UNCOMPRESSED_BYTES
+# the v2 batch header (Kafka's DefaultRecordBatch), as oncelog.protocol.record_batch reads it
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LOG_OVERHEAD = 12  # base offset and length: not counted in the length
+_COMPRESSION, _LOG_APPEND_TIME, _TRANSACTIONAL, _CONTROL = 0x07, 0x08, 0x10, 0x20
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_ABORT = 0
+_MAX_UNCOMPRESSED = 256 * 1024 * 1024  # as the broker's own decoder bounds a batch
 
 # One batch for the native decoder: (records, count, base offset, base timestamp, max
 # timestamp, LogAppendTime?, lowest offset wanted, offset past the highest wanted).
@@ -51,6 +56,36 @@ Part = tuple[bytes | memoryview, int, int, int, int, bool, int, int]
 
 def native_columns_loaded() -> bool:
     return _native_columns is not None
+
+
+class _Batch(NamedTuple):
+    """The fields of a batch header this module uses, and where its records are."""
+
+    base_offset: int
+    next_offset: int
+    attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
+    records: memoryview
+
+
+def _batches(view: memoryview) -> list[_Batch]:
+    """The whole v2 batches at the start of `view`: up to a torn or non-v2 one."""
+    batches, at, size = [], 0, len(view)
+    while size - at >= _HEADER.size:
+        (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
+         _producer_epoch, _sequence, count) = _HEADER.unpack_from(view, at)  # fmt: skip
+        end = at + _LOG_OVERHEAD + length
+        if magic != 2 or length < _HEADER.size - _LOG_OVERHEAD or end > size:
+            break
+        records = view[at + _HEADER.size : end]
+        batches.append(
+            _Batch(base, base + last_delta + 1, attributes, base_ts, max_ts, pid, count, records)
+        )
+        at = end
+    return batches
 
 
 @dataclass
@@ -69,52 +104,55 @@ def select(
     aborted: Sequence[tuple[int, int]] | None,
 ) -> Selection:
     """The records of `records` (one partition's record batches) at or after `position`
-    and below `end`. `aborted` is the response's aborted transactions as (first offset,
+    and below `end`. `aborted` is the answer's aborted transactions as (first offset,
     producer id) under read_committed, None under read_uncommitted."""
-    view = memoryview(records)
     pending = sorted(aborted) if aborted is not None else []
-    heapq.heapify(pending)
     aborted_producers: set[int] = set()
     chosen = Selection(position=position)
-    for at, header in record_batch.iter_stored_batches(view):
+    for batch in _batches(memoryview(records)):
         if chosen.position >= end:
             break
-        if header.next_offset <= chosen.position:
+        if batch.next_offset <= chosen.position:
             continue
-        if header.base_offset >= end:  # nothing of the range lies in between
+        if batch.base_offset >= end:  # nothing of the range lies in between
             chosen.position = end
             break
-        if aborted is not None and header.has_producer_id:
-            while pending and pending[0][0] <= header.last_offset:
+        control = bool(batch.attributes & _CONTROL)
+        if aborted is not None and batch.producer_id >= 0:
+            while pending and pending[0][0] <= batch.next_offset - 1:
                 aborted_producers.add(heapq.heappop(pending)[1])
-            if header.is_control:
-                if _is_abort_marker(view[at : at + header.size]):
-                    aborted_producers.discard(header.producer_id)
-            elif header.is_transactional and header.producer_id in aborted_producers:
-                chosen.position = header.next_offset
+            if control:
+                if _is_abort_marker(batch):
+                    aborted_producers.discard(batch.producer_id)
+            elif batch.attributes & _TRANSACTIONAL and batch.producer_id in aborted_producers:
+                chosen.position = batch.next_offset
                 continue
-        if not header.is_control:
-            chosen.parts.append(_part(view, at, header, chosen.position, end))
-        chosen.position = header.next_offset
+        if not control:
+            chosen.parts.append(_part(batch, chosen.position, end))
+        chosen.position = batch.next_offset
     return chosen
 
 
-def _is_abort_marker(batch: memoryview) -> bool:
-    marker = record_batch.control_marker(batch)
-    return marker is not None and not marker[0]
+def _is_abort_marker(batch: _Batch) -> bool:
+    """A transaction marker's first record's key is a version and a type (0: ABORT)."""
+    key = _Columns(*_decode([_part(batch, batch.base_offset, batch.base_offset + 1)])).keys
+    return len(key) >= _CONTROL_KEY.size and _CONTROL_KEY.unpack_from(key)[1] == _ABORT
 
 
-def _part(view: memoryview, at: int, header: BatchHeader, low: int, high: int) -> Part:
-    body: bytes | memoryview = view[at + HEADER_SIZE : at + header.size]
-    if header.compression != record_batch.COMPRESSION_NONE:
-        body = compression.decompress(header.compression, body, _MAX_UNCOMPRESSED)
+def _part(batch: _Batch, low: int, high: int) -> Part:
+    records: bytes | memoryview = batch.records
+    codec = batch.attributes & _COMPRESSION
+    if codec:  # the decompressor imports the protocol package (kio): only when needed
+        from oncelog.protocol.compression import decompress
+
+        records = decompress(codec, records, _MAX_UNCOMPRESSED)
     return (
-        body,
-        header.record_count,
-        header.base_offset,
-        header.base_timestamp,
-        header.max_timestamp,
-        header.timestamp_type == 1,
+        records,
+        batch.record_count,
+        batch.base_offset,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        bool(batch.attributes & _LOG_APPEND_TIME),
         low,
         high,
     )
@@ -137,6 +175,11 @@ class _Columns(NamedTuple):
     values: bytes
 
 
+def _decode(parts: list[Part]) -> tuple[Any, ...]:
+    assert _native_columns is not None, "checked by native_columns_loaded()"
+    return _native_columns(parts)
+
+
 def _binary(rows: int, validity: bytes, nulls: int, offsets: bytes, data: bytes) -> pa.Array:
     buffers = [pa.py_buffer(validity) if nulls else None, pa.py_buffer(offsets), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.binary(), rows, buffers, nulls)
@@ -146,8 +189,7 @@ def to_record_batch(
     parts: list[Part], topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
     """The source's rows of `parts`, decoded natively (ValueError on malformed records)."""
-    assert _native_columns is not None, "checked by native_columns_loaded()"
-    c = _Columns(*_native_columns(parts))
+    c = _Columns(*_decode(parts))
     n = c.rows
     return pa.RecordBatch.from_arrays(
         [
