@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -36,7 +39,7 @@ T0 = 1_700_000_000_000
 
 
 def _rows(parts: list[record_columns.Part]) -> list[tuple]:
-    batch = record_columns.to_record_batch(parts, "t", 0, SCHEMA)
+    batch = record_columns.arrow_batch(parts, "t", 0, SCHEMA)
     return list(
         zip(
             batch.column("offset").to_pylist(),
@@ -163,13 +166,13 @@ def test_malformed_records_are_refused_never_misread() -> None:
     for cut in range(len(body)):
         part = (body[:cut], header.record_count, 0, T0, T0, False, 0, 100)
         with pytest.raises(ValueError, match="records of the batch at offset 0"):
-            record_columns.to_record_batch([part], "t", 0, SCHEMA)
+            record_columns.arrow_batch([part], "t", 0, SCHEMA)
     too_many = (body, 1 << 30, 0, T0, T0, False, 0, 100)
     with pytest.raises(ValueError):
-        record_columns.to_record_batch([too_many], "t", 0, SCHEMA)
+        record_columns.arrow_batch([too_many], "t", 0, SCHEMA)
     trailing = (body + b"\0", header.record_count, 0, T0, T0, False, 0, 100)
     with pytest.raises(ValueError, match="trailing bytes"):
-        record_columns.to_record_batch([trailing], "t", 0, SCHEMA)
+        record_columns.arrow_batch([trailing], "t", 0, SCHEMA)
 
 
 def _options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
@@ -181,15 +184,15 @@ def _options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
 def test_only_plain_reads_without_other_client_options_are_fetched_here() -> None:
     boot = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
     plain = parse_read_options(boot, False)
-    assert plain.own_fetch and fetch.applies(plain, plain.client)
+    assert plain.own_fetch and fetch.applies(plain)
     for extra in (
         {"includeHeaders": "true"},
         {"kafka.security.protocol": "SSL"},
         {"kafka.fetch.max.bytes": "1000"},
     ):
         options = parse_read_options({**boot, **extra}, False)
-        assert not fetch.applies(options, options.client), extra
-    assert not parse_read_options(boot, True).own_fetch  # streaming ranges: librdkafka
+        assert not fetch.applies(options), extra
+    assert not fetch.applies(parse_read_options(boot, True))  # streaming: librdkafka
 
 
 def _read(options: ReadOptions, topic: str, start: int, end: int) -> list[tuple]:
@@ -200,25 +203,26 @@ def _read(options: ReadOptions, topic: str, start: int, end: int) -> list[tuple]
     return rows
 
 
-def test_a_batch_read_fetches_exactly_each_range_itself(
-    bootstrap: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _mixed_topic(bootstrap: str) -> tuple[str, list[bytes], dict[int, bytes]]:
     """Offsets 0-9 committed (marker 10), 11-20 aborted (marker 21), 22-31 committed
-    (marker 32), then 500 plain lz4 records (33-532): every range read through the Fetch
-    path alone, then the same through confluent-kafka, which must agree row for row."""
+    (marker 32), then 500 plain lz4 records (33-532); the transactions' values and the
+    committed value at each offset."""
     topic, values = committed_aborted_committed(bootstrap, "fetch")
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": "lz4"})
     plain = [b"p%03d" % i for i in range(500)]
     for value in plain:
         producer.produce(topic, value=value, key=value[:2], partition=0)
     assert producer.flush(30) == 0
-    committed = dict(
-        zip(
-            list(range(10)) + list(range(22, 32)) + list(range(33, 533)),
-            values[:10] + values[20:] + plain,
-            strict=True,
-        )
-    )
+    offsets = list(range(10)) + list(range(22, 32)) + list(range(33, 533))
+    return topic, values, dict(zip(offsets, values[:10] + values[20:] + plain, strict=True))
+
+
+def test_a_batch_read_fetches_exactly_each_range_itself(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every range of the mixed topic read through the Fetch path alone, then the same
+    through confluent-kafka, which must agree row for row."""
+    topic, values, committed = _mixed_topic(bootstrap)
     ranges = [(0, 533), (15, 25), (5, 12), (11, 22), (22, 33), (40, 41), (100, 533)]
     options = _options(bootstrap, topic)
     fetched = {}
@@ -248,6 +252,56 @@ def test_a_batch_read_fetches_exactly_each_range_itself(
     with monkeypatch.context() as patched:
         patched.setattr(consume, "_consumed", _refuse)
         assert [r[1] for r in _read(uncommitted, topic, 0, 33)] == values
+
+
+def _failing_on_call(real: Callable[..., Any], k: int, error: Exception) -> Callable[..., Any]:
+    calls = [0]
+
+    def fails_once(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == k:
+            raise error
+        return real(*args)
+
+    return fails_once
+
+
+@pytest.mark.parametrize("fault", ["connection lost", "records not decoded"])
+def test_a_range_handed_over_midway_returns_every_row_once(
+    bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    fault: str,
+) -> None:
+    """Answers of one batch each; the k-th answer is lost (the connection drops while it
+    arrives) or its records do not decode, after the next Fetch went out: the Fetch path
+    has yielded every row below some offset X and librdkafka reads on from X. Each k puts
+    the hand-over elsewhere: inside the aborted transaction, on a marker, on the lz4 run."""
+    topic, _, committed = _mixed_topic(bootstrap)
+    options = _options(bootstrap, topic)
+    wanted = [(o, v) for o, v in sorted(committed.items())]
+    caplog.set_level(logging.INFO, logger="oncelog.spark.consume")
+    handed_over = set()
+    for k in range(2, 9):
+        with monkeypatch.context() as patched:
+            patched.setattr(fetch, "FETCH_MAX_BYTES", 100)
+            if fault == "connection lost":  # call 1 is the Metadata answer
+                real = fetch._Connection.receive
+                patched.setattr(
+                    fetch._Connection, "receive", _failing_on_call(real, k, ConnectionError())
+                )
+            else:
+                real = record_columns.arrow_batch
+                patched.setattr(
+                    record_columns, "arrow_batch", _failing_on_call(real, k - 1, ValueError())
+                )
+            caplog.clear()
+            rows = _read(options, topic, 0, 533)
+        assert [(r[4], r[1]) for r in rows] == wanted, k
+        (line,) = [r.message for r in caplog.records if "librdkafka reads on" in r.message]
+        handed_over.add(int(line.split("reads on: offset ")[1].split(":")[0]))
+    # the hand-overs fell inside the range, after rows had come through the Fetch path
+    assert len({x for x in handed_over if 0 < x < 533}) >= 4, handed_over
 
 
 def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
@@ -288,3 +342,44 @@ def test_the_leader_is_found_through_the_first_bootstrap_server_that_answers(
     monkeypatch.setattr(consume, "_consumed", _refuse)
     options = _options(f"127.0.0.1:1,{bootstrap}", topic)  # nothing listens on port 1
     assert [r[4] for r in _read(options, topic, 0, 10)] == list(range(10))
+
+
+def test_a_peer_that_does_not_speak_kafka_is_left_to_librdkafka(bootstrap: str) -> None:
+    """A server answering with a TLS alert, which reads as a 352 MB answer: refused before
+    anything is allocated; the read goes on through librdkafka (here, to the real broker,
+    as the second bootstrap server)."""
+    topic = create_topic(bootstrap, unique("fetch-alien"), partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(10):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def alert() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"\x15\x03\x03\x00\x02\x02\x28")
+
+        answering = threading.Thread(target=alert, daemon=True)
+        answering.start()
+        with pytest.raises(fetch.FetchUnavailable, match="announced an answer of 352"):
+            list(
+                fetch.read_range(_options(f"127.0.0.1:{port}", topic), OffsetRange(topic, 0, 0, 10))
+            )
+        answering.join(10)
+
+
+def _fetch_path_applies(_: Iterator[int]) -> Iterator[bool]:
+    options = parse_read_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}, False
+    )
+    yield fetch.applies(options)
+
+
+def test_spark_python_workers_read_batch_ranges_through_the_fetch_path(spark: Any) -> None:
+    """The native decoder imports in Spark's Python workers (a stale or missing build would
+    send every read to librdkafka silently, and every other test would still pass)."""
+    workers = spark.sparkContext.parallelize([0, 1], 2).mapPartitions(_fetch_path_applies)
+    assert workers.collect() == [True, True]

@@ -167,7 +167,7 @@ def read_range(
     and every streaming range, through a confluent-kafka consumer."""
     if rng.size == 0:
         return
-    if options.own_fetch and fetch.applies(options, consumer_config(options.client)):
+    if fetch.applies(options):
         try:
             yield from fetch.read_range(options, rng)
             return

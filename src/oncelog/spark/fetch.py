@@ -22,17 +22,23 @@ timeout, no headers column, the native decoder built.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 import pyarrow as pa
 
 from oncelog.spark import fetch_wire, record_columns
 from oncelog.spark.offsets import OffsetRange
-from oncelog.spark.options import READ_COMMITTED, ReadOptions, client_timeout_s
+from oncelog.spark.options import (
+    READ_COMMITTED,
+    ReadOptions,
+    client_timeout_s,
+    consumer_config,
+)
 from oncelog.spark.schema import arrow_schema
 
 CLIENT_ID = "oncelog-spark-reader"
 FETCH_MAX_BYTES = 8 << 20  # as max.partition.fetch.bytes of the librdkafka reader
+_ANSWER_OVERHEAD = 1 << 20  # an answer's fields around its records, generously
 FETCH_MAX_WAIT_MS = 100  # the range ends at or below the LSO: data is there, or never is
 # client options the Fetch path honours; any other kafka.* option (security, librdkafka
 # tuning) leaves the range to librdkafka, which knows them all
@@ -47,12 +53,13 @@ class FetchUnavailable(Exception):
         self.position = position
 
 
-def applies(options: ReadOptions, client: Mapping[str, str]) -> bool:
+def applies(options: ReadOptions) -> bool:
     """Whether a range of this read may be fetched here (see the module docstring)."""
     return (
-        record_columns.native_columns_loaded()
+        options.own_fetch
+        and record_columns.native_columns_loaded()
         and not options.include_headers
-        and set(client) <= _OWN_OPTIONS
+        and set(consumer_config(options.client)) <= _OWN_OPTIONS
     )
 
 
@@ -79,9 +86,7 @@ def read_range(options: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatc
                     raise FetchUnavailable(read_to, "no whole v2 batch in the answer")
                 if chosen.position < rng.end:
                     fetcher.ask(chosen.position, read_to)
-                batch = record_columns.to_record_batch(
-                    chosen.parts, rng.topic, rng.partition, schema
-                )
+                batch = record_columns.arrow_batch(chosen.parts, rng.topic, rng.partition, schema)
             except ValueError as exc:  # also the decompressor's errors
                 raise FetchUnavailable(read_to, f"records not decoded here: {exc}") from exc
             read_to = chosen.position
@@ -102,10 +107,16 @@ class _Connection:
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def receive(self) -> bytes:
-        return self._exactly(int.from_bytes(self._exactly(4), "big"))
+    def receive(self) -> bytearray:
+        """The next answer. Its size is refused above what a Fetch may return: a peer that
+        does not speak Kafka (a TLS listener's alert reads as a 352 MB size, HTTP as 1.2 GB)
+        would otherwise have the worker allocate that much."""
+        size = int.from_bytes(self._exactly(4), "big", signed=True)
+        if not 0 <= size <= FETCH_MAX_BYTES + _ANSWER_OVERHEAD:
+            raise fetch_wire.MalformedAnswer(f"{self.address} announced an answer of {size} bytes")
+        return self._exactly(size)
 
-    def _exactly(self, count: int) -> bytes:
+    def _exactly(self, count: int) -> bytearray:
         """`count` bytes, received into one buffer of that size (a Fetch answer of
         megabytes arrives in many pieces: appending them to a growing buffer copied and
         reallocated them again and again)."""
@@ -117,12 +128,15 @@ class _Connection:
             if not got:
                 raise ConnectionError(f"{self.address} closed the connection")
             received += got
-        return bytes(buffer)
+        return buffer
 
-    def request(self, api_key: int, version: int, body: bytes) -> bytes:
+    def request(self, api_key: int, version: int, body: bytes) -> bytearray:
         """One request, its answer (correlation id 0: nothing else is in flight)."""
         self.send(fetch_wire.frame(api_key, version, 0, CLIENT_ID, body))
-        return self.receive()
+        answer = self.receive()
+        if fetch_wire.correlation_id(answer) != 0:
+            raise fetch_wire.MalformedAnswer(f"{self.address} answered another request")
+        return answer
 
     def close(self) -> None:
         self.sock.close()
@@ -175,11 +189,19 @@ class _Fetcher:
         return answer
 
 
+def _address(server: str) -> str:
+    """HOST:PORT of a bootstrap server; librdkafka also takes `PLAINTEXT://HOST:PORT`
+    (any other scheme fails to connect here, and librdkafka reads instead)."""
+    server = server.strip()
+    scheme = "plaintext://"
+    return server[len(scheme) :] if server.lower().startswith(scheme) else server
+
+
 def _leader(bootstrap: str, rng: OffsetRange, timeout_s: float) -> _Connection:
     """A connection to the range's leader, found through the first bootstrap server that
     answers (as librdkafka tries them)."""
     failures = []
-    for server in (s.strip() for s in bootstrap.split(",") if s.strip()):
+    for server in (_address(s) for s in bootstrap.split(",") if s.strip()):
         try:
             seed = _Connection(server, timeout_s)
         except (OSError, ValueError) as exc:

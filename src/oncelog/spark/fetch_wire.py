@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+Answer = bytes | bytearray | memoryview
 METADATA, FETCH = 3, 1  # API keys
 METADATA_VERSION, FETCH_VERSION = 4, 11
 _I8, _I16, _I32, _I64 = (struct.Struct(f">{c}") for c in "bhiq")
@@ -58,7 +59,7 @@ def fetch_request(
 class _Reader:
     """A cursor over an answer; MalformedAnswer when a field runs past its end."""
 
-    def __init__(self, data: bytes | memoryview) -> None:
+    def __init__(self, data: Answer) -> None:
         self.data = memoryview(data)
         self.at = 0
 
@@ -87,7 +88,10 @@ class _Reader:
 
     def string(self) -> str | None:
         data = self._slice(self.i16())
-        return None if data is None else bytes(data).decode()
+        try:
+            return None if data is None else bytes(data).decode()
+        except UnicodeDecodeError as exc:
+            raise MalformedAnswer(f"a string that is not UTF-8: {exc}") from None
 
     def _slice(self, length: int) -> memoryview | None:
         if length < 0:
@@ -103,11 +107,11 @@ class _Reader:
         return max(self.i32(), 0)
 
 
-def correlation_id(answer: bytes | memoryview) -> int:
+def correlation_id(answer: Answer) -> int:
     return _Reader(answer).i32()
 
 
-def leader_address(answer: bytes | memoryview, topic: str, partition: int) -> str | None:
+def leader_address(answer: Answer, topic: str, partition: int) -> str | None:
     """HOST:PORT of the partition's leader in a Metadata v4 answer, None if it has none."""
     r = _Reader(answer)
     r.i32()  # correlation id
@@ -142,7 +146,7 @@ class FetchedPartition:
     records: memoryview
 
 
-def fetched_partition(answer: bytes | memoryview, topic: str, partition: int) -> FetchedPartition:
+def fetched_partition(answer: Answer, topic: str, partition: int) -> FetchedPartition:
     """The partition's part of a Fetch v11 answer; a top-level error as its error code."""
     r = _Reader(answer)
     r.i32()  # correlation id

@@ -185,9 +185,7 @@ def _binary(rows: int, validity: bytes, nulls: int, offsets: bytes, data: bytes)
     return pa.Array.from_buffers(pa.binary(), rows, buffers, nulls)
 
 
-def to_record_batch(
-    parts: list[Part], topic: str, partition: int, schema: pa.Schema
-) -> pa.RecordBatch:
+def arrow_batch(parts: list[Part], topic: str, partition: int, schema: pa.Schema) -> pa.RecordBatch:
     """The source's rows of `parts`, decoded natively (ValueError on malformed records)."""
     c = _Columns(*_decode(parts))
     n = c.rows
