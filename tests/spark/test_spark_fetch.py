@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from oncelog.protocol import compression, record_batch
+from oncelog.protocol import compression, record_batch, record_rewrite
 from oncelog.protocol.record_batch import Record, build_batch, build_control_batch
 from oncelog.spark import consume, fetch, record_columns
 from oncelog.spark.consume import DataLossError, read_range
@@ -118,6 +118,30 @@ def test_a_torn_last_batch_is_left_for_the_next_fetch() -> None:
     assert nothing.parts == [] and nothing.position == 0
 
 
+def test_batches_the_log_cleaner_rewrote_keep_their_offsets() -> None:
+    """Compaction keeps a retained record's offset delta (Kafka's buildRetainedRecordsInto):
+    offsets have gaps inside a batch, and a batch may keep no record at all."""
+    batch = _data(100, 10)
+    header = record_batch.parse_header(batch)
+    raw = record_rewrite.read_raw_records(batch)
+    rewritten = [
+        record_rewrite.retained_batch(header, kept, delete_horizon_ms=None)
+        for kept in (raw[1:], raw[:4] + raw[6:], raw[:-1], raw[3:4])
+    ]
+    for compacted in rewritten:
+        chosen = record_columns.select(compacted, 100, 1000, None)
+        assert _rows(chosen.parts) == _decoded([compacted], 100, 1000)
+        assert chosen.position == 110  # past the batch's last offset, removed or not
+    emptied = record_rewrite.empty_batch(header)
+    chosen = record_columns.select(emptied + _data(110, 2), 100, 1000, None)
+    assert [r[0] for r in _rows(chosen.parts)] == [110, 111]
+    # deltas must grow and stay within the batch's last offset delta
+    body = rewritten[1][record_batch.HEADER_SIZE :]
+    beyond = (body, 8, 100, 5, T0, T0, False, 0, 1000)  # last offset delta 5 < 9
+    with pytest.raises(ValueError, match="offset delta"):
+        record_columns.arrow_batch([beyond], "t", 0, SCHEMA)
+
+
 def _txn(pid: int, base: int, n: int) -> bytes:
     return _data(base, n, producer_id=pid, producer_epoch=0, base_sequence=0, transactional=True)
 
@@ -163,14 +187,15 @@ def test_malformed_records_are_refused_never_misread() -> None:
     batch = _data(0, 10)
     header = record_batch.parse_header(batch)
     body = batch[record_batch.HEADER_SIZE :]
+    last = header.last_offset_delta
     for cut in range(len(body)):
-        part = (body[:cut], header.record_count, 0, T0, T0, False, 0, 100)
+        part = (body[:cut], header.record_count, 0, last, T0, T0, False, 0, 100)
         with pytest.raises(ValueError, match="records of the batch at offset 0"):
             record_columns.arrow_batch([part], "t", 0, SCHEMA)
-    too_many = (body, 1 << 30, 0, T0, T0, False, 0, 100)
+    too_many = (body, 1 << 30, 0, last, T0, T0, False, 0, 100)
     with pytest.raises(ValueError):
         record_columns.arrow_batch([too_many], "t", 0, SCHEMA)
-    trailing = (body + b"\0", header.record_count, 0, T0, T0, False, 0, 100)
+    trailing = (body + b"\0", header.record_count, 0, last, T0, T0, False, 0, 100)
     with pytest.raises(ValueError, match="trailing bytes"):
         record_columns.arrow_batch([trailing], "t", 0, SCHEMA)
 

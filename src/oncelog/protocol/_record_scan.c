@@ -19,7 +19,7 @@ static int read_record(cursor *all, Py_ssize_t index, int need_keys, int64_t *ts
                        int64_t *keyless)
 {
     record_fields f;
-    if (!read_record_fields(all, index, &f))
+    if (!read_record_fields(all, index, index, &f))
         return 0;
     *ts = f.timestamp_delta;
     if (need_keys && *keyless < 0 && f.key_length < 0)

@@ -89,14 +89,19 @@ static int skip_field(cursor *c, int64_t min_len, int fault, int64_t *out_len,
 /* What columns() takes from a record: the header fields are skipped. */
 typedef struct {
     int64_t timestamp_delta;
+    int64_t offset_delta;
     const uint8_t *key;
     int64_t key_length;   /* -1: null */
     const uint8_t *value;
     int64_t value_length; /* -1: null */
 } record_fields;
 
-/* One record, checked; on success c->p is at its end and *f holds its fields. */
-static int read_record_fields(cursor *all, Py_ssize_t index, record_fields *f)
+/* One record, checked; on success c->p is at its end and *f holds its fields. Its offset
+ * delta must lie in [lowest_delta, highest_delta]: exactly its index in a produced batch,
+ * only above the last one and within the batch's last offset delta in a stored batch the
+ * log cleaner rewrote (compaction keeps the offsets of the records it retains). */
+static int read_record_fields(cursor *all, int64_t lowest_delta, int64_t highest_delta,
+                              record_fields *f)
 {
     const uint8_t *record = all->p;
     int64_t length, delta, ignored, headers;
@@ -108,8 +113,9 @@ static int read_record_fields(cursor *all, Py_ssize_t index, record_fields *f)
         return fail(all, TRUNCATED, record - all->start);
     cursor r = {all->start, all->p + 1 /* attributes: unused in v2 */, all->p + length, OK, 0};
     int ok = read_varint(&r, 10, 64, &f->timestamp_delta) && read_varint(&r, 5, 32, &delta);
-    if (ok && delta != index)
+    if (ok && (delta < lowest_delta || delta > highest_delta))
         ok = fail(&r, OFFSET_DELTA, delta);
+    f->offset_delta = delta;
     ok = ok && skip_field(&r, -1, BAD_FIELD_LENGTH, &f->key_length, &f->key)
         && skip_field(&r, -1, BAD_FIELD_LENGTH, &f->value_length, &f->value)
         && read_varint(&r, 5, 32, &headers);

@@ -1,8 +1,8 @@
 /*
  * The Spark reader's native decoder (oncelog.spark.record_columns documents it):
  *
- * columns([(records, count, base_offset, base_timestamp, max_timestamp, log_append_time,
- *           low, high), ...]) ->
+ * columns([(records, count, base_offset, last_offset_delta, base_timestamp, max_timestamp,
+ *           log_append_time, low, high), ...]) ->
  *     (rows, offsets, timestamps, timestamp_types, key_validity, key_nulls, key_offsets,
  *      key_data, value_validity, value_nulls, value_offsets, value_data)
  *
@@ -61,7 +61,7 @@ static void binary_column_clear(binary_column *col)
 typedef struct {
     Py_buffer records;
     Py_ssize_t count;
-    long long base_offset, base_timestamp, max_timestamp, low, high;
+    long long base_offset, last_offset_delta, base_timestamp, max_timestamp, low, high;
     int log_append_time;
 } batch_part;
 
@@ -83,11 +83,13 @@ static int collect(batch_part *parts, Py_ssize_t nparts, record_fields *kept, in
         const uint8_t *start = (const uint8_t *)b->records.buf;
         cursor c = {start, start, start + b->records.len, OK, 0};
         Py_ssize_t index;
+        int64_t next_delta = 0; /* deltas only grow (with gaps where compaction removed) */
         for (index = 0; index < b->count; index++) {
             record_fields f;
-            if (!read_record_fields(&c, index, &f))
+            if (!read_record_fields(&c, next_delta, b->last_offset_delta, &f))
                 break;
-            int64_t offset = (int64_t)b->base_offset + index;
+            next_delta = f.offset_delta + 1;
+            int64_t offset = (int64_t)b->base_offset + f.offset_delta;
             if (offset < b->low || offset >= b->high)
                 continue;
             kept[*rows] = f;
@@ -130,8 +132,9 @@ static PyObject *columns(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     for (; parsed < nparts; parsed++) {
         batch_part *b = &parts[parsed];
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, parsed), "y*nLLLpLL", &b->records,
-                              &b->count, &b->base_offset, &b->base_timestamp,
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, parsed), "y*nLLLLpLL", &b->records,
+                              &b->count, &b->base_offset, &b->last_offset_delta,
+                              &b->base_timestamp,
                               &b->max_timestamp, &b->log_append_time, &b->low, &b->high))
             goto done;
         if (b->count < 0 || b->count > b->records.len / MIN_RECORD_BYTES) {

@@ -49,9 +49,10 @@ _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _ABORT = 0
 _MAX_UNCOMPRESSED = 256 * 1024 * 1024  # as the broker's own decoder bounds a batch
 
-# One batch for the native decoder: (records, count, base offset, base timestamp, max
-# timestamp, LogAppendTime?, lowest offset wanted, offset past the highest wanted).
-Part = tuple[bytes | memoryview, int, int, int, int, bool, int, int]
+# One batch for the native decoder: (records, count, base offset, last offset delta, base
+# timestamp, max timestamp, LogAppendTime?, lowest offset wanted, offset past the highest
+# wanted). A record's offset is the base plus its own delta: the log cleaner leaves gaps.
+Part = tuple[bytes | memoryview, int, int, int, int, int, bool, int, int]
 
 
 def native_columns_loaded() -> bool:
@@ -150,6 +151,7 @@ def _part(batch: _Batch, low: int, high: int) -> Part:
         records,
         batch.record_count,
         batch.base_offset,
+        batch.next_offset - batch.base_offset - 1,
         batch.base_timestamp,
         batch.max_timestamp,
         bool(batch.attributes & _LOG_APPEND_TIME),
