@@ -93,6 +93,12 @@ def check_source(source: Path) -> Path:
     source = source.resolve()
     if not (source / "oncelog").is_dir():
         raise SystemExit(f"{source} holds no oncelog package")
+    decoder = source / "oncelog" / "spark" / "_columns.c"
+    if decoder.exists() and not list(decoder.parent.glob("_columns*.so")):
+        raise SystemExit(
+            f"{source}: oncelog/spark/_columns is not built there: its batch reads would go "
+            "through librdkafka instead of their own Fetch path"
+        )
     if not list((source / "oncelog" / "protocol").glob("_record_scan*.so")):
         raise SystemExit(
             f"{source}: oncelog/protocol/_record_scan is not built there (pip install -e "

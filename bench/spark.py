@@ -83,6 +83,7 @@ import oncelog
 from common import consume_count, create_topics, load_average, produce_all
 from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
+from oncelog.spark.options import parse_read_options
 from oncelog.spark.schema import arrow_schema, spark_schema
 from oncelog.testing.process import BrokerProcess
 from pairs import describe, interleaved, ratio
@@ -512,10 +513,19 @@ def _verify_writes(spark: Any, bootstrap: str, records: int, rounds: int) -> Non
 
 
 def _oncelog_path(_: object) -> str:
-    """Where a Python worker imports oncelog from (PYTHONPATH reaches the workers)."""
+    """Where a Python worker imports oncelog from (PYTHONPATH reaches the workers), and
+    whether its batch reads take their own Fetch path (a tree without the native decoder
+    built reads through librdkafka, silently)."""
     import oncelog as imported
 
-    return str(Path(imported.__file__).parent)
+    try:
+        from oncelog.spark.fetch import applies
+    except ImportError:
+        path = "absent"
+    else:
+        options = parse_read_options({"kafka.bootstrap.servers": "x:1", "subscribe": "t"}, False)
+        path = "yes" if applies(options) else "no"
+    return f"{Path(imported.__file__).parent} (Fetch path: {path})"
 
 
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:

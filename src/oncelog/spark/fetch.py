@@ -17,6 +17,12 @@ says), an empty answer, a batch that is not v2, records that do not decode, a lo
 connection. It is used only where it reads exactly what librdkafka would: PLAINTEXT
 clusters, no client option but the bootstrap servers, the isolation level and the client
 timeout, no headers column, the native decoder built.
+
+What it leaves out, as librdkafka's defaults do or harmlessly: batch CRCs are not checked
+(librdkafka's `check.crcs=false`; Kafka's Java consumer checks them); the answer's throttle
+time is ignored (the broker mutes the connection itself); no leader epoch is sent (-1), so
+an answer from a replica that is no longer the leader is not refused by epoch: it holds
+what that replica has, and an empty or failed answer hands over.
 """
 
 from __future__ import annotations
