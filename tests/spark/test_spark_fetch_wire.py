@@ -152,6 +152,9 @@ def test_a_metadata_answer_names_the_leader() -> None:
     assert fetch_wire.leader_address(answer, "tp", 0) == "h1:1"
     assert fetch_wire.leader_address(answer, "tp", 4) is None  # LEADER_NOT_AVAILABLE
     assert fetch_wire.leader_address(answer, "nope", 0) is None
+    not_utf8 = bytes(answer).replace(b"h2", b"\xff\xfe")
+    with pytest.raises(fetch_wire.MalformedAnswer, match="not UTF-8"):
+        fetch_wire.leader_address(not_utf8, "tp", 3)
 
 
 def test_a_cut_answer_is_malformed_never_misread() -> None:

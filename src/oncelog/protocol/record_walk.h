@@ -18,7 +18,8 @@ enum fault {
     VARINT_TOO_LONG = 2,    /* more bytes, or more bits, than the field's type holds */
     BAD_RECORD_LENGTH = 3,  /* negative, or shorter than the smallest record */
     LENGTH_MISMATCH = 4,    /* the fields end before the declared record length */
-    OFFSET_DELTA = 5,       /* record i does not carry offset delta i */
+    OFFSET_DELTA = 5,       /* produce: record i's delta is not i; fetch: not growing, or
+                               past the batch's last offset delta */
     BAD_FIELD_LENGTH = 6,   /* key, value or header value length below -1 */
     BAD_HEADER_COUNT = 7,   /* negative number of headers */
     BAD_HEADER_KEY = 8,     /* header key length below 0 (null header keys are invalid) */
@@ -104,7 +105,7 @@ static int read_record_fields(cursor *all, int64_t lowest_delta, int64_t highest
                               record_fields *f)
 {
     const uint8_t *record = all->p;
-    int64_t length, delta, ignored, headers;
+    int64_t length, delta = 0, ignored, headers;
     if (!read_varint(all, 5, 32, &length))
         return 0;
     if (length < MIN_RECORD_BYTES - 1)

@@ -14,6 +14,10 @@
  */
 #include "../protocol/record_walk.h"
 
+/* Bumped with every change of columns()' arguments or answer, in step with
+ * record_columns.py: a stale build is then not used (the reader reads through librdkafka). */
+#define COLUMNS_ABI 2
+
 #include <string.h>
 
 /* A column of binary values being filled: Arrow's validity bitmap, int32 offsets, data. */
@@ -193,5 +197,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__columns(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "COLUMNS_ABI", COLUMNS_ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -205,7 +205,9 @@ def _address(server: str) -> str:
 
 def _leader(bootstrap: str, rng: OffsetRange, timeout_s: float) -> _Connection:
     """A connection to the range's leader, found through the first bootstrap server that
-    answers (as librdkafka tries them)."""
+    accepts a connection (as librdkafka tries them). An answer that is not Kafka's (a TLS
+    listener, say) ends the search: the range then goes to librdkafka, which tries the
+    others with the query's own settings."""
     failures = []
     for server in (_address(s) for s in bootstrap.split(",") if s.strip()):
         try:

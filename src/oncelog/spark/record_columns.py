@@ -18,6 +18,9 @@ into Arrow buffers. Which records a consumer returns follows Kafka's consumer
 The position after a batch is its last offset + 1, markers and skipped batches included,
 so a range that ends on a marker ends when the marker is fetched. Only whole v2 batches
 are read: a torn last batch (the answer's size limit) is fetched again next time.
+Batches the log cleaner rewrote are read too: a record's offset is its batch's base plus
+its own offset delta (compaction leaves gaps), and the position after a batch is its last
+offset + 1 even when its last records were removed (KAFKA-5443).
 
 Nothing here imports `oncelog.protocol`, whose package imports kio's types (Spark's
 Python workers are kept free of them: tests/spark/test_spark_worker_imports.py), except
@@ -38,7 +41,11 @@ try:  # built by `pip install` from _columns.c; without it the reader uses librd
     from oncelog.spark import _columns  # type: ignore[attr-defined,unused-ignore]
 except ImportError:
     _columns = None
-_native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = getattr(_columns, "columns", None)
+COLUMNS_ABI = 2  # bumped with every change of the decoder's arguments, as _columns.c's
+# a stale build (another ABI) is not used: the reader then reads through librdkafka
+_native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = (
+    _columns.columns if getattr(_columns, "COLUMNS_ABI", None) == COLUMNS_ABI else None
+)
 
 _MILLIS, _MICROS = pa.timestamp("ms", tz="UTC"), pa.timestamp("us", tz="UTC")
 # the v2 batch header (Kafka's DefaultRecordBatch), as oncelog.protocol.record_batch reads it
