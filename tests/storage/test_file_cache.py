@@ -22,6 +22,22 @@ def read(path: Path) -> bytes:
     return path.read_bytes()
 
 
+def fsyncs_of_this_thread(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors ``os.fsync`` is called on from now on, in this thread only (a
+    broker another test left running in this process fsyncs too)."""
+    synced: list[int] = []
+    real_fsync = os.fsync
+    this_thread = threading.current_thread()
+
+    def recording(fd: int) -> None:
+        if threading.current_thread() is this_thread:
+            synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    return synced
+
+
 def test_no_more_descriptors_than_the_capacity(tmp_path: Path) -> None:
     cache = FileCache(capacity=4)
     files = [cache.file(tmp_path / f"f{i}", WRITE) for i in range(20)]
@@ -50,17 +66,7 @@ def test_a_descriptor_in_use_is_never_closed(tmp_path: Path) -> None:
 def test_a_written_file_is_fsynced_before_its_descriptor_closes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[int] = []
-    real_fsync = os.fsync
-    this_thread = threading.current_thread()
-
-    def recording(fd: int) -> None:
-        # Only this test's: a broker another test left running in this process fsyncs too.
-        if threading.current_thread() is this_thread:
-            synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recording)
+    synced = fsyncs_of_this_thread(monkeypatch)
     cache = FileCache(capacity=1)
     written, other = cache.file(tmp_path / "w", WRITE), cache.file(tmp_path / "o", WRITE)
     with cache.using(written, write=True) as fd:
@@ -183,3 +189,63 @@ def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: 
         assert b"%d-2" % i in stored
         log.close()
     assert open_files.open_count <= 8
+
+
+def test_clean_files_are_closed_before_written_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing a written file costs an fsync under the cache's lock, in whichever thread
+    wants the slot (often the event loop); a clean one costs nothing, so it goes first,
+    though the written one was used longer ago."""
+    synced = fsyncs_of_this_thread(monkeypatch)
+    cache = FileCache(capacity=2)
+    written, clean = cache.file(tmp_path / "w", WRITE), cache.file(tmp_path / "c", WRITE)
+    with cache.using(written, write=True) as fd:
+        os.write(fd, b"data")
+    with cache.using(clean):
+        pass
+    with cache.using(cache.file(tmp_path / "new", WRITE), write=True) as fd:
+        os.write(fd, b"data")
+    assert synced == [] and written.fd is not None and clean.fd is None
+    assert cache.eviction_fsyncs == 0
+    with cache.using(cache.file(tmp_path / "newer", WRITE)):  # no clean file left unused
+        pass
+    assert len(synced) == 1 and written.fd is None and cache.eviction_fsyncs == 1
+
+
+def test_synced_only_when_every_write_is_covered_by_an_fsync_that_succeeded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What lets a checkpoint skip an index the cache fsynced when it closed it: never
+    while a write is uncovered, in progress, or after a failed fsync."""
+    cache = FileCache(capacity=1)
+    file, other = cache.file(tmp_path / "f", WRITE), cache.file(tmp_path / "o", WRITE)
+    assert cache.synced(file)  # never written
+    fd = cache.pin(file)
+    os.write(fd, b"x")
+    assert not cache.synced(file)  # in use: its writer has not said it wrote yet
+    cache.unpin(file, wrote=True)
+    assert not cache.synced(file)
+    with cache.using(other):  # closes `file`, fsyncing it first
+        pass
+    assert file.fd is None and cache.synced(file)
+    with cache.using(file, write=True) as fd:
+        os.write(fd, b"y")
+    [fd] = cache.pin_for_sync([file])
+    assert not cache.synced(file)  # its fsync is under way
+    cache.sync_failed([file])
+    cache.unpin(file)
+    assert not cache.synced(file)
+    real_fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if fd != file.fd:
+            real_fsync(fd)
+            return
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with cache.using(other):  # the fsync before closing `file` fails
+        pass
+    assert file.fd is None and file.error is not None
+    assert not cache.synced(file)

@@ -11,12 +11,16 @@ cache is process-wide, as the limit it protects is.
 Closing a descriptor must never lose a write or hide a failed one:
 - a descriptor in use (`using`, or pinned for an fsync) is never closed under its user,
   whichever thread wants the slot;
-- a file written since its last fsync is fsynced before its descriptor is closed (this
-  happens when more files are written than the capacity holds: a data file within
-  one flush, an offset index within one recovery-point checkpoint interval, since an
-  index is fsynced at the checkpoint, not with its data: storage/log.py);
-  if that fsync fails, the failure is kept and every later fsync of the file reports it,
-  so no write is acknowledged as durable that is not;
+- a file written since its last fsync is fsynced before its descriptor is closed; if
+  that fsync fails, the failure is kept and every later fsync of the file reports it, so
+  no write is acknowledged as durable that is not. Such an fsync runs under the lock, in
+  whichever thread wants the slot (often the event loop), so clean files are closed
+  first and a written one only when no clean one is left: more files written and not
+  yet fsynced than the capacity holds. An offset index is fsynced at the recovery-point
+  checkpoint, not with its data (storage/log.py), so it would stay written for a whole
+  checkpoint interval; while the cache is `crowded` a data flush therefore fsyncs the
+  segment's index with its data, off the loop, and the index closes clean. A closed
+  file that is `synced` needs no further fsync (the checkpoint skips it);
 - a file is reopened without O_CREAT: a segment file that vanished is an error, not an
   empty file.
 Thread safety: one lock guards the bookkeeping; opening, closing and the fsync of an
@@ -68,10 +72,26 @@ class FileCache:
         self._lock = threading.Lock()
         self._open: OrderedDict[CachedFile, None] = OrderedDict()  # least recent first
         self.evictions = 0
+        self.eviction_fsyncs = 0  # evictions of a written file, which fsynced it first
 
     @property
     def open_count(self) -> int:
         return len(self._open)
+
+    @property
+    def crowded(self) -> bool:
+        """Every file opened now closes another: a writer that lets a file stay written
+        (not fsynced) makes a later open fsync it under the lock, so it should fsync it
+        itself, off the loop, while it can. Read without the lock: a hint."""
+        return len(self._open) >= self.capacity
+
+    def synced(self, file: CachedFile) -> bool:
+        """True if every write to ``file`` is covered by an fsync that succeeded: not
+        written since, not in use (a writer may be between its write and its unpin), no
+        failed fsync kept. An fsync in progress keeps the file pinned until it is known to
+        have succeeded (a failure marks the file written again before the unpin)."""
+        with self._lock:
+            return not file.dirty and not file.pins and file.error is None
 
     def file(self, path: Path, flags: int) -> CachedFile:
         """A handle on `path`; nothing is opened until it is used."""
@@ -155,20 +175,29 @@ class FileCache:
         self._open.pop(file, None)
 
     def _make_room(self) -> None:
-        """Close least recently used descriptors until one more fits (lock held). Files in
-        use are skipped; if every open file is in use, the capacity is exceeded for now."""
-        if len(self._open) < self.capacity:
+        """Close descriptors until one more fits (lock held): the least recently used
+        clean ones first, then, only if none is left, the least recently used written
+        ones (each costs an fsync here). Files in use are skipped; if every open file is
+        in use, the capacity is exceeded for now."""
+        needed = len(self._open) - self.capacity + 1
+        if needed <= 0:
             return
-        for file in list(self._open):
-            if len(self._open) < self.capacity:
-                return
-            if file.pins:
-                continue
+        victims: list[CachedFile] = []
+        for written in (False, True):
+            for file in self._open:
+                if not file.pins and file.dirty == written:
+                    victims.append(file)
+                    if len(victims) == needed:
+                        break
+            if len(victims) == needed:
+                break
+        for file in victims:
             self._evict(file)
 
     def _evict(self, file: CachedFile) -> None:
         assert file.fd is not None
         if file.dirty:
+            self.eviction_fsyncs += 1
             try:
                 os.fsync(file.fd)
                 file.dirty = False

@@ -19,7 +19,9 @@ was written. So the offset index is fsynced before anything trusts it: before a
 recovery-point checkpoint is written (recovery starts from its entries below that point)
 and at a clean close and a clean open that rebuilt one (a clean start loads every index).
 A crash before that costs the index's unsynced entries, which recovery rebuilds from the
-log after the checkpointed recovery point. Durability of the data never waits for it.
+log after the checkpointed recovery point. Durability of the data never waits for it,
+except while the file cache is crowded: then a flush fsyncs the index with its data, so
+that closing it for another file costs no fsync under the cache's lock (file_cache.py).
 """
 
 from __future__ import annotations
@@ -347,7 +349,9 @@ class PartitionLog:
         With ``up_to``, return at once if the recovery point already covers it: callers
         waiting for their own offset share whichever fsync got there first. The offset
         indexes are not fsynced here (see the module docstring): one file per fsync, not
-        two, for the small appends that add an index entry nearly every time.
+        two, for the small appends that add an index entry nearly every time; except
+        while the file cache is crowded (storage/file_cache.py), where a written index
+        would be fsynced by the cache when it closes it, under its lock, maybe on the loop.
         """
         with self._lock:
             if not self._segments or (up_to is not None and self._recovery_point >= up_to):
@@ -356,7 +360,8 @@ class PartitionLog:
                 raise OSError(errno.EIO, self._offline_reason())
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
-            files = [f for s in dirty for f in s.claim_unsynced_files()]
+            crowded = open_files.crowded
+            files = [f for s in dirty for f in s.claim_unsynced_files(with_index=crowded)]
             try:
                 fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
             except OSError as exc:  # a reopen failed, or an eviction's fsync had failed

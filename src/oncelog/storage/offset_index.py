@@ -9,7 +9,8 @@ Durability: the file is not fsynced with the data it indexes (Kafka's segment fl
 fsync both; see ``storage/log.py``). An acknowledged append waits for its ``.log`` file
 only; the index is fsynced before anything trusts it: before a recovery-point checkpoint
 covering its entries is written, at a clean close, and after a clean open rebuilt it
-(``PartitionLog._sync_indexes``).
+(``PartitionLog._sync_indexes``, which skips an index an fsync already covered: one with
+its data while the file cache was crowded, or the cache's own before it closed the file).
 Recovery trusts an entry only below the checkpointed recovery point and rebuilds the rest
 of the segment's index from the log, so entries a crash lost or garbled beyond that point
 cost a re-read, never a record.

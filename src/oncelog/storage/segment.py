@@ -369,34 +369,47 @@ class LogSegment:
             files.append(self.txn_index.file)
         return files
 
-    def claim_unsynced_files(self) -> list[CachedFile]:
+    def claim_unsynced_files(self, *, with_index: bool = False) -> list[CachedFile]:
         """What a data flush must fsync, claimed under the log's lock: the log file, and
         the aborted-transaction index if it was written since a flush last claimed it.
         Clears ``dirty``; if the fsync fails, :meth:`unclaim` marks them to be synced again.
 
         Not the offset index: nothing trusts it before the recovery point that covers its
         entries is checkpointed, so it is fsynced then (:meth:`claim_unsynced_index`); a
-        crash before that rebuilds it from the log. The aborted-transaction index is not
-        rebuilt by recovery (only the producer-state replay after the newest snapshot
-        re-indexes abort markers, and a snapshot may lie past the checkpoint), so an abort
-        is durable only with its entry; it is written once per aborted transaction."""
+        crash before that rebuilds it from the log. ``with_index`` (the file cache is
+        crowded) claims it too: left written, it would be fsynced when the cache closes it
+        for another file, under the cache's lock, maybe on the event loop. The
+        aborted-transaction index is not rebuilt by recovery (only the producer-state
+        replay after the newest snapshot re-indexes abort markers, and a snapshot may lie
+        past the checkpoint), so an abort is durable only with its entry; it is written
+        once per aborted transaction."""
         files = [self._file]
         if self.txn_index.unsynced and self.txn_index.file is not None:
             files.append(self.txn_index.file)
             self.txn_index.unsynced = False
+        if with_index and self.index.unsynced:
+            files.append(self.index.file)
+            self.index.unsynced = False
         self.dirty = False
         return files
 
     def unclaim(self) -> None:
-        """After a failed data fsync: the next flush covers every file again."""
-        self.dirty = self.txn_index.unsynced = True
+        """After a failed data fsync: the next flush, and the next checkpoint, cover every
+        file again."""
+        self.dirty = self.txn_index.unsynced = self.index.unsynced = True
 
     def claim_unsynced_index(self) -> CachedFile | None:
         """The offset index's file if it was written since it was last claimed (clears
-        the mark; :meth:`unclaim_index` sets it again after a failed fsync), else None."""
+        the mark; :meth:`unclaim_index` sets it again after a failed fsync), else None.
+        None too, clearing the mark, if the file cache says an fsync since covered every
+        write to it (a crowded cache's data flush, or the cache's own fsync when it closed
+        the file): claiming it would reopen it, closing another file, to fsync it again.
+        Under the log's lock, so no append writes it meanwhile."""
         if not self.index.unsynced:
             return None
         self.index.unsynced = False
+        if open_files.synced(self.index.file):
+            return None
         return self.index.file
 
     def unclaim_index(self) -> None:
