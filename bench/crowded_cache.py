@@ -10,10 +10,13 @@ Each run is a child process (``--child``) with one tree's ``src`` on PYTHONPATH 
 process's file cache set to ``--capacity`` descriptors (the broker sizes it from the
 descriptor limit: storage/file_cache.py). The main thread plays the event loop: it appends
 a batch of ``--batch-records`` 1 KiB records (about 8 KiB: an index entry each, Kafka's
-default index.interval.bytes) to one partition after another and hands each flush to two
-threads, as the broker's flusher does; at most ``--in-flight`` appends wait for their
-flush at once (the producers' requests), the loop waits for the oldest beyond that. At
-the end every log writes its recovery checkpoint (the broker does every 60 s), timed.
+default index.interval.bytes) to one partition after another and hands each flush to
+eight threads, as the broker's flusher does (FSYNC_THREADS); at most ``--in-flight``
+appends wait for their flush at once (the producers' requests), the loop waits for the
+oldest beyond that. At the end every log writes its recovery checkpoint (the broker does
+every 60 s), timed. ``--cold-files N`` first opens and reads N other files (old segments
+a consumer read): clean files in the cache, which a cache that closes clean files first
+evicts at no cost.
 
 Printed per run: the loop thread's time inside ``append`` (p50, p99, max, total: a stall
 of everything else on the loop), append-to-durable latency p50/p99 (an acks=all
@@ -59,10 +62,7 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
         real_fsync(fd)
 
     batch = build_batch(
-        [
-            Record(b"k", os.urandom(RECORD_BYTES - 16))
-            for _ in range(options["batch_records"])
-        ],
+        [Record(b"k", os.urandom(RECORD_BYTES - 16)) for _ in range(options["batch_records"])],
         timestamp_ms=1,
     )
     [(header, view)] = split_batches(batch)
@@ -73,13 +73,18 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
             PartitionLog.open(Path(tmp) / f"t-{i}", LogConfig(), clean_shutdown=True)
             for i in range(partitions)
         ]
+        for i in range(options["cold_files"]):
+            cold = Path(tmp) / f"cold-{i}"
+            cold.write_bytes(b"x" * 4096)
+            with open_files.using(open_files.file(cold, os.O_RDONLY)) as fd:
+                os.pread(fd, 4096, 0)
         os.fsync = counting_fsync  # type: ignore[assignment]
         evictions_before = open_files.evictions
         in_append_ms: list[float] = []
         durable_ms: list[float] = []
         waiting: deque[tuple[float, Future[int]]] = deque()
         started = time.perf_counter()
-        with ThreadPoolExecutor(2, thread_name_prefix="flusher") as flusher:
+        with ThreadPoolExecutor(8, thread_name_prefix="flusher") as flusher:
             for n in range(appends):
                 while len(waiting) >= options["in_flight"]:
                     sent, future = waiting.popleft()
@@ -100,7 +105,7 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
             log.write_recovery_checkpoint()
         checkpoint_ms = (time.perf_counter() - checkpoint_started) * 1e3
         evictions = open_files.evictions - evictions_before
-        os.fsync = real_fsync  # type: ignore[assignment]
+        os.fsync = real_fsync
         for log in logs:
             log.close()
     in_append_ms.sort()
@@ -118,6 +123,7 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
         "evictions": evictions,
         "checkpoint_ms": checkpoint_ms,
         "checkpoint_fsyncs": dict(Counter(name for _, name in fsyncs[during:])),
+        "fsyncs_per_append": len(fsyncs[:during]) / appends,
     }
 
 
@@ -141,16 +147,25 @@ def one_run(source: Path, options: dict[str, Any]) -> dict[str, Any]:
 
 def describe(name: str, f: dict[str, Any]) -> str:
     return (
-        f"  {name:<6} {f['appends_per_s']:7,.0f} appends/s  loop in append p50/p99/max "
+        f"  {name:<6} {f['load']}\n"
+        f"         {f['appends_per_s']:7,.0f} appends/s  loop in append p50/p99/max "
         f"{f['append_p50_ms']:.3f}/{f['append_p99_ms']:.3f}/{f['append_max_ms']:.2f} ms "
         f"(total {f['append_total_s']:.2f} s)  durable p50/p99 {f['durable_p50_ms']:.2f}/"
-        f"{f['durable_p99_ms']:.2f} ms  loop fsyncs {f['loop_fsyncs']}  all fsyncs "
-        f"{f['fsyncs']}  evictions {f['evictions']:,}  final checkpoint "
-        f"{f['checkpoint_ms']:.0f} ms {f['checkpoint_fsyncs']}"
+        f"{f['durable_p99_ms']:.2f} ms  fsyncs/append {f['fsyncs_per_append']:.2f}  "
+        f"loop fsyncs {f['loop_fsyncs']}  all fsyncs {f['fsyncs']}  evictions "
+        f"{f['evictions']:,}  final checkpoint {f['checkpoint_ms']:.0f} ms "
+        f"{f['checkpoint_fsyncs']}"
     )
 
 
-MEDIANS = ("appends_per_s", "append_p99_ms", "append_total_s", "durable_p50_ms", "durable_p99_ms")
+MEDIANS = (
+    "appends_per_s",
+    "append_p99_ms",
+    "append_total_s",
+    "durable_p50_ms",
+    "durable_p99_ms",
+    "fsyncs_per_append",
+)
 
 
 def main() -> int:
@@ -161,20 +176,33 @@ def main() -> int:
     parser.add_argument("--appends", type=int, default=20_000)
     parser.add_argument("--batch-records", type=int, default=8)
     parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument("--cold-files", type=int, default=0, help="clean files read first")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where the logs are made")
     args = parser.parse_args()
     trees = source_trees(args.src)
     options = {
         key: getattr(args, key)
-        for key in ("partitions", "capacity", "appends", "batch_records", "in_flight", "dir")
+        for key in (
+            "partitions",
+            "capacity",
+            "appends",
+            "batch_records",
+            "in_flight",
+            "cold_files",
+            "dir",
+        )
     }
     print(f"load before: {uptime()}", flush=True)
     print(f"options: {options}", flush=True)
+    filesystem = subprocess.run(
+        ["df", "-T", args.dir], capture_output=True, text=True, check=False
+    ).stdout.splitlines()[-1:]
+    print(f"file system of --dir: {' '.join(filesystem)}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {}
     for round_ in range(args.rounds):
         for name, source in alternated(trees, round_):
-            figures = one_run(source, options)
+            figures = {"load": uptime(), **one_run(source, options)}
             results.setdefault(name, []).append(figures)
             print(describe(name, figures), flush=True)
     print(f"load after:  {uptime()}")

@@ -154,3 +154,45 @@ def test_many_partitions_through_a_small_cache_cost_the_appending_thread_no_fsyn
         assert [batch_offsets(reopened.read(o, 1))[0] for o in (0, 5, 9)] == [0, 4, 8]
         assert len(reopened._segments[0].index) == 4  # every batch but the one at 0
         reopened.close()
+
+
+def test_a_checkpoint_waits_for_the_crowded_flush_that_claimed_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: FileCache
+) -> None:
+    """The index entries below the recovery point were written by appends a flush had
+    made durable while the cache had room (so their index stayed written); then a crowded
+    flush claims the index. A checkpoint written while that flush's fsync runs would make
+    recovery trust entries not yet on disk (review MUST-FIX, e30bf71): it must wait."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    log.flush()  # the cache has room: the .log alone; the index stays written
+    events, _ = recording(monkeypatch)
+    fsyncing, release = threading.Event(), threading.Event()
+    recorded = log_module.fsync_together
+
+    def held(fds: list[int]) -> None:
+        recorded(fds)  # records the round, then fsyncs
+        if any(file_of(fd).endswith(".index") for fd in fds):
+            fsyncing.set()
+            release.wait(5)
+
+    monkeypatch.setattr(log_module, "fsync_together", held)
+    cache.capacity = 1  # crowded: the written index alone holds half of it
+    append_batches(log, 10, 1)
+    flusher = threading.Thread(target=log.flush)
+    checkpointer = threading.Thread(target=log.write_recovery_checkpoint)
+    flusher.start()
+    try:
+        assert fsyncing.wait(5), "the crowded flush did not fsync the index"
+        checkpointer.start()
+        checkpointer.join(1)
+        early = list(events)
+    finally:
+        release.set()
+        flusher.join(5)
+        checkpointer.join(5)
+    assert not any(e.startswith("checkpoint") for e in early), (
+        f"a checkpoint was written while the index's fsync ran: {early}"
+    )
+    assert events == ["fsync .index .log", "checkpoint 22"]
+    log.close()

@@ -231,6 +231,7 @@ def test_synced_only_when_every_write_is_covered_by_an_fsync_that_succeeded(
     assert file.fd is None and cache.synced(file)
     with cache.using(file, write=True) as fd:
         os.write(fd, b"y")
+    assert not cache.synced(file)  # written again after the reopen
     [fd] = cache.pin_for_sync([file])
     assert not cache.synced(file)  # its fsync is under way
     cache.sync_failed([file])
@@ -249,3 +250,30 @@ def test_synced_only_when_every_write_is_covered_by_an_fsync_that_succeeded(
         pass
     assert file.fd is None and file.error is not None
     assert not cache.synced(file)
+
+
+def test_crowded_counts_written_files_not_open_ones(tmp_path: Path) -> None:
+    """A cache full of clean files (old segments a consumer read) is not crowded: clean-first
+    eviction closes those at no cost, so a flush need not fsync indexes early. Written
+    files holding half the descriptors are."""
+    cache = FileCache(capacity=4)
+    files = [cache.file(tmp_path / f"f{i}", WRITE) for i in range(6)]
+    for file in files:
+        with cache.using(file):
+            pass
+    assert cache.open_count == 4 and not cache.crowded
+    for file in files[4:]:
+        with cache.using(file, write=True) as fd:
+            os.write(fd, b"x")
+    assert cache.crowded  # two written of four
+    fds = cache.pin_for_sync(files[4:])
+    assert not cache.crowded  # their fsync covers them
+    for file in files[4:]:
+        cache.unpin(file)
+    with cache.using(files[4], write=True) as fd:
+        os.write(fd, b"y")
+    for file in files[:4]:  # the clean ones are closed to make room, never the written one
+        with cache.using(file):
+            pass
+    assert files[4].fd is not None and cache.eviction_fsyncs == 0 and not cache.crowded
+    assert len(fds) == 2

@@ -16,11 +16,13 @@ Closing a descriptor must never lose a write or hide a failed one:
   no write is acknowledged as durable that is not. Such an fsync runs under the lock, in
   whichever thread wants the slot (often the event loop), so clean files are closed
   first and a written one only when no clean one is left: more files written and not
-  yet fsynced than the capacity holds. An offset index is fsynced at the recovery-point
-  checkpoint, not with its data (storage/log.py), so it would stay written for a whole
-  checkpoint interval; while the cache is `crowded` a data flush therefore fsyncs the
-  segment's index with its data, off the loop, and the index closes clean. A closed
-  file that is `synced` needs no further fsync (the checkpoint skips it);
+  yet fsynced than the capacity holds (the fsync then runs under this lock, and under
+  the lock of the log whose append or flush opens a file). An offset index is fsynced
+  at the recovery-point checkpoint, not with its data (storage/log.py), so it would stay
+  written for a whole checkpoint interval; while written files hold half the cache or
+  more (`crowded`) a data flush therefore fsyncs the segment's index with its data, off
+  the loop, and the index closes clean. A file that is `synced` needs no further fsync
+  (the checkpoint and a crowded flush skip it);
 - a file is reopened without O_CREAT: a segment file that vanished is an error, not an
   empty file.
 Thread safety: one lock guards the bookkeeping; opening, closing and the fsync of an
@@ -72,7 +74,8 @@ class FileCache:
         self._lock = threading.Lock()
         self._open: OrderedDict[CachedFile, None] = OrderedDict()  # least recent first
         self.evictions = 0
-        self.eviction_fsyncs = 0  # evictions of a written file, which fsynced it first
+        self.eviction_fsyncs = 0  # evictions of a written file, which tried an fsync first
+        self._written_open = 0  # open files that are `dirty`
 
     @property
     def open_count(self) -> int:
@@ -80,10 +83,12 @@ class FileCache:
 
     @property
     def crowded(self) -> bool:
-        """Every file opened now closes another: a writer that lets a file stay written
-        (not fsynced) makes a later open fsync it under the lock, so it should fsync it
-        itself, off the loop, while it can. Read without the lock: a hint."""
-        return len(self._open) >= self.capacity
+        """Written (not fsynced) files hold half the descriptors or more: the clean files
+        an eviction closes first are running out, and a written one it would have to
+        fsync under the lock, maybe on the event loop. So a writer that may leave a file
+        written (an offset index, until the checkpoint) should fsync it itself, off the
+        loop. Read without the lock: a hint."""
+        return self._written_open * 2 >= self.capacity
 
     def synced(self, file: CachedFile) -> bool:
         """True if every write to ``file`` is covered by an fsync that succeeded: not
@@ -116,6 +121,7 @@ class FileCache:
                 self._make_room()
                 file.fd = os.open(file.path, file.flags, 0o644)
                 file.flags &= ~os.O_CREAT
+                self._written_open += file.dirty
             self._open[file] = None
             self._open.move_to_end(file)
             file.pins += 1
@@ -125,7 +131,7 @@ class FileCache:
         with self._lock:
             file.pins -= 1
             if wrote:
-                file.dirty = True
+                self._mark(file, dirty=True)
             if file.retired and not file.pins:
                 self._close_now(file)
 
@@ -145,13 +151,13 @@ class FileCache:
             raise
         with self._lock:
             for file in files:
-                file.dirty = False
+                self._mark(file, dirty=False)
         return fds
 
     def sync_failed(self, files: list[CachedFile]) -> None:
         with self._lock:
             for file in files:
-                file.dirty = True
+                self._mark(file, dirty=True)
 
     def retire(self, file: CachedFile) -> None:
         """Close the file for good (its segment is closed or deleted): now, or once its
@@ -168,8 +174,15 @@ class FileCache:
             file.path.rename(path)
             file.path = path
 
+    def _mark(self, file: CachedFile, *, dirty: bool) -> None:
+        """Set ``file.dirty`` (lock held), keeping the count of open written files."""
+        if file.dirty != dirty and file.fd is not None:
+            self._written_open += 1 if dirty else -1
+        file.dirty = dirty
+
     def _close_now(self, file: CachedFile) -> None:
         if file.fd is not None:
+            self._written_open -= file.dirty
             os.close(file.fd)
             file.fd = None
         self._open.pop(file, None)
@@ -178,7 +191,9 @@ class FileCache:
         """Close descriptors until one more fits (lock held): the least recently used
         clean ones first, then, only if none is left, the least recently used written
         ones (each costs an fsync here). Files in use are skipped; if every open file is
-        in use, the capacity is exceeded for now."""
+        in use, the capacity is exceeded for now. The scan walks from the least recently
+        used file on, past the written and pinned ones, which clean-first leaves there: a
+        linear walk under the lock, cheap at hundreds, that stops at the first victims."""
         needed = len(self._open) - self.capacity + 1
         if needed <= 0:
             return
@@ -200,7 +215,7 @@ class FileCache:
             self.eviction_fsyncs += 1
             try:
                 os.fsync(file.fd)
-                file.dirty = False
+                self._mark(file, dirty=False)
             except OSError as exc:
                 log.error("fsync of %s before closing its descriptor failed: %s", file.path, exc)
                 file.error = exc

@@ -352,7 +352,19 @@ class PartitionLog:
         two, for the small appends that add an index entry nearly every time; except
         while the file cache is crowded (storage/file_cache.py), where a written index
         would be fsynced by the cache when it closes it, under its lock, maybe on the loop.
+        Not while a checkpoint holds ``_checkpoint_lock``: it fsyncs them itself.
         """
+        # A crowded file cache: fsync the indexes too, if no checkpoint is under way (it
+        # fsyncs them itself). Claimed under ``_checkpoint_lock``, held until the fsync is
+        # done, so a checkpoint never follows an index claimed here but not yet fsynced.
+        with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
+        try:
+            return self._flush(up_to, with_indexes)
+        finally:
+            if with_indexes:
+                self._checkpoint_lock.release()
+
+    def _flush(self, up_to: int | None, with_indexes: bool) -> int:
         with self._lock:
             if not self._segments or (up_to is not None and self._recovery_point >= up_to):
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
@@ -360,8 +372,7 @@ class PartitionLog:
                 raise OSError(errno.EIO, self._offline_reason())
             target = self.log_end_offset
             dirty = [s for s in self._segments if s.dirty]
-            crowded = open_files.crowded
-            files = [f for s in dirty for f in s.claim_unsynced_files(with_index=crowded)]
+            files = [f for s in dirty for f in s.claim_unsynced_files(with_index=with_indexes)]
             try:
                 fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
             except OSError as exc:  # a reopen failed, or an eviction's fsync had failed

@@ -377,8 +377,9 @@ class LogSegment:
         Not the offset index: nothing trusts it before the recovery point that covers its
         entries is checkpointed, so it is fsynced then (:meth:`claim_unsynced_index`); a
         crash before that rebuilds it from the log. ``with_index`` (the file cache is
-        crowded) claims it too: left written, it would be fsynced when the cache closes it
-        for another file, under the cache's lock, maybe on the event loop. The
+        crowded; the caller holds the log's ``_checkpoint_lock``) claims it too, unless an
+        fsync already covered it: left written, it would be fsynced when the cache closes
+        it for another file, under the cache's lock, maybe on the event loop. The
         aborted-transaction index is not rebuilt by recovery (only the producer-state
         replay after the newest snapshot re-indexes abort markers, and a snapshot may lie
         past the checkpoint), so an abort is durable only with its entry; it is written
@@ -387,9 +388,8 @@ class LogSegment:
         if self.txn_index.unsynced and self.txn_index.file is not None:
             files.append(self.txn_index.file)
             self.txn_index.unsynced = False
-        if with_index and self.index.unsynced:
+        if with_index and self.claim_unsynced_index() is not None:
             files.append(self.index.file)
-            self.index.unsynced = False
         self.dirty = False
         return files
 
