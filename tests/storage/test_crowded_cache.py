@@ -196,3 +196,40 @@ def test_a_checkpoint_waits_for_the_crowded_flush_that_claimed_the_index(
     )
     assert events == ["fsync .index .log", "checkpoint 22"]
     log.close()
+
+
+def test_a_crowded_flush_that_fails_leaves_the_index_to_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: FileCache
+) -> None:
+    """A crowded flush claims the index with the data; when the flush fails before any
+    fsync (here the reopen of the closed .log: EMFILE, which does not take the log
+    offline), the index must be unclaimed too, or the next checkpoint would skip it and
+    cover its written entries (review SHOULD-FIX 2 on e30bf71)."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    log.flush()  # the cache has room: the .log alone; the index stays written
+    append_batches(log, 10, 1)
+    data = log._segments[0]._file
+    [fd] = cache.pin_for_sync([data])
+    os.fsync(fd)
+    cache.unpin(data)
+    with cache._lock:  # the cache closes the (clean) .log to make room for another file
+        cache._close_now(data)
+    cache.capacity = 2  # the written index holds half of it: crowded
+    assert cache.crowded and log._segments[0].index.file.fd is not None
+    real_open = os.open
+
+    def no_descriptor(path: str | Path, *args: int) -> int:
+        if str(path).endswith(".log"):
+            raise OSError(errno.EMFILE, "Too many open files (injected)")
+        return real_open(path, *args)
+
+    with monkeypatch.context() as process:
+        process.setattr(os, "open", no_descriptor)
+        with pytest.raises(OSError, match="injected"):
+            log.flush()
+    assert not log.failed
+    events, _ = recording(monkeypatch)
+    log.write_recovery_checkpoint()
+    assert events == ["fsync .index", "checkpoint 20"], "the checkpoint skipped the index"
+    log.close()
