@@ -16,8 +16,9 @@ Closing a descriptor must never lose a write or hide a failed one:
   no write is acknowledged as durable that is not. Such an fsync runs under the lock, in
   whichever thread wants the slot (often the event loop), so clean files are closed
   first and a written one only when no clean one is left: more files written and not
-  yet fsynced than the capacity holds (the fsync then runs under this lock, and under
-  the lock of the log whose append or flush opens a file). An offset index is fsynced
+  yet fsynced than the capacity holds (the fsync then runs under this lock, under the
+  lock of the log whose append or flush opens a file, and for a crowded flush under that
+  log's checkpoint lock). An offset index is fsynced
   at the recovery-point checkpoint, not with its data (storage/log.py), so it would stay
   written for a whole checkpoint interval; while written files hold half the cache or
   more (`crowded`) a data flush therefore fsyncs the segment's index with its data, off

@@ -8,7 +8,8 @@ waits for an fsync. Appends take the same lock, briefly, so the snapshot is cons
 the loop closes or deletes the log: checkpoint writes, close and delete take
 ``_checkpoint_lock``, so one temporary file never has two writers. A truncation that lowers
 the recovery point writes its checkpoint (indexes first) on the loop thread, waiting for
-the lock if the periodic checkpoint holds it.
+the lock if the periodic checkpoint or a crowded flush (its ``.log`` + ``.index`` fsync)
+holds it; so do ``close`` and ``delete`` of a replica a cluster drops.
 
 What is durable when: an acknowledged append waits for an fsync of the segment's ``.log``
 file (and ``.txnindex`` after an abort), never of its offset index. Kafka's segment flush
@@ -352,11 +353,12 @@ class PartitionLog:
         two, for the small appends that add an index entry nearly every time; except
         while the file cache is crowded (storage/file_cache.py), where a written index
         would be fsynced by the cache when it closes it, under its lock, maybe on the loop.
-        Not while a checkpoint holds ``_checkpoint_lock``: it fsyncs them itself.
+        Not while anyone else holds ``_checkpoint_lock`` (a checkpoint fsyncs them
+        itself; otherwise they wait for the next flush or checkpoint).
         """
-        # A crowded file cache: fsync the indexes too, if no checkpoint is under way (it
-        # fsyncs them itself). Claimed under ``_checkpoint_lock``, held until the fsync is
-        # done, so a checkpoint never follows an index claimed here but not yet fsynced.
+        # A crowded file cache: fsync the indexes too, if no one holds ``_checkpoint_lock``
+        # (see the docstring). Claimed under it, held until the fsync is done, so a
+        # checkpoint never follows an index claimed here but not yet fsynced.
         with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
         try:
             return self._flush(up_to, with_indexes)
