@@ -13,7 +13,7 @@ import pytest
 
 from oncelog.protocol.record_batch import Record, build_batch, iter_stored_batches, parse_header
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.storage.file_cache import FileCache, open_files
+from oncelog.storage.file_cache import CachedFile, FileCache, open_files
 
 WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
@@ -266,7 +266,7 @@ def test_crowded_counts_written_files_not_open_ones(tmp_path: Path) -> None:
         with cache.using(file, write=True) as fd:
             os.write(fd, b"x")
     assert cache.crowded  # two written of four
-    fds = cache.pin_for_sync(files[4:])
+    cache.pin_for_sync(files[4:])
     assert not cache.crowded  # their fsync covers them
     for file in files[4:]:
         cache.unpin(file)
@@ -276,4 +276,51 @@ def test_crowded_counts_written_files_not_open_ones(tmp_path: Path) -> None:
         with cache.using(file):
             pass
     assert files[4].fd is not None and cache.eviction_fsyncs == 0 and not cache.crowded
-    assert len(fds) == 2
+
+
+def test_the_count_of_written_open_files_survives_every_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`crowded` rests on the count of open written files; a path that forgot it (an
+    eviction whose fsync failed, a retired file in use, a written file reopened) would
+    make it drift, and a cache crowded for ever fsyncs every index with its data again.
+    Random operations on a small cache, a tenth of the eviction fsyncs failing; the count
+    checked against the files after every step."""
+    import random
+
+    chance = random.Random(12)
+    real_fsync = os.fsync
+
+    def sometimes_failing(fd: int) -> None:
+        if chance.random() < 0.1:
+            raise OSError(5, "Input/output error (injected)")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", sometimes_failing)
+    cache = FileCache(capacity=4)
+    files = [cache.file(tmp_path / f"f{i}", WRITE) for i in range(20)]
+    pinned: list[CachedFile] = []
+    for _ in range(3_000):
+        file = chance.choice(files)
+        action = chance.randrange(6)
+        if file.retired or file.error is not None:
+            continue
+        if action == 0:
+            with cache.using(file, write=True) as fd:
+                os.write(fd, b"x")
+        elif action == 1:
+            with cache.using(file):
+                pass
+        elif action == 2 and file not in pinned:
+            cache.pin_for_sync([file])
+            pinned.append(file)
+        elif action == 3 and pinned:
+            done = pinned.pop(chance.randrange(len(pinned)))
+            if chance.random() < 0.3:
+                cache.sync_failed([done])
+            cache.unpin(done)
+        elif action == 4 and chance.random() < 0.01:
+            cache.retire(file)
+        open_written = sum(1 for f in cache._open if f.dirty and f.fd is not None)
+        assert cache._written_open == open_written
+    assert cache.evictions > 100 and cache.eviction_fsyncs > 10, "the paths were not taken"
