@@ -139,6 +139,11 @@ class PartitionLog:
         # Serialises checkpoint writes with close and delete (they share one temporary
         # file name), without holding up appends for the checkpoint's fsyncs.
         self._checkpoint_lock = threading.Lock()
+        # One flush at a time: a flush that finds nothing dirty (a running one claimed it)
+        # would otherwise raise the recovery point over data whose fsync is still running,
+        # and a close() on the loop checkpoint it (the group-commit flusher already runs a
+        # partition's flushes one after another; close() and others did not wait for it).
+        self._flush_lock = threading.Lock()
         self._dir_dirty = False  # segment files created or deleted since the last flush
         # Why this log is offline; None while it is not. After a failed fsync the kernel
         # may have dropped the dirty pages and marked them clean, so a later fsync can
@@ -356,15 +361,17 @@ class PartitionLog:
         Not while anyone else holds ``_checkpoint_lock`` (a checkpoint fsyncs them
         itself; otherwise they wait for the next flush or checkpoint).
         """
-        # A crowded file cache: fsync the indexes too, if no one holds ``_checkpoint_lock``
-        # (see the docstring). Claimed under it, held until the fsync is done, so a
-        # checkpoint never follows an index claimed here but not yet fsynced.
-        with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
-        try:
-            return self._flush(up_to, with_indexes)
-        finally:
-            if with_indexes:
-                self._checkpoint_lock.release()
+        with self._flush_lock:
+            # A crowded file cache: fsync the indexes too, if no one holds
+            # ``_checkpoint_lock`` (see the docstring). Claimed under it, held until the
+            # fsync is done, so a checkpoint never follows an index claimed here but not
+            # yet fsynced.
+            with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
+            try:
+                return self._flush(up_to, with_indexes)
+            finally:
+                if with_indexes:
+                    self._checkpoint_lock.release()
 
     def _flush(self, up_to: int | None, with_indexes: bool) -> int:
         with self._lock:
