@@ -2,7 +2,9 @@
 after another, but `close()` (a dropped replica, on the event loop) flushes whenever it is
 called. The second flush finds the segments already claimed by the first, so nothing is
 dirty: answering at once, it raised the recovery point over data whose fsync was still
-running, and `close()` checkpointed it (found in the review of txn16, 2026-11-25)."""
+running, and `close()` checkpointed it (found in the review of txn16, 2026-11-25). And a
+truncation on the loop (a follower's divergence, a demoted leader) while a flush's fsync
+runs: the flush must not raise the recovery point to the end it saw before the cut."""
 
 from __future__ import annotations
 
@@ -17,22 +19,31 @@ from oncelog.storage import PartitionLog
 from .test_index_durability import CONFIG, append_batches, recording
 
 
+def hold_fsyncs_of(
+    thread_name: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Make the thread named ``thread_name`` stop in its fsync: the first event is set when
+    it gets there, and it goes on (fsyncs for real) once the second is set."""
+    fsyncing, release = threading.Event(), threading.Event()
+    real = log_module.fsync_together
+
+    def held(fds: list[int]) -> None:
+        if threading.current_thread().name == thread_name:
+            fsyncing.set()
+            release.wait(5)
+        real(fds)
+
+    monkeypatch.setattr(log_module, "fsync_together", held)
+    return fsyncing, release
+
+
 def test_a_second_flush_waits_for_the_fsync_of_the_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)  # offsets 0-19, none durable yet
     events, _ = recording(monkeypatch)
-    fsyncing, release = threading.Event(), threading.Event()
-    recorded = log_module.fsync_together
-
-    def held(fds: list[int]) -> None:
-        if threading.current_thread().name == "first":
-            fsyncing.set()
-            release.wait(5)
-        recorded(fds)
-
-    monkeypatch.setattr(log_module, "fsync_together", held)
+    fsyncing, release = hold_fsyncs_of("first", monkeypatch)
     answers: list[int] = []
     first = threading.Thread(target=log.flush, name="first")
     second = threading.Thread(target=lambda: answers.append(log.flush()), name="second")
@@ -56,3 +67,31 @@ def test_a_second_flush_waits_for_the_fsync_of_the_first(
     # crowded), then close's checkpoint of what it covered
     assert events[0].startswith("fsync") and ".log" in events[0].split(), events
     assert "checkpoint 20" in events, events
+
+
+@pytest.mark.parametrize("cut", ["truncate_to", "start_over_at"])
+def test_a_flush_overlapping_a_truncation_does_not_cover_what_followed_the_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cut: str
+) -> None:
+    """Offsets 0-19, a flush holding them in its fsync; the loop cuts the log back (to 10,
+    or empties it at 10) and appends 20 records (10-29) that no fsync has seen. Raising
+    the recovery point to the flush's target of 20 would answer acks=all for 10-19 at once
+    and let the next checkpoint make recovery trust them."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    fsyncing, release = hold_fsyncs_of("flusher", monkeypatch)
+    answers: list[int] = []
+    flusher = threading.Thread(target=lambda: answers.append(log.flush()), name="flusher")
+    flusher.start()
+    try:
+        assert fsyncing.wait(5), "the flush never fsynced"
+        getattr(log, cut)(10)
+        append_batches(log, 100, 10)
+        assert log.log_end_offset == 30
+    finally:
+        release.set()
+        flusher.join(5)
+    assert answers and answers[0] <= 10, f"recovery point {answers} covers unsynced 10-19"
+    assert log.recovery_point <= 10
+    assert log.flush() == 30  # the next flush syncs them
+    log.close()

@@ -144,6 +144,10 @@ class PartitionLog:
         # and a close() on the loop checkpoint it (the group-commit flusher already runs a
         # partition's flushes one after another; close() and others did not wait for it).
         self._flush_lock = threading.Lock()
+        # Truncations so far (``truncate_to``, ``start_over_at``; on the loop, not waiting
+        # for a flush): a flush whose fsync overlapped one must not raise the recovery point
+        # to the end it saw before the cut, above what was appended after it.
+        self._cuts = 0
         self._dir_dirty = False  # segment files created or deleted since the last flush
         # Why this log is offline; None while it is not. After a failed fsync the kernel
         # may have dropped the dirty pages and marked them clean, so a later fsync can
@@ -379,7 +383,7 @@ class PartitionLog:
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
             if self._storage_failure is not None:
                 raise OSError(errno.EIO, self._offline_reason())
-            target = self.log_end_offset
+            target, cuts = self.log_end_offset, self._cuts
             dirty = [s for s in self._segments if s.dirty]
             files = [f for s in dirty for f in s.claim_unsynced_files(with_index=with_indexes)]
             try:
@@ -408,7 +412,8 @@ class PartitionLog:
             for file in files:
                 open_files.unpin(file)
         with self._lock:
-            self._recovery_point = max(self._recovery_point, target)
+            if self._cuts == cuts:  # else the next flush syncs what follows the cut
+                self._recovery_point = max(self._recovery_point, target)
             return self._recovery_point
 
     def write_recovery_checkpoint(self) -> None:
@@ -662,6 +667,7 @@ class PartitionLog:
             lowered = self._recovery_point > self.log_end_offset
             self._recovery_point = min(self._recovery_point, self.log_end_offset)
             self._dir_dirty = True
+            self._cuts += 1
         for segment in doomed:
             segment.delete()
         if lowered:
@@ -769,6 +775,7 @@ class PartitionLog:
             self._start_over_locked(offset)
             self._recovery_point = offset
             self._dir_dirty = True
+            self._cuts += 1
         self.write_recovery_checkpoint()  # see truncate_to
 
     def _start_over_locked(self, offset: int) -> None:
