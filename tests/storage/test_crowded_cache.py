@@ -145,7 +145,7 @@ def test_many_partitions_through_a_small_cache_cost_the_appending_thread_no_fsyn
                 checkpointer.submit(log.write_recovery_checkpoint).result()
     assert on_loop == [], f"the appending thread fsynced {len(on_loop)} files to close them"
     assert cache.eviction_fsyncs == 0  # nor did any other thread
-    assert cache.evictions - evictions_before >= 5 * 40  # the cache was crowded
+    assert cache.evictions - evictions_before >= 5 * 40  # the cache was full
     for log in logs:
         log.close()
     for i in range(40):

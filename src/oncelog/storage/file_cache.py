@@ -38,6 +38,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import chain, islice
 from pathlib import Path
 
 __all__ = ["CachedFile", "FileCache", "open_files", "size_or_create"]
@@ -190,24 +191,18 @@ class FileCache:
 
     def _make_room(self) -> None:
         """Close descriptors until one more fits (lock held): the least recently used
-        clean ones first, then, only if none is left, the least recently used written
+        clean ones first, then, only if too few are left, the least recently used written
         ones (each costs an fsync here). Files in use are skipped; if every open file is
-        in use, the capacity is exceeded for now. The scan walks from the least recently
-        used file on, past the written and pinned ones, which clean-first leaves there: a
-        linear walk under the lock, cheap at hundreds, that stops at the first victims."""
+        in use, the capacity is exceeded for now. Each walk starts at the least recently
+        used file, past the written and pinned ones that clean-first leaves there, and
+        stops at the last victim it needs; the walk for written files runs only when the
+        clean ones ran out. Linear under the lock: cheap at hundreds of descriptors."""
         needed = len(self._open) - self.capacity + 1
         if needed <= 0:
             return
-        victims: list[CachedFile] = []
-        for written in (False, True):
-            for file in self._open:
-                if not file.pins and file.dirty == written:
-                    victims.append(file)
-                    if len(victims) == needed:
-                        break
-            if len(victims) == needed:
-                break
-        for file in victims:
+        clean = (f for f in self._open if not f.pins and not f.dirty)
+        written = (f for f in self._open if not f.pins and f.dirty)
+        for file in list(islice(chain(clean, written), needed)):  # chosen before closing
             self._evict(file)
 
     def _evict(self, file: CachedFile) -> None:

@@ -365,6 +365,8 @@ class PartitionLog:
         Not while anyone else holds ``_checkpoint_lock`` (a checkpoint fsyncs them
         itself; otherwise they wait for the next flush or checkpoint).
         """
+        if up_to is not None and self._recovery_point >= up_to:
+            return self._recovery_point  # covered: no need to wait for a running fsync
         with self._flush_lock:
             # A crowded file cache: fsync the indexes too, if no one holds
             # ``_checkpoint_lock`` (see the docstring). Claimed under it, held until the
