@@ -41,6 +41,16 @@ def uptime() -> str:
         return "uptime unavailable"
 
 
+def fd_suffix(fd: int) -> str:
+    """What one of this process's descriptors is open on, by suffix: ".log", ".index",
+    ".txnindex", or "other" (a checkpoint's file, a directory, a closed descriptor)."""
+    try:
+        suffix = Path(os.readlink(f"/proc/self/fd/{fd}")).suffix
+    except OSError:
+        return "other"
+    return suffix if suffix in (".log", ".index", ".txnindex") else "other"
+
+
 def load_average() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} (nproc {os.cpu_count()})"

@@ -41,7 +41,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from common import alternated, source_trees, uptime
+from common import alternated, fd_suffix, source_trees, uptime
 
 RECORD_BYTES = 1024
 
@@ -58,7 +58,7 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
 
     def counting_fsync(fd: int) -> None:
         # readlink costs a few µs per fsync, in every tree alike
-        fsyncs.append((threading.current_thread() is loop, _suffix(fd)))
+        fsyncs.append((threading.current_thread() is loop, fd_suffix(fd)))
         real_fsync(fd)
 
     batch = build_batch(
@@ -125,15 +125,6 @@ def child(options: dict[str, Any]) -> dict[str, Any]:
         "checkpoint_fsyncs": dict(Counter(name for _, name in fsyncs[during:])),
         "fsyncs_per_append": len(fsyncs[:during]) / appends,
     }
-
-
-def _suffix(fd: int) -> str:
-    """What a descriptor is open on, by suffix (a checkpoint file or directory: "other")."""
-    try:
-        suffix = Path(os.readlink(f"/proc/self/fd/{fd}")).suffix
-    except OSError:
-        return "other"
-    return suffix if suffix in (".log", ".index", ".txnindex") else "other"
 
 
 def one_run(source: Path, options: dict[str, Any]) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from common import alternated, source_trees, uptime
+from common import alternated, fd_suffix, source_trees, uptime
 
 RECORD_BYTES = 1024
 
@@ -68,7 +68,7 @@ def child(batch_bytes: int, flushes: int, directory: str) -> dict[str, Any]:
         log.write_recovery_checkpoint()
         checkpoint_ms = (time.perf_counter() - started) * 1e3
         checkpoint_fds = synced[len(flush_fds) :]
-        names = {fd: _suffix(fd) for fd in set(synced)}
+        names = {fd: fd_suffix(fd) for fd in set(synced)}
         log.close()
     flush_ms.sort()
     return {
@@ -84,15 +84,6 @@ def child(batch_bytes: int, flushes: int, directory: str) -> dict[str, Any]:
         "checkpoint_ms": checkpoint_ms,
         "checkpoint_fsyncs": dict(Counter(names[fd] for fd in checkpoint_fds)),
     }
-
-
-def _suffix(fd: int) -> str:
-    """What a descriptor is open on, by suffix (the checkpoint's file is "other")."""
-    try:
-        suffix = Path(os.readlink(f"/proc/self/fd/{fd}")).suffix
-    except OSError:
-        return "other"
-    return suffix if suffix in (".log", ".index", ".txnindex") else "other"
 
 
 def one_run(source: Path, batch_bytes: int, flushes: int, directory: str) -> dict[str, Any]:
