@@ -57,7 +57,7 @@ from oncelog.spark import fetch
 from oncelog.spark.client import with_logger
 from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, consumer_config
-from oncelog.spark.schema import HEADER, arrow_schema
+from oncelog.spark.schema import HEADER, KAFKA_TIMESTAMP, SPARK_TIMESTAMP, arrow_schema
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,6 @@ MAX_KEPT_CONSUMERS = 8
 
 _DATA_LOSS = (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET)
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
-_MILLIS, _MICROS = pa.timestamp("ms", tz="UTC"), pa.timestamp("us", tz="UTC")
 _COUNTING = pa.array(range(ROWS_PER_BATCH), pa.int64())  # 0, 1, ...: offsets from the first
 
 
@@ -341,10 +340,10 @@ def timestamp_columns(messages: Sequence[Any]) -> tuple[pa.Array, pa.Array]:
     if kinds.count(kinds[0]) == n:
         kind = None if kinds[0] == 0 else kinds[0] - 1
         if kind is None:
-            return pa.nulls(n, _MICROS), pa.nulls(n, pa.int32())
-        stamps = pa.array(millis, _MILLIS)
-        return stamps.cast(_MICROS), pa.repeat(pa.scalar(kind, pa.int32()), n)
+            return pa.nulls(n, SPARK_TIMESTAMP), pa.nulls(n, pa.int32())
+        stamps = pa.array(millis, KAFKA_TIMESTAMP)
+        return stamps.cast(SPARK_TIMESTAMP), pa.repeat(pa.scalar(kind, pa.int32()), n)
     raw_kinds = pa.array(kinds, pa.int32())
     missing = pc.equal(raw_kinds, 0)
-    stamps = pc.if_else(missing, None, pa.array(millis, _MILLIS))
-    return stamps.cast(_MICROS), pc.if_else(missing, None, pc.subtract(raw_kinds, 1))
+    stamps = pc.if_else(missing, None, pa.array(millis, KAFKA_TIMESTAMP))
+    return stamps.cast(SPARK_TIMESTAMP), pc.if_else(missing, None, pc.subtract(raw_kinds, 1))

@@ -34,12 +34,7 @@ import pyarrow as pa
 
 from oncelog.spark import fetch_wire, record_columns
 from oncelog.spark.offsets import OffsetRange
-from oncelog.spark.options import (
-    READ_COMMITTED,
-    ReadOptions,
-    client_timeout_s,
-    consumer_config,
-)
+from oncelog.spark.options import ReadOptions, client_timeout_s, consumer_config
 from oncelog.spark.schema import arrow_schema
 
 CLIENT_ID = "oncelog-spark-reader"
@@ -76,7 +71,7 @@ def read_range(options: ReadOptions, rng: OffsetRange) -> Iterator[pa.RecordBatc
         connection = _leader(options.client["bootstrap.servers"], rng, timeout_s)
     except (OSError, fetch_wire.MalformedAnswer) as exc:
         raise FetchUnavailable(rng.start, f"no connection to the leader: {exc}") from exc
-    isolation = 1 if options.isolation_level == READ_COMMITTED else 0
+    isolation = 1 if options.read_committed else 0
     fetcher = _Fetcher(connection, rng, isolation)
     schema = arrow_schema(False)
     read_to = rng.start  # every row below it has been yielded

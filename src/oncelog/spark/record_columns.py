@@ -37,17 +37,19 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from oncelog.spark.schema import KAFKA_TIMESTAMP, SPARK_TIMESTAMP
+
 try:  # built by `pip install` from _columns.c; without it the reader uses librdkafka
     from oncelog.spark import _columns  # type: ignore[attr-defined,unused-ignore]
 except ImportError:
     _columns = None
-COLUMNS_ABI = 2  # bumped with every change of the decoder's arguments, as _columns.c's
-# a stale build (another ABI) is not used: the reader then reads through librdkafka
+# Bumped with every change of the decoder's arguments, with _columns.c's own: a stale
+# build (another ABI) is not used, the reader then reads through librdkafka.
+COLUMNS_ABI = 2
 _native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = (
     _columns.columns if getattr(_columns, "COLUMNS_ABI", None) == COLUMNS_ABI else None
 )
 
-_MILLIS, _MICROS = pa.timestamp("ms", tz="UTC"), pa.timestamp("us", tz="UTC")
 # the v2 batch header (Kafka's DefaultRecordBatch), as oncelog.protocol.record_batch reads it
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _LOG_OVERHEAD = 12  # base offset and length: not counted in the length
@@ -206,7 +208,9 @@ def arrow_batch(parts: list[Part], topic: str, partition: int, schema: pa.Schema
             pa.repeat(pa.scalar(partition, pa.int32()), n),
             pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c.offsets)]),
             # Arrow's cast refuses microseconds that overflow, as Spark's source does
-            pa.Array.from_buffers(_MILLIS, n, [None, pa.py_buffer(c.timestamps)]).cast(_MICROS),
+            pa.Array.from_buffers(KAFKA_TIMESTAMP, n, [None, pa.py_buffer(c.timestamps)]).cast(
+                SPARK_TIMESTAMP
+            ),
             pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(c.timestamp_types)]),
         ],
         schema=schema,

@@ -13,6 +13,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 HEADER = pa.struct([("key", pa.string()), ("value", pa.binary())])
+# Kafka's record timestamps are milliseconds; Spark's `timestamp` column is microseconds.
+KAFKA_TIMESTAMP = pa.timestamp("ms", tz="UTC")
+SPARK_TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 _COLUMNS = (
     pa.field("key", pa.binary()),
@@ -20,7 +23,7 @@ _COLUMNS = (
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
     pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("timestamp", SPARK_TIMESTAMP),
     pa.field("timestampType", pa.int32()),
 )
 _HEADERS = pa.field("headers", pa.list_(HEADER))
