@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,9 @@ import pytest
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.broker.fsync_threads import FsyncThreads
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.storage import PartitionLog
+
+from ..storage.test_index_durability import CONFIG, append_batches
 
 TIMEOUT_S = 30.0
 
@@ -219,5 +223,55 @@ def test_the_first_fsync_is_handed_off_one_loop_turn_after_the_append() -> None:
             assert len(submitted) == 1
             await _let_a_flush_finish(log)
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
+
+    _run(test)
+
+
+class _RealPartition:
+    """A real partition log, for what a truncation does to its waiters."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self.log = log
+
+    def check_offline(self) -> None:
+        """As _Partition's."""
+
+
+@pytest.mark.parametrize("start_over", [False, True])
+def test_a_cut_fails_the_waiters_of_what_it_removed_and_the_fsyncs_stop(
+    tmp_path: Path, start_over: bool
+) -> None:
+    """A demoted leader's diverged tail cut (or its whole log dropped) while acks=all
+    appends wait: their waiters get NOT_LEADER_OR_FOLLOWER at once. Without `cut`, a
+    waiter above the new end kept the partition's fsyncs going round, thousands a second
+    with nothing to sync, until the request timed out; a coordinator's write never did,
+    and `stop` waited for it."""
+
+    async def test() -> None:
+        log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+        append_batches(log, 0, 10)  # offsets 0-19
+        partition = _RealPartition(log)
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        try:
+            below, beyond = flusher.wait_durable(partition, 10), flusher.wait_durable(partition, 20)
+            if start_over:
+                log.start_over_at(30)
+                flusher.cut(partition, None)
+            else:
+                log.truncate_to(10)
+                flusher.cut(partition, log.log_end_offset)
+            failed = [beyond, below] if start_over else [beyond]
+            for future in failed:
+                with pytest.raises(KafkaError) as raised:
+                    await asyncio.wait_for(future, 5)
+                assert raised.value.code == ErrorCode.not_leader_or_follower
+            if not start_over:
+                await asyncio.wait_for(below, 5)  # the kept offsets: fsynced as usual
+            await asyncio.sleep(0.2)
+            assert flusher.fsync_rounds <= 2, f"{flusher.fsync_rounds} fsync rounds"
+        finally:
+            await asyncio.wait_for(flusher.stop(), 5)
+            log.close()
 
     _run(test)

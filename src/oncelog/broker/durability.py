@@ -94,6 +94,25 @@ class GroupCommitFlusher:
         self._kick(partition, state)
         return future
 
+    def cut(self, partition: Partition, kept_below: int | None) -> None:
+        """A follower cut the partition's log below ``kept_below`` (None: it dropped the
+        whole log and started over): fail the waiters for offsets it removed with
+        NOT_LEADER_OR_FOLLOWER, the answer of a leadership that ended. Left waiting, such
+        a waiter kept fsyncs of a log with nothing to sync going round (``_next`` hands
+        off while anyone waits), held up ``stop``, and would have been answered once
+        other records filled its offsets again."""
+        state = self._partitions.get(partition)
+        if state is None:
+            return
+        error = KafkaError(ErrorCode.not_leader_or_follower, "the log was cut: not the leader")
+        kept = []
+        for end_offset, future in state.waiters:
+            if kept_below is not None and end_offset <= kept_below:
+                kept.append((end_offset, future))
+            elif not future.done():
+                future.set_exception(error)
+        state.waiters = kept
+
     def request_flush(self, partition: Partition) -> None:
         """Flush `partition` soon without anyone waiting on it."""
         state = self._partitions.setdefault(partition, _Partition())

@@ -612,6 +612,7 @@ class ReplicaManager:
         replica.partition.truncate_to(
             offset, wall_clock_ms(), self.config.producer_id_expiration_ms
         )
+        self.flusher.cut(replica.partition, replica.partition.log.log_end_offset)
         replica.epochs.truncate_from_end(replica.partition.log.log_end_offset)
 
     def restart_log_at(self, replica: Replica, offset: int) -> None:
@@ -619,6 +620,7 @@ class ReplicaManager:
         partition = replica.partition
         self.node.truncating(partition, offset)
         partition.log.start_over_at(offset)
+        self.flusher.cut(partition, None)
         partition.after_retention()  # producer snapshots of the old log go
         partition.truncate_to(offset, wall_clock_ms(), self.config.producer_id_expiration_ms)
         replica.epochs.clear()
