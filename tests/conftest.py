@@ -52,8 +52,9 @@ def _destroy_unreferenced_clients() -> Iterator[None]:
     What survives the collection is then frozen (`gc.freeze`), so the next test's collection
     walks only what that test allocated. A full collection walks every object a worker
     holds (its imports, Spark, hypothesis, 2,000-odd collected tests): it cost 0.05-0.6 s
-    per test (median 0.1 s in tests/records, load 5), more than the tests themselves there
-    (93 s against 36 s frozen, on a loaded machine: load 4-7).
+    per test (pytest's --durations teardown times, median 0.1 s in tests/records, load
+    5), more than the tests themselves there (tests/records took 93 s, against 36 s
+    frozen, on a loaded machine: load 4-7).
     """
     yield
     gc.collect()

@@ -352,12 +352,11 @@ class PartitionLog:
         self._dir_dirty = True
         return segment
 
-    def flush(self, up_to: int | None = None) -> int:
+    def flush(self) -> int:
         """fsync the data of every dirty segment; returns the new recovery point (every
-        record below it is durable). Thread-safe.
-
-        With ``up_to``, return at once if the recovery point already covers it: callers
-        waiting for their own offset share whichever fsync got there first. The offset
+        record below it is durable). Thread-safe. A flush whose fsync overlapped a
+        truncation (``truncate_to``, ``start_over_at``) leaves the recovery point where the
+        cut put it: what was appended after the cut waits for the next flush. The offset
         indexes are not fsynced here (see the module docstring): one file per fsync, not
         two, for the small appends that add an index entry nearly every time; except
         while the file cache is crowded (storage/file_cache.py), where a written index
@@ -365,8 +364,6 @@ class PartitionLog:
         Not while anyone else holds ``_checkpoint_lock`` (a checkpoint fsyncs them
         itself; otherwise they wait for the next flush or checkpoint).
         """
-        if up_to is not None and self._recovery_point >= up_to:
-            return self._recovery_point  # covered: no need to wait for a running fsync
         with self._flush_lock:
             # A crowded file cache: fsync the indexes too, if no one holds
             # ``_checkpoint_lock`` (see the docstring). Claimed under it, held until the
@@ -374,14 +371,14 @@ class PartitionLog:
             # yet fsynced.
             with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
             try:
-                return self._flush(up_to, with_indexes)
+                return self._flush(with_indexes)
             finally:
                 if with_indexes:
                     self._checkpoint_lock.release()
 
-    def _flush(self, up_to: int | None, with_indexes: bool) -> int:
+    def _flush(self, with_indexes: bool) -> int:
         with self._lock:
-            if not self._segments or (up_to is not None and self._recovery_point >= up_to):
+            if not self._segments:
                 return self._recovery_point  # closed or deleted meanwhile: nothing to sync
             if self._storage_failure is not None:
                 raise OSError(errno.EIO, self._offline_reason())
