@@ -275,3 +275,47 @@ def test_a_cut_fails_the_waiters_of_what_it_removed_and_the_fsyncs_stop(
             log.close()
 
     _run(test)
+
+
+def test_an_fsync_answered_after_a_cut_covers_only_what_the_cut_left(tmp_path: Path) -> None:
+    """The fsync of 0-19 ends; before the loop handles its answer, the log is cut to 10,
+    records 10-19 appended again (leader again) and waited for: they are not durable, and
+    the finished fsync's answer (20) must not say they are."""
+
+    async def test() -> None:
+        log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+        append_batches(log, 0, 10)  # offsets 0-19
+        partition = _RealPartition(log)
+        synced, release = threading.Event(), threading.Event()
+        real_flush = log.flush
+
+        def flush_then_hold() -> int:
+            durable = real_flush()
+            synced.set()
+            release.wait(TIMEOUT_S)
+            return durable
+
+        log.flush = flush_then_hold  # type: ignore[method-assign]
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        try:
+            first = flusher.wait_durable(partition, 20)
+            assert await asyncio.to_thread(synced.wait, TIMEOUT_S)
+            log.truncate_to(10)
+            flusher.cut(partition, log.log_end_offset)
+            with pytest.raises(KafkaError):
+                await asyncio.wait_for(first, TIMEOUT_S)
+            append_batches(log, 100, 5)  # 10-19 again, never fsynced
+            again = flusher.wait_durable(partition, 20)
+            log.flush = real_flush  # type: ignore[method-assign]
+            release.set()
+            await asyncio.sleep(0.05)  # the held fsync's answer handled
+            assert not again.done() or log.recovery_point >= 20, "answered, not durable"
+            await asyncio.wait_for(again, TIMEOUT_S)  # by the next fsync
+            assert log.recovery_point == 20
+        finally:
+            release.set()
+            await asyncio.wait_for(flusher.stop(), TIMEOUT_S)
+            log.close()
+
+    _run(test)

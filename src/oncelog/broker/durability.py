@@ -205,7 +205,10 @@ class GroupCommitFlusher:
         else:
             assert durable is not None
             self.fsync_rounds += 1
-            state.waiters = _answer_covered(state.waiters, durable)
+            # A cut since the fsync ended (on the loop, before this callback) lowered the
+            # recovery point; records appended after it are not what the fsync covered.
+            covered = min(durable, partition.log.recovery_point)
+            state.waiters = _answer_covered(state.waiters, covered)
 
 
 def _fail(state: _Partition, error: KafkaError) -> None:
