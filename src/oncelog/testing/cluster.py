@@ -107,9 +107,6 @@ class LocalCluster(Lifecycle):
                 if self.proxied:
                     self._kafka_proxies[broker_id].set_upstream("127.0.0.1", broker.port)
             self.wait_for_brokers(self.broker_ids)
-            # Admin clients send CreateTopics to the controller: have one, and one that has
-            # seen every broker (a topic of replication factor N needs N live brokers).
-            self._wait(self._controller_sees_every_broker, "a controller seeing every broker", None)
         except BaseException:
             self.stop()
             raise
@@ -183,7 +180,7 @@ class LocalCluster(Lifecycle):
     def registered_brokers(self) -> set[int]:
         return {int(i) for i in self._ask(lambda zk: zk.get_children("/brokers/ids"))}
 
-    def _controller_sees_every_broker(self) -> bool:
+    def _controller_sees(self, broker_ids: set[int]) -> bool:
         controller = self.controller()
         if controller is None:
             return False
@@ -200,7 +197,7 @@ class LocalCluster(Lifecycle):
                 )
         except (OSError, ProtocolClientError):
             return False  # the controller moved or is still starting: ask again
-        return set(self.broker_ids) <= {broker.node_id for broker in answer.brokers}
+        return broker_ids <= {broker.node_id for broker in answer.brokers}
 
     def controller(self) -> int | None:
         try:
@@ -251,9 +248,19 @@ class LocalCluster(Lifecycle):
     # -- waiting --------------------------------------------------------------------------
 
     def wait_for_brokers(self, broker_ids: Iterable[int], timeout_s: float | None = None) -> None:
+        """Until the brokers are registered in ZooKeeper and the controller has seen them:
+        admin clients send CreateTopics to the controller, which places replicas on the
+        brokers it has seen (a broker restarted a moment ago may be registered but not yet
+        seen, and a topic of replication factor 3 then fails with INVALID_REPLICATION_FACTOR
+        on 3 running brokers)."""
         wanted = set(broker_ids)
         self._wait(
             lambda: wanted <= self.registered_brokers(), f"brokers {sorted(wanted)}", timeout_s
+        )
+        self._wait(
+            lambda: self._controller_sees(wanted),
+            f"a controller seeing brokers {sorted(wanted)}",
+            timeout_s,
         )
 
     def wait_for_leader(
