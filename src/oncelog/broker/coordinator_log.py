@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -150,19 +149,31 @@ class InternalTopicLog:
         return replay_partition(self._partition(partition), shard)
 
 
-@contextmanager
-def offline_on_io_error(partition: Partition) -> Iterator[None]:
+def offline_on_io_error(partition: Partition) -> _OfflineOnIOError:
     """Around a coordinator's append: an ``OSError`` takes the partition's log offline until
     the restart, also when the log cut the failed write back and could have stayed online.
     The coordinator runtime cannot tell what such a write left, so it treats the partition
     as out until the restart (broker/coordinator_runtime.py); an offline log is what a
     cluster moves to another replica (Kafka takes the log directory offline on any I/O
     error), so the coordinator moves with it instead of staying out on this broker."""
-    try:
-        yield
-    except OSError as exc:
-        partition.take_offline(f"a coordinator write failed: {exc}")
-        raise
+    return _OfflineOnIOError(partition)
+
+
+class _OfflineOnIOError:
+    """``offline_on_io_error``'s context manager: a class, not a generator, as it wraps
+    every coordinator record and marker appended (issue 12: Python calls per transaction)."""
+
+    __slots__ = ("partition",)
+
+    def __init__(self, partition: Partition) -> None:
+        self.partition = partition
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if isinstance(error, OSError):
+            self.partition.take_offline(f"a coordinator write failed: {error}")
 
 
 def append_coordinator_records(

@@ -45,6 +45,12 @@ class RequestMemoryPool:
 
     def try_reserve(self, size: int) -> bool:
         """Reserve `size` bytes if they fit now."""
+        capacity = self.capacity
+        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):  # as is
+            if capacity is not None and self.reserved + size > capacity:
+                return False
+            self.reserved += size
+            return True
         if not self.fits(size):
             return False
         self.reserved += self._charge(size)
@@ -68,7 +74,8 @@ class RequestMemoryPool:
     def release(self, size: int) -> None:
         self.reserved -= self._charge(size)
         assert self.reserved >= 0, "released more request bytes than were reserved"
-        self._grant_waiters()
+        if self._waiters:
+            self._grant_waiters()
 
     def _grant_waiters(self) -> None:
         for entry in list(self._waiters):
@@ -87,7 +94,10 @@ class RequestMemoryPool:
     def _charge(self, size: int) -> int:
         """What a frame of `size` counts for: its size, or its whole share if larger (a
         frame too large for its share is granted alone, see the module docstring)."""
-        return size if self.capacity is None else min(size, self._share(size))
+        capacity = self.capacity
+        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
+            return size  # within its share (the whole pool): no further call
+        return min(size, self._share(size))
 
     @property
     def waiting(self) -> int:

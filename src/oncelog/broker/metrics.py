@@ -7,7 +7,9 @@ seconds, as Prometheus wants. Names with an ``oncelog_`` prefix have no Kafka co
 The README lists them all.
 
 Counters and histograms are updated where things happen (requests in ``Broker.dispatch``,
-appended bytes and records in the produce handler, fsyncs in the flusher); everything that
+appended bytes and records in the produce handler, fsyncs in the flusher), all on the event
+loop, so they are loop_instruments.py's plain numbers, not prometheus_client's locked
+instruments (a cost on every request); everything that
 is a state (offsets, producers, transactions, the cleaner) is read when the endpoint is
 scraped, on the event loop, so a scrape sees one consistent moment and nothing is counted
 twice. The endpoint is a minimal HTTP server on
@@ -22,10 +24,16 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from oncelog.broker.loop_instruments import (
+    CounterFamily,
+    HistogramFamily,
+    LoopCounter,
+    LoopHistogram,
+)
 from oncelog.protocol.api_versions import ApiKey
 
 if TYPE_CHECKING:
@@ -47,49 +55,53 @@ class BrokerMetrics:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self.registry = CollectorRegistry()
-        self.bytes_in = Counter(
+        self.bytes_in = CounterFamily(
             "kafka_server_brokertopicmetrics_bytesin",
             "Bytes of record batches appended by Produce requests (BytesInPerSec).",
             ["topic"],
-            registry=self.registry,
         )
-        self.messages_in = Counter(
+        self.messages_in = CounterFamily(
             "kafka_server_brokertopicmetrics_messagesin",
             "Records appended by Produce requests (MessagesInPerSec).",
             ["topic"],
-            registry=self.registry,
         )
-        self.bytes_out = Counter(
+        self.bytes_out = CounterFamily(
             "kafka_server_brokertopicmetrics_bytesout",
             "Bytes of record batches returned by Fetch requests (BytesOutPerSec).",
             ["topic"],
-            registry=self.registry,
         )
-        self.requests = Counter(
+        self.requests = CounterFamily(
             "kafka_network_requestmetrics_requests",
             "Requests handled, by API (RequestsPerSec).",
             ["request"],
-            registry=self.registry,
         )
-        self.request_time = Histogram(
+        self.request_time = HistogramFamily(
             "kafka_network_requestmetrics_totaltime_seconds",
             "Time the broker took to answer a request once decoded, by API (TotalTimeMs).",
             ["request"],
             buckets=_REQUEST_BUCKETS,
-            registry=self.registry,
         )
-        self.fsync_time = Histogram(
+        fsync_time = HistogramFamily(
             "kafka_log_logflushstats_logflush_seconds",
             "Duration of one fsync round of the group-commit flusher (LogFlushRateAndTimeMs).",
             buckets=_FSYNC_BUCKETS,
-            registry=self.registry,
         )
+        self.fsync_time = fsync_time.labels()  # unlabelled: reported from the start
+        for family in (
+            self.bytes_in,
+            self.messages_in,
+            self.bytes_out,
+            self.requests,
+            self.request_time,
+            fsync_time,
+        ):
+            self.registry.register(family)
         self.registry.register(_StateCollector(broker))
         # The labelled instruments each request updates, looked up once per API or topic:
         # ``labels()`` and the API's name cost more than the update itself, on the event
         # loop, for every request (no label is ever removed, so a child stays valid).
-        self._per_api: dict[int, tuple[Counter, Histogram]] = {}
-        self._per_topic_in: dict[str, tuple[Counter, Counter]] = {}
+        self._per_api: dict[int, tuple[LoopCounter, LoopHistogram]] = {}
+        self._per_topic_in: dict[str, tuple[LoopCounter, LoopCounter]] = {}
 
     # -- what the request path reports -------------------------------------------------------
 
@@ -114,7 +126,7 @@ class BrokerMetrics:
         bytes_in.inc(size)
         messages_in.inc(records)
 
-    def _topic_in(self, topic: str) -> tuple[Counter, Counter]:
+    def _topic_in(self, topic: str) -> tuple[LoopCounter, LoopCounter]:
         """The BytesIn and MessagesIn counters of ``topic``."""
         instruments = self._per_topic_in.get(topic)
         if instruments is None:

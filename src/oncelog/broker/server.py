@@ -381,7 +381,8 @@ class KafkaServer:
             connection.last_activity = loop.time()
             size = int.from_bytes(size_bytes, "big", signed=True)
             self._check_size(size, connection.authenticator)
-            await self._pool.reserve(size)
+            if not self._pool.try_reserve(size):  # no coroutine for the common case
+                await self._pool.reserve(size)
             try:
                 answer = await self._read_and_start(reader, size, pending, connection, info)
             except AuthenticationEnded as ended:
@@ -434,17 +435,17 @@ class KafkaServer:
             reply = _authenticate(connection.authenticator, frame, info)
             if reply is not None:
                 return 0, None, reply
-        if codec.peek_api(frame)[0] in LARGE_ANSWER_APIS:
-            await pending.join()
-        return self._start_request(frame, info)
-
-    def _start_request(
-        self, frame: bytes, info: ConnectionInfo
-    ) -> tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]:
         try:
             api_key, version, correlation_id = codec.peek_api(frame)
         except codec.MalformedRequest as exc:
             raise ProtocolViolation(str(exc)) from exc
+        if api_key in LARGE_ANSWER_APIS:
+            await pending.join()
+        return self._start_request(frame, info, api_key, version, correlation_id)
+
+    def _start_request(
+        self, frame: bytes, info: ConnectionInfo, api_key: int, version: int, correlation_id: int
+    ) -> tuple[int, codec.ApiCodec | None, Awaitable[Any] | bytes]:
         if not is_supported(api_key, version):
             if api_key == ApiKey.API_VERSIONS:
                 reply = codec.encode_unsupported_api_versions(correlation_id, SUPPORTED_VERSIONS)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import io
+import struct
 import types
 import typing
 import uuid
@@ -99,14 +100,15 @@ def api_codec(api_key: int, version: int) -> ApiCodec:
     )
 
 
+# Api key, version, correlation id: signed, big-endian, at the start of every request.
+_API_PREFIX = struct.Struct(">hhi")
+
+
 def peek_api(frame: bytes) -> tuple[int, int, int]:
     """Api key, version and correlation id: the fixed prefix of every request header."""
     if len(frame) < 8:
         raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
-    api_key = int.from_bytes(frame[0:2], "big", signed=True)
-    version = int.from_bytes(frame[2:4], "big", signed=True)
-    correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
-    return api_key, version, correlation_id
+    return _API_PREFIX.unpack_from(frame)
 
 
 def decode_request(frame: bytes, codec: ApiCodec) -> tuple[RequestHeader, Any]:

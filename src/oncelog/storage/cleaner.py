@@ -319,7 +319,9 @@ def _copy_batch(
         out = retained_batch(header, kept, delete_horizon_ms=plan.delete_horizon_ms)
         stats.records_kept += len(kept)
     written = parse_header(out)
-    cleaned.append(out, written, written.max_timestamp)
+    cleaned.append(
+        out, written.base_offset, written.last_offset, written.max_timestamp, written.max_timestamp
+    )
     stats.batches_written += 1
     stats.bytes_written += len(out)
     return len(out)

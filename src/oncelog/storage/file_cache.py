@@ -36,8 +36,6 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from itertools import chain, islice
 from pathlib import Path
 
@@ -104,15 +102,12 @@ class FileCache:
         """A handle on `path`; nothing is opened until it is used."""
         return CachedFile(path, flags | os.O_CLOEXEC)
 
-    @contextmanager
-    def using(self, file: CachedFile, *, write: bool = False) -> Iterator[int]:
-        """The file's descriptor, kept open until the block ends. `write`: the block
-        writes, so the file needs an fsync before its descriptor may be closed."""
-        fd = self.pin(file)
-        try:
-            yield fd
-        finally:
-            self.unpin(file, wrote=write)
+    def using(self, file: CachedFile, *, write: bool = False) -> _Using:
+        """``with cache.using(file) as fd``: the file's descriptor, kept open until the
+        block ends. `write`: the block writes, so the file needs an fsync before its
+        descriptor may be closed. (A class, not a generator-based context manager: every
+        append goes through one or two of these on the event loop, issue 12.)"""
+        return _Using(self, file, write)
 
     def pin(self, file: CachedFile) -> int:
         """Open if needed and keep open until `unpin`; the descriptor."""
@@ -221,6 +216,23 @@ class FileCache:
     def configure(self, capacity: int) -> None:
         with self._lock:
             self.capacity = capacity
+
+
+class _Using:
+    """``FileCache.using``: pinned on entry, unpinned on exit, whatever the block raised."""
+
+    __slots__ = ("cache", "file", "write")
+
+    def __init__(self, cache: FileCache, file: CachedFile, write: bool) -> None:
+        self.cache = cache
+        self.file = file
+        self.write = write
+
+    def __enter__(self) -> int:
+        return self.cache.pin(self.file)
+
+    def __exit__(self, *_: object) -> None:
+        self.cache.unpin(self.file, wrote=self.write)
 
 
 def size_or_create(path: Path) -> int:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
+    LOG_OVERHEAD,
     BatchHeader,
     assign_offsets,
     decode_records,
@@ -258,32 +259,28 @@ class PartitionLog:
         """Assign offsets to one validated batch and write it (no fsync, no decoding)."""
         if self._storage_failure is not None:
             raise KafkaError(ErrorCode.kafka_storage_error, self._offline_reason())
-        if header.size > self.config.max_message_bytes:
+        size = header.batch_length + LOG_OVERHEAD
+        if size > self.config.max_message_bytes:
             raise KafkaError(
                 ErrorCode.message_too_large,
-                f"batch of {header.size} bytes exceeds max.message.bytes "
-                f"{self.config.max_message_bytes}",
+                f"batch of {size} bytes exceeds max.message.bytes {self.config.max_message_bytes}",
             )
-        append_time = now_ms if log_append_time else None
+        max_timestamp = header.max_timestamp if not log_append_time else now_ms
         with self._lock:
-            base = self.log_end_offset
-            active = self._segment_for_locked(header, base, now_ms)
-            data = assign_offsets(batch, base, leader_epoch, append_time)
-            written = header._replace(
-                base_offset=base,
-                partition_leader_epoch=leader_epoch,
-                max_timestamp=header.max_timestamp if append_time is None else append_time,
-            )
+            base = self._segments[-1].next_offset  # the log end offset
+            last = base + header.last_offset_delta
+            active = self._segment_for_locked(size, base, last, now_ms)
+            data = assign_offsets(batch, base, leader_epoch, now_ms if log_append_time else None)
             try:
-                position = active.append(data, written, now_ms)
+                position = active.append(data, base, last, max_timestamp, now_ms)
             except OSError as exc:
                 if active.torn is not None:  # the segment could not cut the write off
                     self._storage_failure = f"a write to {active.path.name} was torn: {exc}"
                 raise
         return AppendResult(
             base,
-            written.last_offset,
-            -1 if append_time is None else append_time,
+            last,
+            now_ms if log_append_time else -1,
             position,
             active.base_offset,
         )
@@ -305,25 +302,34 @@ class PartitionLog:
                     f"replicated batch at offset {header.base_offset} is below the log end "
                     f"offset {self.log_end_offset}",
                 )
-            active = self._segment_for_locked(header, header.base_offset, now_ms)
+            active = self._segment_for_locked(
+                header.size, header.base_offset, header.last_offset, now_ms
+            )
             try:
-                active.append(batch if isinstance(batch, bytes) else bytes(batch), header, now_ms)
+                active.append(
+                    batch if isinstance(batch, bytes) else bytes(batch),
+                    header.base_offset,
+                    header.last_offset,
+                    header.max_timestamp,
+                    now_ms,
+                )
             except OSError as exc:
                 if active.torn is not None:  # as ``append``: offline until a restart
                     self._storage_failure = f"a write to {active.path.name} was torn: {exc}"
                 raise
 
-    def _segment_for_locked(self, header: BatchHeader, base: int, now_ms: int) -> LogSegment:
-        """The segment a batch at ``base`` goes into, rolling a new one when the active one
-        is full, old, or cannot index offsets that far. Never past a torn segment: the
-        batches after it would be lost when recovery stops at the tear."""
+    def _segment_for_locked(self, size: int, base: int, last: int, now_ms: int) -> LogSegment:
+        """The segment a batch of ``size`` bytes at offsets ``base``..``last`` goes into,
+        rolling a new one when the active one is full, old, or cannot index offsets that
+        far. Never past a torn segment: the batches after it would be lost when recovery
+        stops at the tear."""
         active = self._segments[-1]
         if active.torn is not None:
             raise OSError(active.torn.errno, f"{active.path.name} has a torn tail: {active.torn}")
         if active.size and (
-            active.size + header.size > self.config.segment_bytes
+            active.size + size > self.config.segment_bytes
             or self._aged(active, now_ms)
-            or base + header.last_offset_delta - active.base_offset > MAX_RELATIVE_OFFSET
+            or last - active.base_offset > MAX_RELATIVE_OFFSET
         ):
             active = self._roll_locked()
         return active

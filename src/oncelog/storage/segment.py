@@ -207,8 +207,16 @@ class LogSegment:
 
     # --- I/O ---
 
-    def append(self, data: bytes | bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
-        """Write one offset-assigned batch; returns its position.
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        base_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        now_ms: int,
+    ) -> int:
+        """Write one offset-assigned batch (its header's fields as the log has them: given,
+        not read back from ``data``); returns its position.
 
         A write that fails part-way (ENOSPC, EIO) is cut off again: the O_APPEND descriptor
         would put the next batch after the torn bytes, at a position this segment does not
@@ -218,20 +226,22 @@ class LogSegment:
         the tail."""
         position = self.size
         view = memoryview(data)
-        with open_files.using(self._file, write=True) as fd:
-            try:
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-            except OSError as exc:
-                self._cut_to(fd, position, exc)
-                raise
+        fd = open_files.pin(self._file)  # ``using``, spelled out: the hottest write path
+        try:
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+        except OSError as exc:
+            self._cut_to(fd, position, exc)
+            raise
+        finally:
+            open_files.unpin(self._file, wrote=True)
         self.size += len(data)
         self.dirty = True
         if position == 0:
             self.first_batch_ms = now_ms
         try:
-            self.note_batch(position, header)
+            self.note_batch_fields(position, base_offset, last_offset, len(data), max_timestamp)
         except OSError as exc:  # its index entry: the batch is written but not noted
             self._unwrite(position, exc)
             raise

@@ -65,6 +65,10 @@ _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
+# The fixed runs of a key and a value, packed in one call each (three values a transaction).
+_KEY_HEAD = struct.Struct(">hh")  # version, id length
+_VALUE_HEAD = struct.Struct(">hqhib")  # version, producer id, epoch, timeout, state
+_VALUE_TIMES = struct.Struct(">qq")  # last update, start
 
 
 class TxnLogFormatError(ValueError):
@@ -86,7 +90,7 @@ def encode_key(transactional_id: str) -> bytes:
     raw = transactional_id.encode()
     if len(raw) > 0x7FFF:
         raise ValueError(f"transactional id of {len(raw)} bytes is too long")
-    return _I16.pack(KEY_VERSION) + _I16.pack(len(raw)) + raw
+    return _KEY_HEAD.pack(KEY_VERSION, len(raw)) + raw
 
 
 def encode_value(metadata: TransactionMetadata, version: int = VALUE_VERSION) -> bytes:
@@ -96,12 +100,15 @@ def encode_value(metadata: TransactionMetadata, version: int = VALUE_VERSION) ->
     if metadata.state is TxnState.DEAD:
         raise ValueError("a Dead transactional id is written as a tombstone (null value)")
     flexible = version >= 1
-    out = bytearray()
-    out += _I16.pack(version)
-    out += _I64.pack(metadata.producer_id)
-    out += _I16.pack(metadata.producer_epoch)
-    out += _I32.pack(metadata.txn_timeout_ms)
-    out += _I8.pack(metadata.state.id)
+    out = bytearray(
+        _VALUE_HEAD.pack(
+            version,
+            metadata.producer_id,
+            metadata.producer_epoch,
+            metadata.txn_timeout_ms,
+            metadata.state.id,
+        )
+    )
     if metadata.state is TxnState.EMPTY:
         _write_length(out, None, flexible)
     else:
@@ -116,8 +123,7 @@ def encode_value(metadata: TransactionMetadata, version: int = VALUE_VERSION) ->
                 out += _I32.pack(pid)
             if flexible:
                 _write_uvarint(out, 0)  # no tagged fields in PartitionsSchema
-    out += _I64.pack(metadata.txn_last_update_timestamp)
-    out += _I64.pack(metadata.txn_start_timestamp)
+    out += _VALUE_TIMES.pack(metadata.txn_last_update_timestamp, metadata.txn_start_timestamp)
     if flexible:
         tags: list[tuple[int, bytes]] = []
         if metadata.previous_producer_id != NO_PRODUCER_ID:

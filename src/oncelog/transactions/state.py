@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from types import MappingProxyType
 from typing import Any
 
@@ -274,13 +275,21 @@ class TransactionMetadata:
                 f"{sorted(s.kafka_name for s in VALID_PREVIOUS_STATES[state])})"
             )
         changes.setdefault("previous_producer_id", self.producer_id)
-        target = replace(self, state=state, **changes)
+        # dataclasses.replace, without its getattr per field (issue 12: every
+        # transaction makes three of these on the event loop).
+        values = dict(zip(_METADATA_FIELDS, _metadata_values(self), strict=True))
+        values.update(changes, state=state)
+        target = TransactionMetadata(**values)
         if state is not TxnState.DEAD and target.producer_epoch < 0:
             raise IllegalTransition(
                 f"transactional id {self.transactional_id!r}: epoch {target.producer_epoch} "
                 f"is not valid in state {state.kafka_name}"
             )
         return TxnTransition(self, target)
+
+
+_METADATA_FIELDS = tuple(f.name for f in fields(TransactionMetadata))
+_metadata_values = attrgetter(*_METADATA_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)
