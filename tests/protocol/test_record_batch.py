@@ -213,3 +213,22 @@ def test_build_decode_round_trip_against_kafka_python(
             mine.value,
         )
         assert tuple(ref.headers) == mine.headers
+
+
+@pytest.mark.parametrize("edge", [1022, 1023, 1024, 1025, 70_000])
+def test_lengths_and_deltas_either_side_of_the_varint_table(edge: int) -> None:
+    """Small varints come from a table (record_batch._SMALL_VARINTS), larger ones are
+    computed: both sides of its bounds, positive and negative, read back by kafka-python."""
+    now = 10**12
+    records = [
+        Record(b"k" * edge, b"v" * (edge - 1), (("h" * edge, b"x" * edge),), now),
+        Record(None, b"", (), now - edge),  # timestamp deltas -edge and +edge
+        Record(b"", None, (), now + edge),
+    ]
+    data = build_batch(records, timestamp_ms=now)
+    theirs = list(DefaultRecordBatch(data))
+    assert [(r.key, r.value, r.timestamp) for r in theirs] == [
+        (r.key, r.value, r.timestamp_ms) for r in records
+    ]
+    assert tuple(theirs[0].headers) == records[0].headers
+    assert [r.headers for r in decode_records(data)] == [r.headers for r in records]

@@ -154,7 +154,7 @@ def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
     where it can (the same bytes, several times faster), else by kio.
     """
     write_body = response_writer(codec.response_type)
-    if write_body is not None and isinstance(body, Mapping):
+    if write_body is not None and (type(body) is dict or isinstance(body, Mapping)):
         pieces = [b"", correlation_id.to_bytes(4, "big", signed=True)]
         if codec.flexible_response_header:
             pieces.append(b"\0")  # the response header's (empty) tagged fields

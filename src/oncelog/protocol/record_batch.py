@@ -448,6 +448,20 @@ def _write_varint(out: bytearray, value: int) -> None:
     out.append(z)
 
 
+def _zigzag_bytes(value: int) -> bytes:
+    out = bytearray()
+    _write_varint(out, value)
+    return bytes(out)
+
+
+# Zigzag varints of -_SMALL_VARINT.._SMALL_VARINT-1, indexed by the value itself (negative
+# indexes count from the end of the list, where the negative values are).
+_SMALL_VARINT = 1024
+_SMALL_VARINTS = [_zigzag_bytes(v) for v in range(_SMALL_VARINT)] + [
+    _zigzag_bytes(v) for v in range(-_SMALL_VARINT, 0)
+]
+
+
 def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
     shift = 0
     z = 0
@@ -464,12 +478,19 @@ def _read_varint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
-def _write_bytes(out: bytearray, data: bytes | None) -> None:
+def _varint(value: int) -> bytes:
+    """The zigzag varint of ``value`` as bytes: a table lookup for the small values that
+    make up nearly every length and delta of the records the broker builds itself."""
+    if -_SMALL_VARINT <= value < _SMALL_VARINT:
+        return _SMALL_VARINTS[value]
+    return _zigzag_bytes(value)
+
+
+def _bytes_field(data: bytes | None) -> bytes:
+    """A record's key or value, or a header's: its varint length (-1: null), then it."""
     if data is None:
-        _write_varint(out, -1)
-    else:
-        _write_varint(out, len(data))
-        out += data
+        return _SMALL_VARINTS[-1]
+    return _varint(len(data)) + data
 
 
 def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
@@ -482,18 +503,18 @@ def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
 
 
 def _encode_record(record: Record, offset_delta: int, timestamp_delta: int) -> bytes:
-    body = bytearray(b"\x00")  # record attributes: unused in v2
-    _write_varint(body, timestamp_delta)
-    _write_varint(body, offset_delta)
-    _write_bytes(body, record.key)
-    _write_bytes(body, record.value)
-    _write_varint(body, len(record.headers))
-    for name, value in record.headers:
-        _write_bytes(body, name.encode())
-        _write_bytes(body, value)
-    out = bytearray()
-    _write_varint(out, len(body))
-    return bytes(out + body)
+    body = b"".join(
+        [
+            b"\x00",  # record attributes: unused in v2
+            _varint(timestamp_delta),
+            _varint(offset_delta),
+            _bytes_field(record.key),
+            _bytes_field(record.value),
+            _varint(len(record.headers)),
+            *(_bytes_field(name.encode()) + _bytes_field(value) for name, value in record.headers),
+        ]
+    )
+    return _varint(len(body)) + body
 
 
 def _assemble(

@@ -311,7 +311,8 @@ def _entity(entity_type: type) -> StructWriter:
     tag_writers = [write for _, write in tags]
 
     def write_struct(out: Pieces, data: Any) -> None:
-        if not isinstance(data, Mapping):
+        # A dict first: isinstance against the Mapping ABC is a Python-level check.
+        if type(data) is not dict and not isinstance(data, Mapping):
             raise NotWritable(f"{entity_type.__qualname__} given as {type(data).__name__}")
         for step in steps:
             step(out, data)

@@ -211,16 +211,23 @@ def _without_none(hint: object) -> object:
 class _Walker:
     """One pass over `data`; copies what it keeps to `out` when there is one."""
 
-    __slots__ = ("data", "out", "unknown_tags")
+    __slots__ = ("data", "out", "size", "unknown_tags")
 
     def __init__(self, data: bytes, out: io.BytesIO | None) -> None:
         self.data = data
         self.out = out
+        self.size = len(data)
         self.unknown_tags = False
 
     def struct(self, plan: _Plan, pos: int) -> int:
+        checking = self.out is None
         for field in plan.fields:
-            pos = self.field(field, pos)
+            if checking and field.kind is _Kind.FIXED:  # ``field``'s first case, inline:
+                pos += field.width  # every request walks a few (issue 12)
+                if pos > self.size:
+                    raise FrameError(f"{field.name}: runs past the end of the frame")
+            else:
+                pos = self.field(field, pos)
         if plan.flexible:
             pos = self.tagged_section(plan, pos)
         return pos
@@ -230,14 +237,17 @@ class _Walker:
         kind = field.kind
         if kind is _Kind.FIXED:
             end = pos + field.width
-            if end > len(self.data):
+            if end > self.size:
                 raise FrameError(f"{field.name}: runs past the end of the frame")
             if self.out is not None:
                 self.out.write(self.data[pos:end])
             return end
         if kind is _Kind.SIZED:
-            length, start = self.length(field, pos, field.width)
-            return self.skip(pos, start + max(length, 0), field)
+            length, start = self.length(field, pos, field.width)  # checks the size fits
+            end = start + length if length > 0 else start
+            if self.out is not None:
+                self.out.write(self.data[pos:end])
+            return end
         if kind is _Kind.ARRAY:
             return self.array(field, pos)
         assert field.struct is not None
@@ -250,7 +260,8 @@ class _Walker:
 
     def array(self, field: _Field, pos: int) -> int:
         count, start = self.length(field, pos, 0 if field.compact else 4)
-        self.copy(pos, start)
+        if self.out is not None:
+            self.copy(pos, start)
         if count == _NULL:
             return start
         item = field.item
@@ -260,7 +271,7 @@ class _Walker:
         else:
             assert plan is not None, f"{field.name}: an array has an item or a struct plan"
             item_size = plan.min_size
-        left = len(self.data) - start
+        left = self.size - start
         if count * max(item_size, 1) > left:
             raise FrameError(
                 f"{field.name}: {count} items of at least {item_size} bytes in {left} bytes"
@@ -283,10 +294,10 @@ class _Walker:
         data = self.data
         if prefix_width:
             end = pos + prefix_width
-            if end > len(data):
+            if end > self.size:
                 raise FrameError(f"{field.name}: its size is cut off by the end of the frame")
             value = int.from_bytes(data[pos:end], "big", signed=True)
-        elif pos < len(data) and data[pos] < 0x80:  # a one-byte varint: most sizes
+        elif pos < self.size and data[pos] < 0x80:  # a one-byte varint: most sizes
             value, end = data[pos] - 1, pos + 1
         else:
             try:
@@ -299,12 +310,12 @@ class _Walker:
                 raise FrameError(f"{field.name}: null where the schema forbids it")
         elif value < 0:
             raise FrameError(f"{field.name}: negative size {value}")
-        elif field.kind is _Kind.SIZED and end + value > len(data):
-            raise FrameError(f"{field.name}: {value} bytes, {len(data) - end} left")
+        elif field.kind is _Kind.SIZED and end + value > self.size:
+            raise FrameError(f"{field.name}: {value} bytes, {self.size - end} left")
         return value, end
 
     def skip(self, pos: int, end: int, field: _Field) -> int:
-        if end > len(self.data):
+        if end > self.size:
             raise FrameError(f"{field.name}: runs past the end of the frame")
         self.copy(pos, end)
         return end
@@ -316,7 +327,7 @@ class _Walker:
     def tagged_section(self, plan: _Plan, pos: int) -> int:
         """Walk the known fields of a tagged section; skip the others by their size."""
         data = self.data
-        if pos < len(data) and data[pos] == 0 and self.out is None:  # no tagged fields: most
+        if pos < self.size and data[pos] == 0 and self.out is None:  # no tagged fields: most
             return pos + 1
         try:
             count, size = read_unsigned_varint(data, pos)
@@ -333,8 +344,8 @@ class _Walker:
                 raise FrameError(f"{plan.name}: bad tagged field ({exc})") from exc
             start = pos + size + length_size
             end = start + length
-            if end > len(data):
-                raise FrameError(f"tagged field {tag}: {length} bytes, {len(data) - start} left")
+            if end > self.size:
+                raise FrameError(f"tagged field {tag}: {length} bytes, {self.size - start} left")
             field = plan.tagged.get(tag)
             if field is None:  # unknown: skipped, as Kafka does
                 self.unknown_tags = True

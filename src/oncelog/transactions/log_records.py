@@ -148,6 +148,14 @@ def encode_value(metadata: TransactionMetadata, version: int = VALUE_VERSION) ->
 def decode_key(key: bytes) -> str | None:
     """The transactional id, or None for a key version we do not know (Kafka skips such
     records with a warning: left over from an aborted upgrade)."""
+    if len(key) >= _KEY_HEAD.size:  # a well-formed key in one unpack (every replay reads one)
+        version, length = _KEY_HEAD.unpack_from(key)
+        end = _KEY_HEAD.size + length
+        if version == KEY_VERSION and _KEY_HEAD.size <= end <= len(key):
+            try:
+                return key[_KEY_HEAD.size : end].decode()
+            except UnicodeDecodeError:
+                pass  # the reader below says so
     reader = _Reader(key)
     version = reader.i16()
     if version != KEY_VERSION:
