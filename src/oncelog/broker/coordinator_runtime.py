@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections import deque
@@ -387,7 +388,7 @@ class CoordinatorRuntime(Generic[S]):
         pending = self._append_or_raise(context, result, now)
         if pending is None:
             return InFlightWrite(result, None)
-        return InFlightWrite(result, lambda: self._settle(context, [(result, pending)]))
+        return InFlightWrite(result, functools.partial(self._settle, context, [(result, pending)]))
 
     async def write_each(
         self, partition: int, operation: Callable[[S, int], Sequence[R]]

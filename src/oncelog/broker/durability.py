@@ -15,6 +15,7 @@ partitions, the markers' partitions and `__transaction_state` in turn, several t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -151,10 +152,7 @@ class GroupCommitFlusher:
         state.requested = False
         state.offline = partition.log.failed  # already: its failure was logged then
         state.started = time.monotonic()
-        threads.submit(
-            partition.log.flush,
-            lambda durable, error: self._flushed(partition, state, durable, error),
-        )
+        threads.submit(partition.log.flush, functools.partial(self._flushed, partition, state))
 
     def _flushed(
         self,

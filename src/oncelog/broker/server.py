@@ -469,6 +469,7 @@ async def _write_responses(
 ) -> None:
     """Write a connection's answers in the order its requests came, each once ready."""
     loop = asyncio.get_running_loop()
+    transport = writer.transport
     while True:
         correlation_id, api, outcome = await pending.get()
         try:
@@ -479,9 +480,13 @@ async def _write_responses(
                 answer = await _answer(correlation_id, api, outcome, connection.peer)
                 if answer is not None:
                     _send(writer, answer)
-            connection.writing_since = loop.time()
-            await writer.drain()
-            connection.writing_since = None
+            # drain() waits only for bytes the socket has not taken, and raises for a
+            # closed connection: with neither it returns at once, so it is skipped
+            # (most answers, on the request path of every transaction).
+            if transport.get_write_buffer_size() or transport.is_closing():
+                connection.writing_since = loop.time()
+                await writer.drain()
+                connection.writing_since = None
             connection.last_activity = loop.time()
         except (ConnectionError, OSError):
             _drain_queue(pending)
