@@ -84,6 +84,10 @@ class TxnState(enum.Enum):
         self.id = state_id
         self.kafka_name = kafka_name
 
+    # Members are singletons compared by identity, so the identity hash is Enum's in all
+    # but speed: Enum's own is a Python call, and every transition hashes two states.
+    __hash__ = object.__hash__
+
     @classmethod
     def from_id(cls, state_id: int) -> TxnState:
         for state in cls:
