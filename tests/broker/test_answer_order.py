@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -52,7 +52,7 @@ class GatedDispatcher:
 
     def dispatch(
         self, header: codec.RequestHeader, request: Any, connection: ConnectionInfo
-    ) -> Awaitable[Any]:
+    ) -> Coroutine[Any, Any, Any]:
         return self._answer(header.correlation_id)
 
     async def _answer(self, correlation_id: int) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -432,7 +432,7 @@ class Broker:
 
     def dispatch(
         self, header: RequestHeader, request: Any, connection: ConnectionInfo
-    ) -> Awaitable[Any]:
+    ) -> Coroutine[Any, Any, Any]:
         context = RequestContext(
             header.api_key,
             header.api_version,

@@ -37,7 +37,7 @@ import asyncio
 import functools
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -108,8 +108,9 @@ class Dispatcher(Protocol):
 
     def dispatch(
         self, header: codec.RequestHeader, request: Any, connection: ConnectionInfo
-    ) -> Awaitable[Any | None]:
-        """Start handling one request; await the result for its response (None: none)."""
+    ) -> Coroutine[Any, Any, Any | None]:
+        """The handling of one request, run as its own task; its result is the response
+        (None: none)."""
 
 
 @dataclass(frozen=True)
@@ -458,7 +459,9 @@ class KafkaServer:
             raise ProtocolViolation(
                 f"malformed {ApiKey(api_key).name} v{version} request: {exc}"
             ) from exc
-        handling = asyncio.ensure_future(self._dispatcher.dispatch(header, request, info))
+        handling = asyncio.get_running_loop().create_task(
+            self._dispatcher.dispatch(header, request, info)
+        )
         return correlation_id, api, handling
 
 
