@@ -119,26 +119,23 @@ def encode_value(metadata: TransactionMetadata, version: int = VALUE_VERSION) ->
         for topic, ids in by_topic.items():
             _write_string(out, topic, flexible)
             _write_length(out, len(ids), flexible)
-            for pid in ids:
-                out += _I32.pack(pid)
+            out += struct.pack(f">{len(ids)}i", *ids)
             if flexible:
                 _write_uvarint(out, 0)  # no tagged fields in PartitionsSchema
     out += _VALUE_TIMES.pack(metadata.txn_last_update_timestamp, metadata.txn_start_timestamp)
     if flexible:
-        tags: list[tuple[int, bytes]] = []
+        # Each tag: its number and length as uvarints (made once, below), then the value.
+        tags: list[bytes] = []
         if metadata.previous_producer_id != NO_PRODUCER_ID:
-            tags.append((_TAG_PREVIOUS_PRODUCER_ID, _I64.pack(metadata.previous_producer_id)))
+            tags.append(_PREVIOUS_PRODUCER_ID_HEAD + _I64.pack(metadata.previous_producer_id))
         if metadata.next_producer_id != NO_PRODUCER_ID:
-            tags.append((_TAG_NEXT_PRODUCER_ID, _I64.pack(metadata.next_producer_id)))
+            tags.append(_NEXT_PRODUCER_ID_HEAD + _I64.pack(metadata.next_producer_id))
         if metadata.client_transaction_version != 0:
-            tags.append((_TAG_CLIENT_TXN_VERSION, _I16.pack(metadata.client_transaction_version)))
+            tags.append(_CLIENT_TXN_VERSION_HEAD + _I16.pack(metadata.client_transaction_version))
         if metadata.last_producer_epoch != NO_PRODUCER_EPOCH:
-            tags.append((LAST_PRODUCER_EPOCH_TAG, _I16.pack(metadata.last_producer_epoch)))
-        _write_uvarint(out, len(tags))
-        for tag, data in tags:
-            _write_uvarint(out, tag)
-            _write_uvarint(out, len(data))
-            out += data
+            tags.append(_LAST_PRODUCER_EPOCH_HEAD + _I16.pack(metadata.last_producer_epoch))
+        out.append(len(tags))  # at most four: a one-byte uvarint
+        out += b"".join(tags)
     return bytes(out)
 
 
@@ -327,3 +324,17 @@ class _Reader:
 
     def skip_tags(self) -> None:
         self.tags()
+
+
+def _tag_head(tag: int, size: int) -> bytes:
+    """A tagged field's number and size, as written before its value."""
+    out = bytearray()
+    _write_uvarint(out, tag)
+    _write_uvarint(out, size)
+    return bytes(out)
+
+
+_PREVIOUS_PRODUCER_ID_HEAD = _tag_head(_TAG_PREVIOUS_PRODUCER_ID, 8)
+_NEXT_PRODUCER_ID_HEAD = _tag_head(_TAG_NEXT_PRODUCER_ID, 8)
+_CLIENT_TXN_VERSION_HEAD = _tag_head(_TAG_CLIENT_TXN_VERSION, 2)
+_LAST_PRODUCER_EPOCH_HEAD = _tag_head(LAST_PRODUCER_EPOCH_TAG, 2)
