@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from oncelog.broker.answer_queue import AnswerQueue
 from oncelog.broker.config import BrokerConfig
 from oncelog.broker.connection_quota import ConnectionQuota, parse_overrides, resolve_overrides
 from oncelog.broker.memory_pool import RequestMemoryPool
@@ -332,7 +333,7 @@ class KafkaServer:
         self._next_connection_id += 1
         info = ConnectionInfo(peer, self._next_connection_id, listener.name, ip, principal)
         close_delay_s = 0.0
-        pending: asyncio.Queue[PendingAnswer] = asyncio.Queue(MAX_PIPELINED_REQUESTS)
+        pending: AnswerQueue[PendingAnswer] = AnswerQueue(MAX_PIPELINED_REQUESTS)
         responder = asyncio.create_task(_write_responses(pending, writer, connection))
         # A responder that stops on its own could not write to the client: stop reading too
         # (a reader waiting for room in the queue would otherwise wait forever).
@@ -367,7 +368,7 @@ class KafkaServer:
     async def _read_requests(
         self,
         reader: asyncio.StreamReader,
-        pending: asyncio.Queue[PendingAnswer],
+        pending: AnswerQueue[PendingAnswer],
         connection: _Connection,
         info: ConnectionInfo,
     ) -> None:
@@ -417,7 +418,7 @@ class KafkaServer:
         self,
         reader: asyncio.StreamReader,
         size: int,
-        pending: asyncio.Queue[PendingAnswer],
+        pending: AnswerQueue[PendingAnswer],
         connection: _Connection,
         info: ConnectionInfo,
     ) -> PendingAnswer:
@@ -466,7 +467,7 @@ class KafkaServer:
 
 
 async def _write_responses(
-    pending: asyncio.Queue[PendingAnswer],
+    pending: AnswerQueue[PendingAnswer],
     writer: asyncio.StreamWriter,
     connection: _Connection,
 ) -> None:
@@ -576,7 +577,7 @@ async def _answer(
         return fallback
 
 
-async def _all_answered(pending: asyncio.Queue[Any], responder: asyncio.Task[None]) -> None:
+async def _all_answered(pending: AnswerQueue[Any], responder: asyncio.Task[None]) -> None:
     """Wait until every queued request is answered, or the responder gave up."""
     joined = asyncio.ensure_future(pending.join())
     try:
@@ -595,7 +596,7 @@ def _release_when_handled(
         pool.release(size)
 
 
-def _drain_queue(pending: asyncio.Queue[Any]) -> None:
+def _drain_queue(pending: AnswerQueue[Any]) -> None:
     """Mark every queued request done so the reader's join() does not wait forever."""
     while not pending.empty():
         _, _, outcome = pending.get_nowait()
