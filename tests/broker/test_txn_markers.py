@@ -7,6 +7,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any, cast
 
+import pytest
+
 from oncelog.broker.txn_markers import LocalMarkerWriter
 from oncelog.protocol.errors import ErrorCode, KafkaError
 
@@ -72,12 +74,14 @@ def test_each_partition_gets_its_own_outcome() -> None:
     }
 
 
-def test_cancelling_the_write_cancels_every_wait() -> None:
+@pytest.mark.parametrize("count", [2, 1])  # one partition is awaited without gather
+def test_cancelling_the_write_cancels_every_wait(count: int) -> None:
     async def scenario() -> list[bool]:
         partitions = FakePartitions()
-        writing = start(partitions, ("t", 0), ("t", 1))
+        writing = start(partitions, *[("t", i) for i in range(count)])
         await asyncio.sleep(0)
-        partitions.durable["t-1"].set_result(None)
+        if count > 1:
+            partitions.durable["t-1"].set_result(None)
         writing.cancel()
         try:
             await writing
@@ -86,3 +90,26 @@ def test_cancelling_the_write_cancels_every_wait() -> None:
         return [writing.cancelled(), partitions.durable["t-0"].cancelled()]
 
     assert asyncio.run(scenario()) == [True, True]
+
+
+def test_one_partition_gets_the_outcomes_several_do() -> None:
+    """One partition (awaited without gather) answers as gather's path does: durable,
+    refused, or its wait cancelled by someone else (then retried as a storage error)."""
+
+    async def scenario(finish: str) -> dict[Any, ErrorCode]:
+        partitions = FakePartitions()
+        writing = start(partitions, ("t", 0))
+        await asyncio.sleep(0)
+        durable = partitions.durable["t-0"]
+        if finish == "durable":
+            durable.set_result(None)
+        elif finish == "refused":
+            durable.set_exception(KafkaError(ErrorCode.not_leader_or_follower, "moved"))
+        else:
+            durable.cancel()  # not the writer's own cancellation
+        async with asyncio.timeout(5):
+            return await writing
+
+    assert asyncio.run(scenario("durable")) == {("t", 0): ErrorCode.none}
+    assert asyncio.run(scenario("refused")) == {("t", 0): ErrorCode.not_leader_or_follower}
+    assert asyncio.run(scenario("cancelled")) == {("t", 0): ErrorCode.kafka_storage_error}

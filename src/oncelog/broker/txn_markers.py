@@ -138,6 +138,22 @@ class LocalMarkerWriter:
                 offset,
             )
             waits[topic, index] = self._partitions.wait_durable(partition, offset + 1)
+        if len(waits) == 1:
+            # One partition, nearly every transaction: its wait awaited as it is, without
+            # the gathering future and the callbacks of gather (issue 12).
+            [((topic, index), wait)] = waits.items()
+            try:
+                await wait
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # this write is cancelled, and its wait with it, as gather does
+                outcomes[topic, index] = _outcome(topic, index, exc)  # the wait alone
+            except Exception as exc:  # what gather(return_exceptions=True) would return
+                outcomes[topic, index] = _outcome(topic, index, exc)
+            else:
+                outcomes[topic, index] = ErrorCode.none
+            return outcomes
         done = await asyncio.gather(*waits.values(), return_exceptions=True)
         for (topic, index), outcome in zip(waits, done, strict=True):
             outcomes[topic, index] = _outcome(topic, index, outcome)
