@@ -83,10 +83,10 @@ def test_cancelled_waiters_leave_the_queue_usable() -> None:
     asyncio.run(scenario())
 
 
-def test_one_putter_and_one_getter_see_asyncio_queues_order() -> None:
-    """A producer and a consumer task at random speeds move the same items through both
-    queues: the consumer sees every item once, in order, and a full queue never holds more
-    than its size."""
+def test_one_putter_and_one_getter_at_random_speeds() -> None:
+    """A producer and a consumer task at random speeds: the consumer sees every item once,
+    in order, the queue never holds more than its size, and join ends (asyncio.Queue run
+    the same way is the reference the figures are checked against)."""
 
     async def run(queue: AnswerQueue[int] | asyncio.Queue[int], seed: int) -> list[int]:
         rng = random.Random(seed)
@@ -116,3 +116,26 @@ def test_one_putter_and_one_getter_see_asyncio_queues_order() -> None:
         ours = asyncio.run(run(AnswerQueue(3), seed))
         theirs = asyncio.run(run(asyncio.Queue(3), seed))
         assert ours == theirs == list(range(300))
+
+
+def test_a_second_waiting_getter_or_putter_fails_loudly() -> None:
+    """One task of each kind waits at a time; a second would never be woken, so it is
+    refused instead of left hanging."""
+
+    async def scenario() -> None:
+        queue: AnswerQueue[int] = AnswerQueue(1)
+        first = asyncio.ensure_future(queue.get())
+        await _turns()
+        with pytest.raises(AssertionError, match="second task waits to get"):
+            await queue.get()
+        await queue.put(1)
+        assert await asyncio.wait_for(first, 1) == 1
+        await queue.put(2)
+        blocked = asyncio.ensure_future(queue.put(3))
+        await _turns()
+        with pytest.raises(AssertionError, match="second task waits to put"):
+            await queue.put(4)
+        assert queue.get_nowait() == 2
+        await asyncio.wait_for(blocked, 1)
+
+    asyncio.run(scenario())

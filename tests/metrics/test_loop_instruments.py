@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from oncelog.broker.loop_instruments import CounterFamily, HistogramFamily
@@ -48,3 +49,12 @@ def test_the_exposition_is_prometheus_clients() -> None:
     assert _without_created_times(generate_latest(theirs)) == _without_created_times(
         generate_latest(ours)
     )
+
+
+def test_a_counter_refuses_to_go_down() -> None:
+    """As prometheus_client's: a negative increment is a bug, said at once."""
+    counter = CounterFamily("c_requests", "Requests.", ["request"]).labels("Produce")
+    counter.inc(2)
+    with pytest.raises(ValueError):
+        counter.inc(-1)
+    assert counter.value == 2

@@ -68,6 +68,47 @@ def test_value_v1_layout_empty() -> None:
     assert encode_value(m) == expected
 
 
+def test_value_v1_layout_two_topics_and_every_tag() -> None:
+    """Compact arrays of several topics and partitions (one pack per topic), and all four
+    tags in ascending order, the private one last (tag 1000: e8 07)."""
+    m = TransactionMetadata(
+        "t",
+        5,
+        4,
+        1000,
+        S.ONGOING,
+        previous_producer_id=4,
+        next_producer_id=9,
+        last_producer_epoch=3,
+        partitions=frozenset({("b", 1), ("a", 0), ("a", 3), ("a", 7)}),
+        txn_start_timestamp=1,
+        txn_last_update_timestamp=2,
+        client_transaction_version=2,
+    )
+    expected = (
+        struct.pack(">hqhib", 1, 5, 4, 1000, 1)
+        + b"\x03"  # two topics
+        + b"\x02a\x04"  # "a", three partitions
+        + struct.pack(">iii", 0, 3, 7)
+        + b"\x00"  # no tags in the topic's entry
+        + b"\x02b\x02"
+        + struct.pack(">i", 1)
+        + b"\x00"
+        + struct.pack(">qq", 2, 1)
+        + b"\x04"  # four tags
+        + b"\x00\x08"
+        + struct.pack(">q", 4)
+        + b"\x01\x08"
+        + struct.pack(">q", 9)
+        + b"\x02\x02"
+        + struct.pack(">h", 2)
+        + b"\xe8\x07\x02"
+        + struct.pack(">h", 3)
+    )
+    assert encode_value(m) == expected
+    assert decode_value("t", expected) == m
+
+
 def test_v1_tags_including_private_last_epoch() -> None:
     m = TransactionMetadata(
         "t",

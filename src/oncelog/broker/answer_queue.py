@@ -21,8 +21,9 @@ T = TypeVar("T")
 class AnswerQueue(Generic[T]):
     """A FIFO of at most ``maxsize`` items for one putting and one getting task.
 
-    A second task waiting in ``put`` (or in ``get``) while another does would not be
-    woken; the server never has one. ``join`` may be awaited by any number of tasks.
+    A second task waiting in ``put`` (or in ``get``) while another does would never be
+    woken: it fails an assertion instead; the server never has one. ``join`` may be
+    awaited by any number of tasks.
     """
 
     def __init__(self, maxsize: int) -> None:
@@ -41,6 +42,7 @@ class AnswerQueue(Generic[T]):
     async def put(self, item: T) -> None:
         """Add ``item`` at the end, once fewer than ``maxsize`` items are queued."""
         while len(self._items) >= self._maxsize:
+            assert self._room is None or self._room.done(), "a second task waits to put"
             self._room = asyncio.get_running_loop().create_future()
             await self._room
         self._items.append(item)
@@ -52,6 +54,7 @@ class AnswerQueue(Generic[T]):
     async def get(self) -> T:
         """The first item, once there is one."""
         while not self._items:
+            assert self._added is None or self._added.done(), "a second task waits to get"
             self._added = asyncio.get_running_loop().create_future()
             await self._added
         return self._taken(self._items.popleft())

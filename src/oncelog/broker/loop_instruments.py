@@ -8,7 +8,9 @@ flusher one per fsync: about 75 Python calls per transaction on the event-loop t
 does the scrape (metrics.py), so plain numbers suffice: an update is an addition, a
 histogram's bucket is found by ``bisect`` (C). The samples are prometheus_client's own
 (``_total`` and ``_created`` for a counter; cumulative ``_bucket``, ``_count``, ``_sum``
-and ``_created`` for a histogram), so the exposition does not change.
+and ``_created`` for a histogram), so the exposition does not change. (``_created`` is
+always written: prometheus_client's switch to leave it out, the environment variable
+PROMETHEUS_DISABLE_CREATED_SERIES, does not apply to these.)
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class LoopCounter:
         self.created = time.time()
 
     def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:  # as prometheus_client: a counter only goes up
+            raise ValueError(f"a counter cannot go down by {amount}")
         self.value += amount
 
 

@@ -45,9 +45,8 @@ class RequestMemoryPool:
 
     def try_reserve(self, size: int) -> bool:
         """Reserve `size` bytes if they fit now."""
-        capacity = self.capacity
-        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):  # as is
-            if capacity is not None and self.reserved + size > capacity:
+        if self._charged_as_is(size):  # every request but a large one: no further calls
+            if self.capacity is not None and self.reserved + size > self.capacity:
                 return False
             self.reserved += size
             return True
@@ -94,10 +93,15 @@ class RequestMemoryPool:
     def _charge(self, size: int) -> int:
         """What a frame of `size` counts for: its size, or its whole share if larger (a
         frame too large for its share is granted alone, see the module docstring)."""
-        capacity = self.capacity
-        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
-            return size  # within its share (the whole pool): no further call
+        if self._charged_as_is(size):
+            return size
         return min(size, self._share(size))
+
+    def _charged_as_is(self, size: int) -> bool:
+        """A frame that counts for its own size and may fill the whole pool (its share is
+        the capacity): any frame of an unbounded pool, else a small one that fits in it."""
+        capacity = self.capacity
+        return capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity)
 
     @property
     def waiting(self) -> int:

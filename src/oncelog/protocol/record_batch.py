@@ -504,9 +504,9 @@ def _read_bytes(buf: memoryview, pos: int) -> tuple[bytes | None, int]:
 
 def _encode_record(record: Record, offset_delta: int, timestamp_delta: int) -> bytes:
     if not (offset_delta or timestamp_delta or record.headers):
-        # The first record of a batch, without headers: every record the broker builds
-        # itself (a coordinator's, a marker's). Attributes, both deltas and the header
-        # count are zero bytes (zigzag 0).
+        # The first record of any batch, when it has no headers (which includes every
+        # record the broker builds itself: a coordinator's, a marker's). Attributes, both
+        # deltas and the header count are zero bytes (zigzag 0).
         body = b"\x00\x00\x00" + _bytes_field(record.key) + _bytes_field(record.value) + b"\x00"
         return _varint(len(body)) + body
     body = b"".join(

@@ -292,7 +292,9 @@ class TransactionMetadata:
         return TxnTransition(self, target)
 
 
-_METADATA_FIELDS = tuple(f.name for f in fields(TransactionMetadata))
+# What dataclasses.replace copies: the fields __init__ takes (an init=False field would
+# come from its default or __post_init__, as with replace).
+_METADATA_FIELDS = tuple(f.name for f in fields(TransactionMetadata) if f.init)
 _metadata_values = attrgetter(*_METADATA_FIELDS)
 
 
