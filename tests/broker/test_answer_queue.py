@@ -127,14 +127,14 @@ def test_a_second_waiting_getter_or_putter_fails_loudly() -> None:
         first = asyncio.ensure_future(queue.get())
         await _turns()
         with pytest.raises(AssertionError, match="second task waits to get"):
-            await queue.get()
+            await asyncio.wait_for(queue.get(), 1)  # bounded: without the check it hangs
         await queue.put(1)
         assert await asyncio.wait_for(first, 1) == 1
         await queue.put(2)
         blocked = asyncio.ensure_future(queue.put(3))
         await _turns()
         with pytest.raises(AssertionError, match="second task waits to put"):
-            await queue.put(4)
+            await asyncio.wait_for(queue.put(4), 1)
         assert queue.get_nowait() == 2
         await asyncio.wait_for(blocked, 1)
 

@@ -42,9 +42,12 @@ class AnswerQueue(Generic[T]):
     async def put(self, item: T) -> None:
         """Add ``item`` at the end, once fewer than ``maxsize`` items are queued."""
         while len(self._items) >= self._maxsize:
-            assert self._room is None or self._room.done(), "a second task waits to put"
+            assert self._room is None, "a second task waits to put"
             self._room = asyncio.get_running_loop().create_future()
-            await self._room
+            try:
+                await self._room
+            finally:
+                self._room = None
         self._items.append(item)
         self._unfinished += 1
         added = self._added
@@ -54,9 +57,12 @@ class AnswerQueue(Generic[T]):
     async def get(self) -> T:
         """The first item, once there is one."""
         while not self._items:
-            assert self._added is None or self._added.done(), "a second task waits to get"
+            assert self._added is None, "a second task waits to get"
             self._added = asyncio.get_running_loop().create_future()
-            await self._added
+            try:
+                await self._added
+            finally:
+                self._added = None
         return self._taken(self._items.popleft())
 
     def get_nowait(self) -> T:

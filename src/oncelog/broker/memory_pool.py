@@ -45,8 +45,11 @@ class RequestMemoryPool:
 
     def try_reserve(self, size: int) -> bool:
         """Reserve `size` bytes if they fit now."""
-        if self._charged_as_is(size):  # every request but a large one: no further calls
-            if self.capacity is not None and self.reserved + size > self.capacity:
+        capacity = self.capacity
+        # Charged as is, its share the whole pool (``_charged_as_is``, written out: every
+        # request but a large one comes here, and a call costs more than the test).
+        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
+            if capacity is not None and self.reserved + size > capacity:
                 return False
             self.reserved += size
             return True
@@ -71,7 +74,11 @@ class RequestMemoryPool:
             raise
 
     def release(self, size: int) -> None:
-        self.reserved -= self._charge(size)
+        capacity = self.capacity
+        if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
+            self.reserved -= size  # ``_charged_as_is``, written out as in ``try_reserve``
+        else:
+            self.reserved -= self._charge(size)
         assert self.reserved >= 0, "released more request bytes than were reserved"
         if self._waiters:
             self._grant_waiters()

@@ -488,8 +488,9 @@ async def _write_responses(
                     _send(writer, answer)
             # drain() waits only while the transport is paused, and a transport pauses
             # only above its high-water mark, so with nothing buffered it would not wait;
-            # and it raises only for a connection that is closing. With neither it would
-            # return at once, so it is skipped: most answers, on the request path of every
+            # it raises once the connection is lost (or the reader failed), which a
+            # closing transport always sends through it. With neither it would return at
+            # once, so it is skipped: most answers, on the request path of every
             # transaction (tests/broker/test_responder_drain.py pins both conditions).
             if transport.get_write_buffer_size() or transport.is_closing():
                 connection.writing_since = loop.time()
