@@ -1,5 +1,6 @@
 """One SparkSession for the whole test session (start-up costs about 5 s), master
-`local[2,3]`: two cores, and a failed task is tried up to three times, as on a cluster."""
+`local[2,3]`: two cores, and a failed task is tried up to three times, as on a cluster.
+Its Python workers are forked by `oncelog.spark.daemon`, as the pipeline's are."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def spark() -> Iterator[object]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from oncelog.pipeline.job import DAEMON_MODULE
     from oncelog.spark import register
     from oncelog.testing.spark import register_faults
 
@@ -27,6 +29,7 @@ def spark() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        .config("spark.python.daemon.module", DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

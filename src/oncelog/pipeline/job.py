@@ -49,6 +49,8 @@ CUSTOMER_TYPE = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in CUSTOM
 # query is not measured (docs/spark.md, the lookup's bound), hence 1,000 and not 5,000.
 LOOKUP_MAX_CUSTOMERS = 1000
 DEFAULT_SINK_ID = "order-enrichment"
+# PySpark's worker daemon with the connector's modules imported before it forks a worker
+DAEMON_MODULE = "oncelog.spark.daemon"
 
 
 @dataclass
@@ -69,7 +71,8 @@ class JobConfig:
 
 
 def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local[2,3]") -> Any:
-    """A SparkSession for the job: two cores, failed tasks retried (3 attempts)."""
+    """A SparkSession for the job: two cores, failed tasks retried (3 attempts), Python
+    workers forked with the connector imported (`oncelog.spark.daemon`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -84,6 +87,7 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
         .config("spark.sql.shuffle.partitions", str(PARTITIONS))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
+        .config("spark.python.daemon.module", DAEMON_MODULE)
         .getOrCreate()
     )
     register(session)
