@@ -1,6 +1,7 @@
 """A package's names imported from their modules on first use (PEP 562), for the packages
-whose `__init__` must stay light: `oncelog.spark` and `oncelog.testing`, which Spark's
-Python workers import before the module they need."""
+whose `__init__` must stay light: `oncelog.spark`, `oncelog.testing` and `oncelog.protocol`,
+which Spark's Python workers import before the module they need (and
+`oncelog.protocol.errors`, whose `ErrorCode` is kio's)."""
 
 from __future__ import annotations
 

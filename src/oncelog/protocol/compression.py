@@ -27,7 +27,8 @@ from collections.abc import Callable
 
 import cramjam
 
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol import errors
+from oncelog.protocol.errors import KafkaError
 
 __all__ = [
     "CODEC_IDS",
@@ -59,7 +60,7 @@ class CorruptPayload(KafkaError, ValueError):
 
     def __init__(self, codec: int, detail: str) -> None:
         super().__init__(
-            ErrorCode.corrupt_message,
+            errors.ErrorCode.corrupt_message,
             f"{CODEC_NAMES.get(codec, codec)} payload does not decompress: {detail}",
         )
 
@@ -71,7 +72,7 @@ class PayloadTooLarge(KafkaError, ValueError):
 
     def __init__(self, codec: int, max_bytes: int) -> None:
         super().__init__(
-            ErrorCode.message_too_large,
+            errors.ErrorCode.message_too_large,
             f"{CODEC_NAMES.get(codec, codec)} payload inflates past {max_bytes} bytes",
         )
 

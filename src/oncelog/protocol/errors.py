@@ -3,13 +3,26 @@
 The code table itself is kio's (generated from Kafka's own ``Errors`` list, with the
 retriable flag and the message); this module is the one place the rest of oncelog
 imports it from, so the codec can be replaced without touching callers.
+
+``ErrorCode`` is imported from kio when first asked for, not with this module: importing
+any of kio imports its static types, and with them hypothesis's strategies when hypothesis
+is installed (every development venv). The record batch and its codecs, which Spark's
+Python workers use to read compressed batches, raise these errors only on a fault, so a
+worker reading good batches never imports kio (tests/protocol/test_kio_free.py).
 """
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from typing import TYPE_CHECKING
+
+from oncelog.lazy_names import lazy_names
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = ["ErrorCode", "KafkaError"]
+
+__getattr__, __dir__ = lazy_names(__name__, {"ErrorCode": "kio.schema.errors"}, globals())
 
 
 class KafkaError(Exception):

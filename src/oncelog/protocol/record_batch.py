@@ -25,12 +25,16 @@ import mmap
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import crc32c
 
 from oncelog.protocol import compression as codecs
-from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.protocol import errors
+from oncelog.protocol.errors import KafkaError
+
+if TYPE_CHECKING:
+    from kio.schema.errors import ErrorCode
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",
@@ -134,7 +138,7 @@ class MalformedRecords(InvalidRecordBatch, ValueError):
     decoding raised before produce validated records (callers may catch either)."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(ErrorCode.corrupt_message, message)
+        super().__init__(errors.ErrorCode.corrupt_message, message)
 
 
 class BatchHeader(NamedTuple):
@@ -260,35 +264,36 @@ def split_batches(
     while pos < end:
         if end - pos < LOG_OVERHEAD:
             raise InvalidRecordBatch(
-                ErrorCode.corrupt_message, f"{end - pos} trailing bytes are not a whole batch"
+                errors.ErrorCode.corrupt_message,
+                f"{end - pos} trailing bytes are not a whole batch",
             )
         (length,) = _LENGTH.unpack_from(mv, pos + _LENGTH_OFFSET)
         if length < 0 or pos + LOG_OVERHEAD + length > end:
             raise InvalidRecordBatch(
-                ErrorCode.corrupt_message,
+                errors.ErrorCode.corrupt_message,
                 f"batch at byte {pos} declares length {length} but only "
                 f"{end - pos - LOG_OVERHEAD} bytes follow",
             )
         if length >= _MAGIC_OFFSET + 1 - LOG_OVERHEAD and mv[pos + _MAGIC_OFFSET] != MAGIC_V2:
             raise InvalidRecordBatch(
-                ErrorCode.invalid_record,
+                errors.ErrorCode.invalid_record,
                 f"Produce requests are only allowed to contain record batches with magic "
                 f"version 2 (got magic {mv[pos + _MAGIC_OFFSET]})",
             )
         if length < MIN_BATCH_LENGTH:
             raise InvalidRecordBatch(
-                ErrorCode.corrupt_message,
+                errors.ErrorCode.corrupt_message,
                 f"batch length {length} is smaller than the minimum {MIN_BATCH_LENGTH}",
             )
         frames.append((pos, LOG_OVERHEAD + length))
         pos += LOG_OVERHEAD + length
     if not frames:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record, "Produce requests must have at least one record batch"
+            errors.ErrorCode.invalid_record, "Produce requests must have at least one record batch"
         )
     if one_batch and len(frames) > 1:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record,
+            errors.ErrorCode.invalid_record,
             "Produce requests are only allowed to contain exactly one record batch per "
             f"partition (got {len(frames)})",
         )
@@ -303,35 +308,36 @@ def _validate_produced(
     header = parse_header(batch)
     if max_message_bytes is not None and header.size > max_message_bytes:
         raise InvalidRecordBatch(
-            ErrorCode.message_too_large,
+            errors.ErrorCode.message_too_large,
             f"batch of {header.size} bytes exceeds max.message.bytes {max_message_bytes}",
         )
     if not crc_is_valid(batch):
         raise InvalidRecordBatch(
-            ErrorCode.corrupt_message, f"batch CRC {header.crc:#010x} does not match its contents"
+            errors.ErrorCode.corrupt_message,
+            f"batch CRC {header.crc:#010x} does not match its contents",
         )
     if header.compression > COMPRESSION_ZSTD:
         raise InvalidRecordBatch(
-            ErrorCode.unsupported_compression_type,
+            errors.ErrorCode.unsupported_compression_type,
             f"unknown compression codec id {header.compression}",
         )
     if header.last_offset_delta < 0:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record, f"invalid lastOffsetDelta {header.last_offset_delta}"
+            errors.ErrorCode.invalid_record, f"invalid lastOffsetDelta {header.last_offset_delta}"
         )
     if header.record_count <= 0:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record, f"invalid reported record count {header.record_count}"
+            errors.ErrorCode.invalid_record, f"invalid reported record count {header.record_count}"
         )
     if header.record_count != header.last_offset_delta + 1:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record,
+            errors.ErrorCode.invalid_record,
             f"inconsistent lastOffsetDelta {header.last_offset_delta} and record count "
             f"{header.record_count}",
         )
     if header.is_control:
         raise InvalidRecordBatch(
-            ErrorCode.invalid_record, "Clients are not allowed to write control records"
+            errors.ErrorCode.invalid_record, "Clients are not allowed to write control records"
         )
     _check_producer_fields(header)
     return header, batch
@@ -355,7 +361,7 @@ def _check_producer_fields(header: BatchHeader) -> None:
     else:
         return
     raise InvalidRecordBatch(
-        ErrorCode.invalid_record, f"{problem} in record batch with producerId {pid}"
+        errors.ErrorCode.invalid_record, f"{problem} in record batch with producerId {pid}"
     )
 
 

@@ -158,7 +158,7 @@ NativeScan = Callable[[bytes | bytearray | memoryview, int, bool], tuple[int, ..
 
 def _load_native() -> NativeScan | None:
     try:
-        from oncelog.protocol import _record_scan  # type: ignore[attr-defined]
+        from oncelog.protocol import _record_scan  # type: ignore[attr-defined,unused-ignore]
     except ImportError:
         log.warning(
             "the native record scanner is not built (run `bash scripts/venv.sh`): produce "

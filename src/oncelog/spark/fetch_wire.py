@@ -2,8 +2,8 @@
 leads a partition) and Fetch v11 (a partition's records from an offset, under an
 isolation level, with the aborted transactions that overlap them).
 
-By hand, not through `oncelog.protocol.codec`: that package imports kio's types, which
-Spark's Python workers are kept free of (tests/spark/test_spark_worker_imports.py). Both
+By hand, not through `oncelog.protocol.codec`: its schemas are kio's types, which Spark's
+Python workers are kept free of (tests/spark/test_spark_worker_imports.py). Both
 versions are the newest non-flexible ones (no tagged fields, response header v0) that
 every Kafka since 2.3 and Kafka 4.x serve; a cluster that does not answers with an error or
 closes the connection, and the reader hands the range to librdkafka. Field lists: Kafka's

@@ -22,9 +22,9 @@ Batches the log cleaner rewrote are read too: a record's offset is its batch's b
 its own offset delta (compaction leaves gaps), and the position after a batch is its last
 offset + 1 even when its last records were removed (KAFKA-5443).
 
-Nothing here imports `oncelog.protocol`, whose package imports kio's types (Spark's
-Python workers are kept free of them: tests/spark/test_spark_worker_imports.py), except
-the decompressor, on the first compressed batch.
+The batch header and the codecs are `oncelog.protocol.record_batch`'s and
+`oncelog.protocol.compression`'s, which import nothing of kio (Spark's Python workers are
+kept free of it: tests/spark/test_spark_worker_imports.py, tests/protocol/test_kio_free.py).
 """
 
 from __future__ import annotations
@@ -37,6 +37,15 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
+from oncelog.protocol.compression import decompress
+from oncelog.protocol.record_batch import (
+    DECODE_MAX_UNCOMPRESSED_BYTES,
+    HEADER_SIZE,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    parse_header,
+)
 from oncelog.spark.schema import KAFKA_TIMESTAMP, SPARK_TIMESTAMP
 
 try:  # built by `pip install` from _columns.c; without it the reader uses librdkafka
@@ -50,13 +59,8 @@ _native_columns: Callable[[list[Any]], tuple[Any, ...]] | None = (
     _columns.columns if getattr(_columns, "COLUMNS_ABI", None) == COLUMNS_ABI else None
 )
 
-# the v2 batch header (Kafka's DefaultRecordBatch), as oncelog.protocol.record_batch reads it
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_LOG_OVERHEAD = 12  # base offset and length: not counted in the length
-_COMPRESSION, _LOG_APPEND_TIME, _TRANSACTIONAL, _CONTROL = 0x07, 0x08, 0x10, 0x20
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _ABORT = 0
-_MAX_UNCOMPRESSED = 256 * 1024 * 1024  # as the broker's own decoder bounds a batch
 
 # One batch for the native decoder: (records, count, base offset, last offset delta, base
 # timestamp, max timestamp, LogAppendTime?, lowest offset wanted, offset past the highest
@@ -69,31 +73,21 @@ def native_columns_loaded() -> bool:
 
 
 class _Batch(NamedTuple):
-    """The fields of a batch header this module uses, and where its records are."""
+    """A whole batch of the answer: its header, and where its records are."""
 
-    base_offset: int
-    next_offset: int
-    attributes: int
-    base_timestamp: int
-    max_timestamp: int
-    producer_id: int
-    record_count: int
+    header: BatchHeader
     records: memoryview
 
 
 def _batches(view: memoryview) -> list[_Batch]:
     """The whole v2 batches at the start of `view`: up to a torn or non-v2 one."""
     batches, at, size = [], 0, len(view)
-    while size - at >= _HEADER.size:
-        (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
-         _producer_epoch, _sequence, count) = _HEADER.unpack_from(view, at)  # fmt: skip
-        end = at + _LOG_OVERHEAD + length
-        if magic != 2 or length < _HEADER.size - _LOG_OVERHEAD or end > size:
+    while size - at >= HEADER_SIZE:
+        header = parse_header(view, at)
+        end = at + header.size
+        if header.magic != MAGIC_V2 or header.batch_length < MIN_BATCH_LENGTH or end > size:
             break
-        records = view[at + _HEADER.size : end]
-        batches.append(
-            _Batch(base, base + last_delta + 1, attributes, base_ts, max_ts, pid, count, records)
-        )
+        batches.append(_Batch(header, view[at + HEADER_SIZE : end]))
         at = end
     return batches
 
@@ -120,50 +114,49 @@ def select(
     aborted_producers: set[int] = set()
     chosen = Selection(position=position)
     for batch in _batches(memoryview(records)):
+        header = batch.header
         if chosen.position >= end:
             break
-        if batch.next_offset <= chosen.position:
+        if header.next_offset <= chosen.position:
             continue
-        if batch.base_offset >= end:  # nothing of the range lies in between
+        if header.base_offset >= end:  # nothing of the range lies in between
             chosen.position = end
             break
-        control = bool(batch.attributes & _CONTROL)
-        if aborted is not None and batch.producer_id >= 0:
-            while pending and pending[0][0] <= batch.next_offset - 1:
+        if aborted is not None and header.has_producer_id:
+            while pending and pending[0][0] <= header.last_offset:
                 aborted_producers.add(heapq.heappop(pending)[1])
-            if control:
+            if header.is_control:
                 if _is_abort_marker(batch):
-                    aborted_producers.discard(batch.producer_id)
-            elif batch.attributes & _TRANSACTIONAL and batch.producer_id in aborted_producers:
-                chosen.position = batch.next_offset
+                    aborted_producers.discard(header.producer_id)
+            elif header.is_transactional and header.producer_id in aborted_producers:
+                chosen.position = header.next_offset
                 continue
-        if not control:
+        if not header.is_control:
             chosen.parts.append(_part(batch, chosen.position, end))
-        chosen.position = batch.next_offset
+        chosen.position = header.next_offset
     return chosen
 
 
 def _is_abort_marker(batch: _Batch) -> bool:
     """A transaction marker's first record's key is a version and a type (0: ABORT)."""
-    key = _Columns(*_decode([_part(batch, batch.base_offset, batch.base_offset + 1)])).keys
+    first = batch.header.base_offset
+    key = _Columns(*_decode([_part(batch, first, first + 1)])).keys
     return len(key) >= _CONTROL_KEY.size and _CONTROL_KEY.unpack_from(key)[1] == _ABORT
 
 
 def _part(batch: _Batch, low: int, high: int) -> Part:
+    header = batch.header
     records: bytes | memoryview = batch.records
-    codec = batch.attributes & _COMPRESSION
-    if codec:  # the decompressor imports the protocol package (kio): only when needed
-        from oncelog.protocol.compression import decompress
-
-        records = decompress(codec, records, _MAX_UNCOMPRESSED)
+    if header.compression:
+        records = decompress(header.compression, records, DECODE_MAX_UNCOMPRESSED_BYTES)
     return (
         records,
-        batch.record_count,
-        batch.base_offset,
-        batch.next_offset - batch.base_offset - 1,
-        batch.base_timestamp,
-        batch.max_timestamp,
-        bool(batch.attributes & _LOG_APPEND_TIME),
+        header.record_count,
+        header.base_offset,
+        header.last_offset_delta,
+        header.base_timestamp,
+        header.max_timestamp,
+        bool(header.timestamp_type),
         low,
         high,
     )
