@@ -1,0 +1,166 @@
+"""A batch read's own Fetch path (`oncelog.spark.fetch`) on a three-broker cluster: each
+range is fetched from its partition's leader, found through a bootstrap server that leads
+none of them, and a leader that moves between two answers hands the rest of the range to
+librdkafka, which reads it from the new leader: every row once, in order.
+
+The leader moves two ways: stopped cleanly (its connection closes), and paused (SIGSTOP)
+until the controller elects another, then resumed with the reader's next Fetch still in
+flight on its connection. Meanwhile records the old leader never sees are written to the
+new one, inside the range: whatever the stale leader answers (its own records, nothing
+at its log end, an error once it learns it follows), the range cannot end on its
+connection."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.spark import consume, fetch, record_columns
+from oncelog.spark.consume import read_range
+from oncelog.spark.offsets import OffsetRange
+from oncelog.spark.options import ReadOptions, parse_read_options
+from oncelog.testing.cluster import LocalCluster
+
+from .spark_helpers import unique
+
+RECORDS = 200
+MORE = 50  # written to the new leader once the old one is gone, inside the range
+TIMEOUT_S = 30
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    config = {"offsets.topic.num.partitions": "1"}  # librdkafka's group: one coordinator
+    with LocalCluster(tmp_path_factory.mktemp("fetch"), brokers=3, config=config) as running:
+        yield running
+
+
+def _topic(cluster: LocalCluster, partitions: int) -> str:
+    """A topic of replication factor 3 whose partitions hold RECORDS records each."""
+    name = unique("fetch-cluster")
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(TIMEOUT_S)
+    for partition in range(partitions):
+        cluster.wait_for_leader(name, partition)
+        _produce(cluster.bootstrap_servers, name, partition, range(RECORDS))
+    return name
+
+
+def _produce(bootstrap: str, topic: str, partition: int, offsets: range) -> None:
+    """Batches of 10 records, each acknowledged by every in-sync replica (acks=all)."""
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in offsets:
+        producer.produce(topic, value=_value(partition, i), partition=partition)
+        if i % 10 == 9:
+            assert producer.flush(TIMEOUT_S) == 0
+    assert producer.flush(TIMEOUT_S) == 0
+
+
+def _value(partition: int, offset: int) -> bytes:
+    return b"p%d-%04d" % (partition, offset)
+
+
+def _options(bootstrap: str, topic: str) -> ReadOptions:
+    return parse_read_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "kafkaConsumer.pollTimeoutMs": "15000",
+        },
+        False,
+    )
+
+
+def _read(
+    options: ReadOptions, topic: str, partition: int, end: int = RECORDS
+) -> list[tuple[int, bytes]]:
+    rows: list[tuple[int, bytes]] = []
+    for batch in read_range(options, OffsetRange(topic, partition, 0, end), "fetch-cluster"):
+        rows.extend(
+            zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
+        )
+    return rows
+
+
+def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
+    raise AssertionError("the range was read through confluent-kafka")
+
+
+def test_each_range_is_fetched_from_its_leader(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = _topic(cluster, partitions=3)
+    leaders = {p: cluster.leader(topic, p) for p in range(3)}
+    # a bootstrap server that leads none of the partitions, if there is one; else any
+    seed = next((b for b in cluster.broker_ids if b not in leaders.values()), 1)
+    assert any(leader != seed for leader in leaders.values())  # the seed is not every leader
+    monkeypatch.setattr(consume, "_consumed", _refuse)
+    options = _options(cluster.address(seed), topic)
+    for partition in range(3):
+        rows = _read(options, topic, partition)
+        assert rows == [(o, _value(partition, o)) for o in range(RECORDS)], partition
+
+
+def _after_answers(k: int, move: Callable[[], None]) -> Callable[..., Any]:
+    """record_columns.arrow_batch, which runs once per Fetch answer, calling `move` after
+    the k-th answer is decoded (the next Fetch is already sent)."""
+    real = record_columns.arrow_batch
+    calls = [0]
+
+    def arrow_batch(*args: Any) -> Any:
+        batch = real(*args)
+        calls[0] += 1
+        if calls[0] == k:
+            move()
+        return batch
+
+    return arrow_batch
+
+
+@pytest.mark.parametrize("how", ["stopped", "paused"])
+def test_a_leader_moving_between_two_answers_hands_the_rest_to_librdkafka(
+    cluster: LocalCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    how: str,
+) -> None:
+    topic = _topic(cluster, partitions=1)
+    leader = cluster.wait_for_leader(topic, 0)
+    seed = next(b for b in cluster.broker_ids if b != leader)
+    others = ",".join(cluster.address(b) for b in cluster.broker_ids if b != leader)
+
+    def move() -> None:
+        if how == "stopped":
+            cluster.terminate(leader)
+            cluster.wait_for_leader(topic, 0, not_in={leader}, timeout_s=TIMEOUT_S)
+            _produce(others, topic, 0, range(RECORDS, RECORDS + MORE))
+        else:  # its ZooKeeper session expires while it sleeps: another replica is elected
+            cluster.pause(leader)
+            try:
+                cluster.wait_for_leader(topic, 0, not_in={leader}, timeout_s=TIMEOUT_S)
+                _produce(others, topic, 0, range(RECORDS, RECORDS + MORE))
+            finally:
+                cluster.resume(leader)
+
+    caplog.set_level(logging.INFO, logger="oncelog.spark.consume")
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(fetch, "FETCH_MAX_BYTES", 100)  # one batch of 10 an answer
+            patched.setattr(record_columns, "arrow_batch", _after_answers(3, move))
+            rows = _read(_options(cluster.address(seed), topic), topic, 0, RECORDS + MORE)
+    finally:
+        if how == "stopped":
+            cluster.restart(leader)
+        cluster.wait_for_brokers(cluster.broker_ids)
+        cluster.wait_until_in_sync(timeout_s=TIMEOUT_S)
+    assert rows == [(o, _value(0, o)) for o in range(RECORDS + MORE)]
+    (line,) = [r.message for r in caplog.records if "librdkafka reads on" in r.message]
+    handed_over_at = int(line.split("reads on: offset ")[1].split(":")[0])
+    # three answers of a batch each came through the Fetch path before the move
+    assert 30 <= handed_over_at <= RECORDS, line
