@@ -8,11 +8,17 @@ until the controller elects another, then resumed with the reader's next Fetch s
 flight on its connection. Meanwhile records the old leader never sees are written to the
 new one, inside the range: whatever the stale leader answers (its own records, nothing
 at its log end, an error once it learns it follows), the range cannot end on its
-connection."""
+connection.
+
+And a topic the brokers' cleaner really compacted (committed and aborted transactions
+among plain records, keys written again and again): the Fetch path alone returns what
+librdkafka returns, row for row, under both isolation levels."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,7 +33,7 @@ from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, parse_read_options
 from oncelog.testing.cluster import LocalCluster
 
-from .spark_helpers import unique
+from .spark_helpers import produce_transaction, unique
 
 RECORDS = 200
 MORE = 50  # written to the new leader once the old one is gone, inside the range
@@ -36,7 +42,11 @@ TIMEOUT_S = 30
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    config = {"offsets.topic.num.partitions": "1"}  # librdkafka's group: one coordinator
+    config = {
+        "offsets.topic.num.partitions": "1",  # librdkafka's group: one coordinator
+        "transaction.state.log.num.partitions": "1",
+        "log.cleaner.backoff.ms": "100",  # the cleaner looks often: the test waits for it
+    }
     with LocalCluster(tmp_path_factory.mktemp("fetch"), brokers=3, config=config) as running:
         yield running
 
@@ -85,6 +95,13 @@ def _read(
         rows.extend(
             zip(batch.column("offset").to_pylist(), batch.column("value").to_pylist(), strict=True)
         )
+    return rows
+
+
+def _all_columns(options: ReadOptions, topic: str, end: int) -> list[tuple[Any, ...]]:
+    rows: list[tuple[Any, ...]] = []
+    for batch in read_range(options, OffsetRange(topic, 0, 0, end), "fetch-cluster"):
+        rows.extend(zip(*(column.to_pylist() for column in batch.columns), strict=True))
     return rows
 
 
@@ -164,3 +181,51 @@ def test_a_leader_moving_between_two_answers_hands_the_rest_to_librdkafka(
     handed_over_at = int(line.split("reads on: offset ")[1].split(":")[0])
     # three answers of a batch each came through the Fetch path before the move
     assert 30 <= handed_over_at <= RECORDS, line
+
+
+COMPACTED = {
+    "cleanup.policy": "compact",
+    "segment.bytes": "2048",
+    "segment.ms": "200",
+    "min.cleanable.dirty.ratio": "0.01",
+}
+
+
+def test_a_topic_the_cleaner_compacted_reads_as_librdkafka_reads_it(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bootstrap = cluster.bootstrap_servers
+    topic = unique("fetch-compacted")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config=COMPACTED)])[topic].result(TIMEOUT_S)
+    cluster.wait_for_leader(topic, 0)
+    plain = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    written, final = 0, {}  # records written; the last committed value of each key
+    for round_ in range(8):  # keys written again and again; a committed and an aborted txn
+        for i in range(30):
+            key, value = b"k%d" % (i % 5), b"r%d-%02d" % (round_, i)
+            plain.produce(topic, key=key, value=value, partition=0)
+            final[key] = value
+        assert plain.flush(TIMEOUT_S) == 0
+        for commit in (True, False):
+            prefix = b"c" if commit else b"a"
+            values = [b"%s%d%d-%02d" % (prefix, i % 5, round_, i) for i in range(10)]
+            produce_transaction(bootstrap, topic, values, commit=commit, partition=0)
+            final.update({v[:3]: v for v in values if commit})  # the helper's key: value[:3]
+        written += 50
+        time.sleep(0.25)  # past segment.ms: the next append rolls the segment
+    end = written + 2 * 8  # and a marker a transaction
+    committed = _options(bootstrap, topic)
+    uncommitted = dataclasses.replace(committed, isolation_level="read_uncommitted")
+    through_librdkafka = dataclasses.replace(uncommitted, own_fetch=False)
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(_all_columns(through_librdkafka, topic, end)) > written // 2:
+        assert time.monotonic() < deadline, "the cleaner did not compact the topic"
+        time.sleep(0.5)
+    for options in (committed, uncommitted):
+        expected = _all_columns(dataclasses.replace(options, own_fetch=False), topic, end)
+        with monkeypatch.context() as patched:
+            patched.setattr(consume, "_consumed", _refuse)
+            assert _all_columns(options, topic, end) == expected, options.isolation_level
+    # what the compacted log says under read_committed: each key's last committed value
+    assert {key: value for key, value, *_ in _all_columns(committed, topic, end)} == final
