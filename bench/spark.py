@@ -513,10 +513,16 @@ def _verify_writes(spark: Any, bootstrap: str, records: int, rounds: int) -> Non
 
 
 def _oncelog_path(_: object) -> str:
-    """Where a Python worker imports oncelog from (PYTHONPATH reaches the workers), and
-    whether its batch reads take their own Fetch path (a tree without the native decoder
-    built reads through librdkafka, silently)."""
+    """Where a Python worker imports oncelog from (PYTHONPATH reaches the workers), whether
+    its batch reads take their own Fetch path (a tree without the native decoder built
+    reads through librdkafka, silently), and the daemon that forked it
+    (`spark.python.daemon.module`: `oncelog.spark.daemon` preloads the worker)."""
+    import os
+
     import oncelog as imported
+
+    argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().split(b"\0")
+    daemon = argv[argv.index(b"-m") + 1].decode() if b"-m" in argv else "none"
 
     try:
         from oncelog.spark.fetch import applies
@@ -525,7 +531,7 @@ def _oncelog_path(_: object) -> str:
     else:
         options = parse_read_options({"kafka.bootstrap.servers": "x:1", "subscribe": "t"}, False)
         path = "yes" if applies(options) else "no"
-    return f"{Path(imported.__file__).parent} (Fetch path: {path})"
+    return f"{Path(imported.__file__).parent} (Fetch path: {path}; daemon: {daemon})"
 
 
 def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
