@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping
 
@@ -114,3 +115,10 @@ def new_sink(bootstrap: str, topic: str, more: Mapping[str, str] | None = None) 
             **(more or {}),
         }
     )
+
+
+def handed_over_at(records: list[logging.LogRecord]) -> int:
+    """The offset from which librdkafka read on after the Fetch path's one hand-over, as
+    `consume.read_range` logs it."""
+    (line,) = [r.getMessage() for r in records if "librdkafka reads on" in r.getMessage()]
+    return int(line.split("reads on: offset ")[1].split(":")[0])

@@ -32,7 +32,7 @@ from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, parse_read_options
 from oncelog.spark.schema import arrow_schema
 
-from .spark_helpers import committed_aborted_committed, create_topic, unique
+from .spark_helpers import committed_aborted_committed, create_topic, handed_over_at, unique
 
 SCHEMA = arrow_schema(False)
 T0 = 1_700_000_000_000
@@ -369,8 +369,7 @@ def test_a_range_handed_over_midway_returns_every_row_once(
             caplog.clear()
             rows = _read(options, topic, 0, 533)
         assert [(r[4], r[1]) for r in rows] == wanted, k
-        (line,) = [r.message for r in caplog.records if "librdkafka reads on" in r.message]
-        handed_over.add(int(line.split("reads on: offset ")[1].split(":")[0]))
+        handed_over.add(handed_over_at(caplog.records))
     # the hand-overs fell inside the range, after rows had come through the Fetch path
     assert len({x for x in handed_over if 0 < x < 533}) >= 4, handed_over
 
