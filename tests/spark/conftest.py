@@ -1,6 +1,8 @@
 """One SparkSession for the whole test session (start-up costs about 5 s), master
 `local[2,3]`: two cores, and a failed task is tried up to three times, as on a cluster.
-Its Python workers are forked by `oncelog.spark.daemon`, as the pipeline's are."""
+Its Python workers are forked by PySpark's own daemon, what users get unless they set
+`spark.python.daemon.module` (tests/spark/test_spark_daemon.py runs the connector under
+`oncelog.spark.daemon`, as `pipeline.job.new_session` sets it)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,6 @@ def spark() -> Iterator[object]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
-    from oncelog.pipeline.job import DAEMON_MODULE
     from oncelog.spark import register
     from oncelog.testing.spark import register_faults
 
@@ -29,7 +30,6 @@ def spark() -> Iterator[object]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
-        .config("spark.python.daemon.module", DAEMON_MODULE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -49,8 +49,6 @@ CUSTOMER_TYPE = "struct<" + ", ".join(f"{name}: {kind}" for name, kind in CUSTOM
 # query is not measured (docs/spark.md, the lookup's bound), hence 1,000 and not 5,000.
 LOOKUP_MAX_CUSTOMERS = 1000
 DEFAULT_SINK_ID = "order-enrichment"
-# PySpark's worker daemon with the connector's modules imported before it forks a worker
-DAEMON_MODULE = "oncelog.spark.daemon"
 
 
 @dataclass
@@ -78,6 +76,7 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
     from pyspark.sql import SparkSession
 
     from oncelog.spark import register
+    from oncelog.spark.daemon import DAEMON_MODULE
 
     session = (
         SparkSession.builder.master(master)
