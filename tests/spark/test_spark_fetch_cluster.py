@@ -51,11 +51,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield running
 
 
-def _topic(cluster: LocalCluster, partitions: int) -> str:
-    """A topic of replication factor 3 whose partitions hold RECORDS records each."""
+def _topic(cluster: LocalCluster, partitions: int, leading: list[int] | None = None) -> str:
+    """A topic of replication factor 3 whose partitions hold RECORDS records each; with
+    `leading`, partition p's preferred replica (its leader) is broker leading[p]."""
     name = unique("fetch-cluster")
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
-    admin.create_topics([NewTopic(name, partitions, 3)])[name].result(TIMEOUT_S)
+    if leading is None:
+        topic = NewTopic(name, partitions, 3)
+    else:
+        brokers = cluster.broker_ids
+        assignment = [[b, *(o for o in brokers if o != b)] for b in leading]
+        topic = NewTopic(name, len(assignment), replica_assignment=assignment)
+    admin.create_topics([topic])[name].result(TIMEOUT_S)
     for partition in range(partitions):
         cluster.wait_for_leader(name, partition)
         _produce(cluster.bootstrap_servers, name, partition, range(RECORDS))
@@ -112,11 +119,10 @@ def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
 def test_each_range_is_fetched_from_its_leader(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    topic = _topic(cluster, partitions=3)
+    seed = 1  # the bootstrap server, which leads none of the partitions
+    topic = _topic(cluster, partitions=3, leading=[2, 3, 2])
     leaders = {p: cluster.leader(topic, p) for p in range(3)}
-    # a bootstrap server that leads none of the partitions, if there is one; else any
-    seed = next((b for b in cluster.broker_ids if b not in leaders.values()), 1)
-    assert any(leader != seed for leader in leaders.values())  # the seed is not every leader
+    assert seed not in leaders.values() and set(leaders.values()) == {2, 3}, leaders
     monkeypatch.setattr(consume, "_consumed", _refuse)
     options = _options(cluster.address(seed), topic)
     for partition in range(3):
