@@ -47,6 +47,7 @@ __all__ = [
     "COMPRESSION_NONE",
     "COMPRESSION_SNAPPY",
     "COMPRESSION_ZSTD",
+    "HEADER_FIELDS",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
     "MAGIC_V2",
@@ -94,6 +95,10 @@ COMPRESSION_LZ4 = codecs.LZ4
 COMPRESSION_ZSTD = codecs.ZSTD
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_FIELDS = _HEADER
+"""The 13 header fields in ``BatchHeader``'s order, for a loop that unpacks them into
+locals without building a ``BatchHeader`` (the Spark reader's walk over fetched batches:
+0.4-0.5 us a batch less, see ``PRODUCER_FIELDS``)."""
 PRODUCER_FIELDS = struct.Struct(">qi9xhi8xqqhi4x")
 """What producer state needs of a stored batch, read from its header without building a
 ``BatchHeader``: base offset, batch length, attributes, last offset delta, max timestamp,

@@ -22,7 +22,7 @@ Batches the log cleaner rewrote are read too: a record's offset is its batch's b
 its own offset delta (compaction leaves gaps), and the position after a batch is its last
 offset + 1 even when its last records were removed (KAFKA-5443).
 
-The batch header and the codecs are `oncelog.protocol.record_batch`'s and
+The batch header's layout and the codecs are `oncelog.protocol.record_batch`'s and
 `oncelog.protocol.compression`'s, which import nothing of kio (Spark's Python workers are
 kept free of it: tests/spark/test_spark_worker_imports.py, tests/protocol/test_kio_free.py).
 """
@@ -39,12 +39,16 @@ import pyarrow as pa
 
 from oncelog.protocol.compression import decompress
 from oncelog.protocol.record_batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
     DECODE_MAX_UNCOMPRESSED_BYTES,
+    HEADER_FIELDS,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC_V2,
     MIN_BATCH_LENGTH,
-    BatchHeader,
-    parse_header,
 )
 from oncelog.spark.schema import KAFKA_TIMESTAMP, SPARK_TIMESTAMP
 
@@ -73,9 +77,15 @@ def native_columns_loaded() -> bool:
 
 
 class _Batch(NamedTuple):
-    """A whole batch of the answer: its header, and where its records are."""
+    """The fields of a batch header this module uses, and where its records are."""
 
-    header: BatchHeader
+    base_offset: int
+    next_offset: int
+    attributes: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
     records: memoryview
 
 
@@ -83,11 +93,15 @@ def _batches(view: memoryview) -> list[_Batch]:
     """The whole v2 batches at the start of `view`: up to a torn or non-v2 one."""
     batches, at, size = [], 0, len(view)
     while size - at >= HEADER_SIZE:
-        header = parse_header(view, at)
-        end = at + header.size
-        if header.magic != MAGIC_V2 or header.batch_length < MIN_BATCH_LENGTH or end > size:
+        (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid,
+         _producer_epoch, _sequence, count) = HEADER_FIELDS.unpack_from(view, at)  # fmt: skip
+        end = at + LOG_OVERHEAD + length
+        if magic != MAGIC_V2 or length < MIN_BATCH_LENGTH or end > size:
             break
-        batches.append(_Batch(header, view[at + HEADER_SIZE : end]))
+        records = view[at + HEADER_SIZE : end]
+        batches.append(
+            _Batch(base, base + last_delta + 1, attributes, base_ts, max_ts, pid, count, records)
+        )
         at = end
     return batches
 
@@ -114,49 +128,48 @@ def select(
     aborted_producers: set[int] = set()
     chosen = Selection(position=position)
     for batch in _batches(memoryview(records)):
-        header = batch.header
         if chosen.position >= end:
             break
-        if header.next_offset <= chosen.position:
+        if batch.next_offset <= chosen.position:
             continue
-        if header.base_offset >= end:  # nothing of the range lies in between
+        if batch.base_offset >= end:  # nothing of the range lies in between
             chosen.position = end
             break
-        if aborted is not None and header.has_producer_id:
-            while pending and pending[0][0] <= header.last_offset:
+        control = bool(batch.attributes & ATTR_CONTROL)
+        if aborted is not None and batch.producer_id >= 0:
+            while pending and pending[0][0] <= batch.next_offset - 1:
                 aborted_producers.add(heapq.heappop(pending)[1])
-            if header.is_control:
+            if control:
                 if _is_abort_marker(batch):
-                    aborted_producers.discard(header.producer_id)
-            elif header.is_transactional and header.producer_id in aborted_producers:
-                chosen.position = header.next_offset
+                    aborted_producers.discard(batch.producer_id)
+            elif batch.attributes & ATTR_TRANSACTIONAL and batch.producer_id in aborted_producers:
+                chosen.position = batch.next_offset
                 continue
-        if not header.is_control:
+        if not control:
             chosen.parts.append(_part(batch, chosen.position, end))
-        chosen.position = header.next_offset
+        chosen.position = batch.next_offset
     return chosen
 
 
 def _is_abort_marker(batch: _Batch) -> bool:
     """A transaction marker's first record's key is a version and a type (0: ABORT)."""
-    first = batch.header.base_offset
-    key = _Columns(*_decode([_part(batch, first, first + 1)])).keys
+    key = _Columns(*_decode([_part(batch, batch.base_offset, batch.base_offset + 1)])).keys
     return len(key) >= _CONTROL_KEY.size and _CONTROL_KEY.unpack_from(key)[1] == _ABORT
 
 
 def _part(batch: _Batch, low: int, high: int) -> Part:
-    header = batch.header
     records: bytes | memoryview = batch.records
-    if header.compression:
-        records = decompress(header.compression, records, DECODE_MAX_UNCOMPRESSED_BYTES)
+    codec = batch.attributes & ATTR_COMPRESSION_MASK
+    if codec:
+        records = decompress(codec, records, DECODE_MAX_UNCOMPRESSED_BYTES)
     return (
         records,
-        header.record_count,
-        header.base_offset,
-        header.last_offset_delta,
-        header.base_timestamp,
-        header.max_timestamp,
-        bool(header.timestamp_type),
+        batch.record_count,
+        batch.base_offset,
+        batch.next_offset - batch.base_offset - 1,
+        batch.base_timestamp,
+        batch.max_timestamp,
+        bool(batch.attributes & ATTR_TIMESTAMP_TYPE),
         low,
         high,
     )
