@@ -117,8 +117,13 @@ def new_sink(bootstrap: str, topic: str, more: Mapping[str, str] | None = None) 
     )
 
 
-def handed_over_at(records: list[logging.LogRecord]) -> int:
-    """The offset from which librdkafka read on after the Fetch path's one hand-over, as
-    `consume.read_range` logs it."""
+def hand_over(records: list[logging.LogRecord]) -> tuple[int, str]:
+    """The offset from which librdkafka read on after the Fetch path's one hand-over, and
+    why, as `consume.read_range` logs it."""
     (line,) = [r.getMessage() for r in records if "librdkafka reads on" in r.getMessage()]
-    return int(line.split("reads on: offset ")[1].split(":")[0])
+    offset, _, reason = line.split("reads on: offset ")[1].partition(": ")
+    return int(offset), reason
+
+
+def handed_over_at(records: list[logging.LogRecord]) -> int:
+    return hand_over(records)[0]
