@@ -24,9 +24,9 @@ from oncelog.pipeline.job import new_session
 TASKS = 24
 
 
-def _worker_state() -> tuple[str, int, int, str]:
-    """In a Python worker: its daemon's module, its pid, the objects frozen and what it
-    imported after the fork."""
+def _worker_state() -> tuple[str, int, int, str, str]:
+    """In a Python worker: its daemon's module, its pid, the objects frozen, what it
+    imported after the fork, and every worker its daemon has forked and not reaped."""
     import gc
     import os
     import sys
@@ -36,7 +36,9 @@ def _worker_state() -> tuple[str, int, int, str]:
     daemon = argv[argv.index(b"-m") + 1].decode()
     preloaded = getattr(sys.modules["__main__"], "PRELOADED", frozenset())
     imported = sorted(set(sys.modules) - preloaded)
-    return daemon, os.getpid(), gc.get_freeze_count(), json.dumps(imported)
+    ppid = os.getppid()
+    siblings = Path(f"/proc/{ppid}/task/{ppid}/children").read_text().split()
+    return daemon, os.getpid(), gc.get_freeze_count(), json.dumps(imported), json.dumps(siblings)
 
 
 class _StateReader(DataSourceReader):
@@ -46,7 +48,7 @@ class _StateReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(i) for i in range(TASKS)]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, str]]:
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, str, str]]:
         yield _worker_state()
 
 
@@ -56,7 +58,7 @@ class WorkerStates(DataSource):
         return "worker_state"
 
     def schema(self) -> str:
-        return "daemon string, pid int, frozen long, imported string"
+        return "daemon string, pid int, frozen long, imported string, forked string"
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _StateReader()

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from oncelog.spark.options import WriteOptions, parse_write_options
+from oncelog.spark.options import ReadOptions, WriteOptions, parse_read_options, parse_write_options
 
 TASK_ROWS = 40  # the rows of `task_batches`
 
@@ -125,5 +125,20 @@ def hand_over(records: list[logging.LogRecord]) -> tuple[int, str]:
     return int(offset), reason
 
 
-def handed_over_at(records: list[logging.LogRecord]) -> int:
-    return hand_over(records)[0]
+def fetch_read_options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
+    """A batch read's options for the Fetch path's tests; a hand-over gone wrong fails
+    within 15 s, not 120."""
+    return parse_read_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            "kafkaConsumer.pollTimeoutMs": "15000",
+            **extra,
+        },
+        False,
+    )
+
+
+def refuse_librdkafka(*args: object) -> Iterator[pa.RecordBatch]:
+    """In place of `consume._consumed`: a range the Fetch path handed over fails the test."""
+    raise AssertionError("the range was read through confluent-kafka")

@@ -36,9 +36,12 @@ def test_the_connector_runs_in_workers_the_daemon_preloaded(bootstrap: str) -> N
     assert sorted(read_all(bootstrap, target)) == values  # written once each
     workers = {
         pid: (daemon, frozen, json.loads(imported))
-        for daemon, pid, frozen, imported in result["workers"]
+        for daemon, pid, frozen, imported, _ in result["workers"]
     }
-    assert len(workers) >= 2  # the connector's read and write workers among them
+    forked = {int(pid) for *_, siblings in result["workers"] for pid in json.loads(siblings)}
+    # every worker of the data sources' daemon reported, those that ran the connector's
+    # read and write tasks among them (Spark keeps its idle workers for a minute)
+    assert len(workers) >= 2 and set(workers) == forked, (sorted(workers), sorted(forked))
     assert {daemon for daemon, _, _ in workers.values()} == {"oncelog.spark.daemon"}
     # the modules' objects: about 48,000 (docs/spark.md); a worker of pyspark.daemon has 0
     assert all(frozen > 10_000 for _, frozen, _ in workers.values())
@@ -51,11 +54,12 @@ def test_a_module_that_does_not_import_is_reported_and_skipped() -> None:
     only what needs the module fails. Its standard output stays Spark's handshake."""
     probe = (
         "import gc, sys\nfrom oncelog.spark import daemon\n"
-        "loaded = daemon.preload(('oncelog.no_such_module', 'json'))\n"
+        "loaded = daemon.preload(('oncelog.no_such_module', 'json', 'this'))\n"
         "print(('json' in loaded, 'oncelog.no_such_module' in loaded, gc.get_freeze_count() > 0))"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
-    assert ast.literal_eval(done.stdout.strip()) == (True, False, True)
+    assert ast.literal_eval(done.stdout) == (True, False, True)  # nothing else on stdout
     assert "oncelog.spark.daemon: oncelog.no_such_module not preloaded" in done.stderr
+    assert "The Zen of Python" in done.stderr  # what `this` prints on import

@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -32,7 +31,14 @@ from oncelog.spark.offsets import OffsetRange
 from oncelog.spark.options import ReadOptions, parse_read_options
 from oncelog.spark.schema import arrow_schema
 
-from .spark_helpers import committed_aborted_committed, create_topic, handed_over_at, unique
+from .spark_helpers import (
+    committed_aborted_committed,
+    create_topic,
+    fetch_read_options,
+    hand_over,
+    refuse_librdkafka,
+    unique,
+)
 
 SCHEMA = arrow_schema(False)
 T0 = 1_700_000_000_000
@@ -239,19 +245,6 @@ def test_malformed_records_are_refused_never_misread() -> None:
         record_columns.arrow_batch([trailing], "t", 0, SCHEMA)
 
 
-def _options(bootstrap: str, topic: str, **extra: str) -> ReadOptions:
-    """A batch read's options; a hand-over gone wrong fails within 15 s, not 120."""
-    return parse_read_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "subscribe": topic,
-            "kafkaConsumer.pollTimeoutMs": "15000",
-            **extra,
-        },
-        False,
-    )
-
-
 def test_only_plain_reads_without_other_client_options_are_fetched_here() -> None:
     boot = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t"}
     plain = parse_read_options(boot, False)
@@ -295,10 +288,10 @@ def test_a_batch_read_fetches_exactly_each_range_itself(
     through confluent-kafka, which must agree row for row."""
     topic, values, committed = _mixed_topic(bootstrap)
     ranges = [(0, 533), (15, 25), (5, 12), (11, 22), (22, 33), (40, 41), (100, 533)]
-    options = _options(bootstrap, topic)
+    options = fetch_read_options(bootstrap, topic)
     fetched = {}
     with monkeypatch.context() as patched:
-        patched.setattr(consume, "_consumed", _refuse)
+        patched.setattr(consume, "_consumed", refuse_librdkafka)
         for start, end in ranges:
             rows = _read(options, topic, start, end)
             assert [(r[4], r[1]) for r in rows] == [
@@ -310,7 +303,7 @@ def test_a_batch_read_fetches_exactly_each_range_itself(
         assert _read(consumed, topic, start, end) == fetched[(start, end)], (start, end)
     # answers of at most one batch each (KIP-74): many Fetches, each sent ahead
     with monkeypatch.context() as patched:
-        patched.setattr(consume, "_consumed", _refuse)
+        patched.setattr(consume, "_consumed", refuse_librdkafka)
         patched.setattr(fetch, "FETCH_MAX_BYTES", 100)
         asked = []
         ask = fetch._Fetcher.ask
@@ -319,9 +312,11 @@ def test_a_batch_read_fetches_exactly_each_range_itself(
             assert _read(options, topic, start, end) == fetched[(start, end)], (start, end)
         assert len(asked) > 2 * len(ranges)
     # the control: read_uncommitted returns the aborted records, through the Fetch path too
-    uncommitted = _options(bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"})
+    uncommitted = fetch_read_options(
+        bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"}
+    )
     with monkeypatch.context() as patched:
-        patched.setattr(consume, "_consumed", _refuse)
+        patched.setattr(consume, "_consumed", refuse_librdkafka)
         assert [r[1] for r in _read(uncommitted, topic, 0, 33)] == values
 
 
@@ -349,7 +344,7 @@ def test_a_range_handed_over_midway_returns_every_row_once(
     has yielded every row below some offset X and librdkafka reads on from X. Each k puts
     the hand-over elsewhere: inside the aborted transaction, on a marker, on the lz4 run."""
     topic, _, committed = _mixed_topic(bootstrap)
-    options = _options(bootstrap, topic)
+    options = fetch_read_options(bootstrap, topic)
     wanted = [(o, v) for o, v in sorted(committed.items())]
     caplog.set_level(logging.INFO, logger="oncelog.spark.consume")
     handed_over = set()
@@ -369,13 +364,9 @@ def test_a_range_handed_over_midway_returns_every_row_once(
             caplog.clear()
             rows = _read(options, topic, 0, 533)
         assert [(r[4], r[1]) for r in rows] == wanted, k
-        handed_over.add(handed_over_at(caplog.records))
+        handed_over.add(hand_over(caplog.records)[0])
     # the hand-overs fell inside the range, after rows had come through the Fetch path
     assert len({x for x in handed_over if 0 < x < 533}) >= 4, handed_over
-
-
-def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
-    raise AssertionError("the range was read through confluent-kafka")
 
 
 def test_a_range_whose_records_are_gone_is_handed_to_librdkafka(
@@ -393,11 +384,11 @@ def test_a_range_whose_records_are_gone_is_handed_to_librdkafka(
         future.result(30)
     caplog.set_level(logging.INFO, logger="oncelog.spark.consume")
     with pytest.raises(DataLossError):
-        _read(_options(bootstrap, topic), topic, 0, 100)
+        _read(fetch_read_options(bootstrap, topic), topic, 0, 100)
     assert (
         "librdkafka reads on: offset 0: Fetch answered error code 1" in caplog.text
     )  # OFFSET_OUT_OF_RANGE
-    lenient = _options(bootstrap, topic, failOnDataLoss="false")
+    lenient = fetch_read_options(bootstrap, topic, failOnDataLoss="false")
     assert [r[4] for r in _read(lenient, topic, 0, 100)] == list(range(50, 100))
 
 
@@ -409,8 +400,8 @@ def test_the_leader_is_found_through_the_first_bootstrap_server_that_answers(
     for i in range(10):
         producer.produce(topic, value=b"%d" % i, partition=0)
     assert producer.flush(30) == 0
-    monkeypatch.setattr(consume, "_consumed", _refuse)
-    options = _options(f"127.0.0.1:1,{bootstrap}", topic)  # nothing listens on port 1
+    monkeypatch.setattr(consume, "_consumed", refuse_librdkafka)
+    options = fetch_read_options(f"127.0.0.1:1,{bootstrap}", topic)  # nothing listens on port 1
     assert [r[4] for r in _read(options, topic, 0, 10)] == list(range(10))
 
 
@@ -432,7 +423,9 @@ def test_a_peer_that_does_not_speak_kafka_is_left_to_librdkafka(bootstrap: str) 
         answering.start()
         with pytest.raises(fetch.FetchUnavailable, match="announced an answer of 352"):
             list(
-                fetch.read_range(_options(f"127.0.0.1:{port}", topic), OffsetRange(topic, 0, 0, 10))
+                fetch.read_range(
+                    fetch_read_options(f"127.0.0.1:{port}", topic), OffsetRange(topic, 0, 0, 10)
+                )
             )
         answering.join(10)
 

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -30,10 +29,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.spark import consume, fetch, record_columns
 from oncelog.spark.consume import read_range
 from oncelog.spark.offsets import OffsetRange
-from oncelog.spark.options import ReadOptions, parse_read_options
+from oncelog.spark.options import ReadOptions
 from oncelog.testing.cluster import LocalCluster
 
-from .spark_helpers import hand_over, produce_transaction, unique
+from .spark_helpers import (
+    fetch_read_options,
+    hand_over,
+    produce_transaction,
+    refuse_librdkafka,
+    unique,
+)
 
 RECORDS = 200
 MORE = 50  # written to the new leader once the old one is gone, inside the range
@@ -83,17 +88,6 @@ def _value(partition: int, offset: int) -> bytes:
     return b"p%d-%04d" % (partition, offset)
 
 
-def _options(bootstrap: str, topic: str) -> ReadOptions:
-    return parse_read_options(
-        {
-            "kafka.bootstrap.servers": bootstrap,
-            "subscribe": topic,
-            "kafkaConsumer.pollTimeoutMs": "15000",
-        },
-        False,
-    )
-
-
 def _read(
     options: ReadOptions, topic: str, partition: int, end: int = RECORDS
 ) -> list[tuple[int, bytes]]:
@@ -112,10 +106,6 @@ def _all_columns(options: ReadOptions, topic: str, end: int) -> list[tuple[Any, 
     return rows
 
 
-def _refuse(*args: object) -> Iterator[pa.RecordBatch]:
-    raise AssertionError("the range was read through confluent-kafka")
-
-
 def test_each_range_is_fetched_from_its_leader(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -123,8 +113,8 @@ def test_each_range_is_fetched_from_its_leader(
     topic = _topic(cluster, partitions=3, leading=[2, 3, 2])
     leaders = {p: cluster.leader(topic, p) for p in range(3)}
     assert seed not in leaders.values() and set(leaders.values()) == {2, 3}, leaders
-    monkeypatch.setattr(consume, "_consumed", _refuse)
-    options = _options(cluster.address(seed), topic)
+    monkeypatch.setattr(consume, "_consumed", refuse_librdkafka)
+    options = fetch_read_options(cluster.address(seed), topic)
     for partition in range(3):
         rows = _read(options, topic, partition)
         assert rows == [(o, _value(partition, o)) for o in range(RECORDS)], partition
@@ -176,7 +166,7 @@ def test_a_leader_moving_between_two_answers_hands_the_rest_to_librdkafka(
         with monkeypatch.context() as patched:
             patched.setattr(fetch, "FETCH_MAX_BYTES", 100)  # one batch of 10 an answer
             patched.setattr(record_columns, "arrow_batch", _after_answers(3, move))
-            rows = _read(_options(cluster.address(seed), topic), topic, 0, RECORDS + MORE)
+            rows = _read(fetch_read_options(cluster.address(seed), topic), topic, 0, RECORDS + MORE)
     finally:
         if how == "stopped":
             cluster.restart(leader)
@@ -223,7 +213,7 @@ def test_a_topic_the_cleaner_compacted_reads_as_librdkafka_reads_it(
         written += 50
         time.sleep(0.25)  # past segment.ms: the next append rolls the segment
     end = written + 2 * 8  # and a marker a transaction
-    committed = _options(bootstrap, topic)
+    committed = fetch_read_options(bootstrap, topic)
     uncommitted = dataclasses.replace(committed, isolation_level="read_uncommitted")
     through_librdkafka = dataclasses.replace(uncommitted, own_fetch=False)
     deadline = time.monotonic() + TIMEOUT_S
@@ -233,7 +223,7 @@ def test_a_topic_the_cleaner_compacted_reads_as_librdkafka_reads_it(
     for options in (committed, uncommitted):
         expected = _all_columns(dataclasses.replace(options, own_fetch=False), topic, end)
         with monkeypatch.context() as patched:
-            patched.setattr(consume, "_consumed", _refuse)
+            patched.setattr(consume, "_consumed", refuse_librdkafka)
             assert _all_columns(options, topic, end) == expected, options.isolation_level
     # what the compacted log says under read_committed: each key's last committed value
     assert {key: value for key, value, *_ in _all_columns(committed, topic, end)} == final

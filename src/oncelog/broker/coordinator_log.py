@@ -149,18 +149,15 @@ class InternalTopicLog:
         return replay_partition(self._partition(partition), shard)
 
 
-def offline_on_io_error(partition: Partition) -> _OfflineOnIOError:
+class offline_on_io_error:  # named as the context manager it is (as contextlib.suppress)
     """Around a coordinator's append: an ``OSError`` takes the partition's log offline until
     the restart, also when the log cut the failed write back and could have stayed online.
     The coordinator runtime cannot tell what such a write left, so it treats the partition
     as out until the restart (broker/coordinator_runtime.py); an offline log is what a
     cluster moves to another replica (Kafka takes the log directory offline on any I/O
-    error), so the coordinator moves with it instead of staying out on this broker."""
-    return _OfflineOnIOError(partition)
+    error), so the coordinator moves with it instead of staying out on this broker.
 
-
-class _OfflineOnIOError:
-    """``offline_on_io_error``'s context manager: a class, not a generator, as it wraps
+    A class, not a generator context manager, and no factory function before it: it wraps
     every coordinator record and marker appended (issue 12: Python calls per transaction)."""
 
     __slots__ = ("partition",)

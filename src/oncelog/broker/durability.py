@@ -158,12 +158,13 @@ class GroupCommitFlusher:
         self,
         partition: Partition,
         state: _Partition,
-        durable: int | None,
+        _durable: int | None,
         error: BaseException | None,
     ) -> None:
-        """On the loop, with an fsync's outcome: answer its waiters, then go on."""
+        """On the loop, with an fsync's outcome: answer its waiters, then go on. What the
+        flush returned (its recovery point) is not used: ``_answer`` reads the log's."""
         try:
-            self._answer(partition, state, durable, error)
+            self._answer(partition, state, error)
         except Exception:  # a bug of ours must not leave the chain half-way (see _next)
             log.exception("answering the waiters of %r failed", partition)
             _fail(state, KafkaError(ErrorCode.request_timed_out, "not known to be flushed"))
@@ -178,7 +179,6 @@ class GroupCommitFlusher:
         self,
         partition: Partition,
         state: _Partition,
-        durable: int | None,
         error: BaseException | None,
     ) -> None:
         """Answer the waiters the fsync covered, or fail them all when it failed."""
@@ -201,12 +201,11 @@ class GroupCommitFlusher:
             self.fsync_rounds += 1
             _fail(state, KafkaError(ErrorCode.unknown_topic_or_partition, "deleted"))
         else:
-            assert durable is not None
             self.fsync_rounds += 1
-            # A cut since the fsync ended (on the loop, before this callback) lowered the
-            # recovery point; records appended after it are not what the fsync covered.
-            covered = min(durable, partition.log.recovery_point)
-            state.waiters = _answer_covered(state.waiters, covered)
+            # The log's recovery point as the loop sees it now, not the fsync's answer: it
+            # covers only fsynced offsets, and a cut since the fsync ended (on the loop,
+            # before this callback) lowered it below records appended after the cut.
+            state.waiters = _answer_covered(state.waiters, partition.log.recovery_point)
 
 
 def _fail(state: _Partition, error: KafkaError) -> None:

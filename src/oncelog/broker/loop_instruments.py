@@ -19,9 +19,10 @@ import math
 import time
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Generic, TypeVar
 
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 S = TypeVar("S")
@@ -81,10 +82,6 @@ class _Family(Generic[S]):
     def _new_series(self) -> S:
         raise NotImplementedError
 
-    def _labelled(self) -> Iterator[tuple[dict[str, str], S]]:
-        for key, series in self._series.items():
-            yield dict(zip(self.labelnames, key, strict=True)), series
-
 
 class CounterFamily(_Family[LoopCounter]):
     """A counter with labels."""
@@ -93,10 +90,9 @@ class CounterFamily(_Family[LoopCounter]):
         return LoopCounter()
 
     def collect(self) -> Iterator[Metric]:
-        metric = Metric(self.name, self.documentation, "counter")
-        for labels, series in self._labelled():
-            metric.add_sample(self.name + "_total", labels, series.value)
-            metric.add_sample(self.name + "_created", labels, series.created)
+        metric = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for key, series in self._series.items():
+            metric.add_metric(key, series.value, created=series.created)
         yield metric
 
 
@@ -123,14 +119,11 @@ class HistogramFamily(_Family[LoopHistogram]):
         return LoopHistogram(self.bounds)
 
     def collect(self) -> Iterator[Metric]:
-        metric = Metric(self.name, self.documentation, "histogram")
-        for labels, series in self._labelled():
-            total = 0
-            for bound, count in zip(self.bounds, series.counts, strict=True):
-                total += count
-                bucket = {**labels, "le": floatToGoString(bound)}
-                metric.add_sample(self.name + "_bucket", bucket, float(total))
-            metric.add_sample(self.name + "_count", labels, float(total))
-            metric.add_sample(self.name + "_sum", labels, series.sum)
+        metric = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        bounds = [floatToGoString(bound) for bound in self.bounds]
+        for key, series in self._series.items():
+            cumulative = [float(total) for total in accumulate(series.counts)]
+            metric.add_metric(key, list(zip(bounds, cumulative, strict=True)), series.sum)
+            labels = dict(zip(self.labelnames, key, strict=True))
             metric.add_sample(self.name + "_created", labels, series.created)
         yield metric

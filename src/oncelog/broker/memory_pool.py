@@ -46,8 +46,9 @@ class RequestMemoryPool:
     def try_reserve(self, size: int) -> bool:
         """Reserve `size` bytes if they fit now."""
         capacity = self.capacity
-        # Charged as is, its share the whole pool (``_charged_as_is``, written out: every
-        # request but a large one comes here, and a call costs more than the test).
+        # A frame of an unbounded pool, or a small one that fits it, is charged its own
+        # size and its share is the whole pool (``_charge``, ``_share``): written out,
+        # as every request but a large one comes here and a call costs more than the test.
         if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
             if capacity is not None and self.reserved + size > capacity:
                 return False
@@ -76,7 +77,7 @@ class RequestMemoryPool:
     def release(self, size: int) -> None:
         capacity = self.capacity
         if capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity):
-            self.reserved -= size  # ``_charged_as_is``, written out as in ``try_reserve``
+            self.reserved -= size  # charged its own size: written out as in ``try_reserve``
         else:
             self.reserved -= self._charge(size)
         assert self.reserved >= 0, "released more request bytes than were reserved"
@@ -100,15 +101,7 @@ class RequestMemoryPool:
     def _charge(self, size: int) -> int:
         """What a frame of `size` counts for: its size, or its whole share if larger (a
         frame too large for its share is granted alone, see the module docstring)."""
-        if self._charged_as_is(size):
-            return size
-        return min(size, self._share(size))
-
-    def _charged_as_is(self, size: int) -> bool:
-        """A frame that counts for its own size and may fill the whole pool (its share is
-        the capacity): any frame of an unbounded pool, else a small one that fits in it."""
-        capacity = self.capacity
-        return capacity is None or (size <= SMALL_REQUEST_BYTES and size <= capacity)
+        return size if self.capacity is None else min(size, self._share(size))
 
     @property
     def waiting(self) -> int:

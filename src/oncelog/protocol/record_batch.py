@@ -34,7 +34,7 @@ from oncelog.protocol import errors
 from oncelog.protocol.errors import KafkaError
 
 if TYPE_CHECKING:
-    from kio.schema.errors import ErrorCode
+    from oncelog.protocol.errors import ErrorCode
 
 __all__ = [
     "ATTR_COMPRESSION_MASK",

@@ -8,17 +8,18 @@ start threads on import). So every new worker imports `pyspark.worker` and the s
 from `pyspark.zip`, which Spark puts first on the workers' path and which has no bytecode
 (compiled again in every worker), then pyarrow, confluent-kafka and the connector when its
 first task unpickles the data source. `bench/worker_start.py` measures it without Spark:
-a child of `pyspark.daemon` spends 0.3-0.4 s of CPU importing them on a quiet machine, one
-of this daemon nothing (docs/spark.md, Performance). Spark starts new workers whenever more
+a child of `pyspark.daemon` spent 273 ms of CPU importing them (259 ms of wall time; load
+0.6), one of this daemon 0.1 ms (docs/spark.md, Performance). Spark starts new workers whenever more
 tasks run at once than it has idle ones, and for every retry of a failed task.
 
 This daemon imports those modules once, then freezes what they allocated out of the
 garbage collector's reach (`gc.freeze`), and runs PySpark's own daemon loop. A forked
 worker starts with them imported, and the `gc.collect()` PySpark's daemon loop runs after
 every task walks only what the tasks allocated, not the ~48,000 objects of the modules
-(13-27 ms a collection in `bench/worker_start.py`, after every task of every worker).
-What it costs: the daemon holds the modules resident (VmRSS 88 MiB against 42 MiB after
-`import pyspark.daemon`, one process; shared copy-on-write with its children), and a
+(14.0 ms [12.7-16.5] a collection in that run, after every task of every worker, once the
+task has ended). What it costs: the daemon holds the modules resident (VmRSS 83 MiB
+against 30 MiB after `import pyspark.daemon` alone, one process, docs/spark.md; shared
+copy-on-write with its children), and a
 frozen object that becomes cyclic garbage in a worker is never collected (bounded by the
 frozen objects; they do not grow).
 

@@ -320,7 +320,11 @@ def _copy_batch(
         stats.records_kept += len(kept)
     written = parse_header(out)
     cleaned.append(
-        out, written.base_offset, written.last_offset, written.max_timestamp, written.max_timestamp
+        out,
+        written.base_offset,
+        written.last_offset,
+        written.max_timestamp,
+        now_ms=written.max_timestamp,  # its segment rolls by its batches' own time, as before
     )
     stats.batches_written += 1
     stats.bytes_written += len(out)
