@@ -97,11 +97,11 @@ class GroupCommitFlusher:
 
     def cut(self, partition: Partition, kept_below: int | None) -> None:
         """A follower cut the partition's log below ``kept_below`` (None: it dropped the
-        whole log and started over): fail the waiters for offsets it removed with
-        NOT_LEADER_OR_FOLLOWER, the answer of a leadership that ended. Left waiting, such
-        a waiter kept fsyncs of a log with nothing to sync going round (``_next`` hands
-        off while anyone waits), held up ``stop``, and would have been answered once
-        other records filled its offsets again."""
+        whole log and started over, or the replica moved away): fail the waiters for
+        offsets it removed with NOT_LEADER_OR_FOLLOWER, the answer of a leadership that
+        ended. Left waiting, such a waiter kept fsyncs of a log with nothing to sync going
+        round (``_next`` hands off while anyone waits), held up ``stop``, and would have
+        been answered once other records filled its offsets again."""
         state = self._partitions.get(partition)
         if state is None:
             return

@@ -668,6 +668,10 @@ class ReplicaManager:
             log.info("deleting the replica of %s-%d (topic deleted)", *key)
             replica.partition.log.delete()
         else:
+            # Moved to other brokers: the topic lives on, so a waiter is told what Kafka
+            # tells a DelayedProduce on a partition no longer hosted, NOT_LEADER_OR_FOLLOWER
+            # (the closed log would answer UNKNOWN_TOPIC_OR_PARTITION, a deleted topic's).
+            self.flusher.cut(replica.partition, None)
             replica.partition.close()
 
     def _fetcher(self, leader: int) -> ReplicaFetcher:
