@@ -19,26 +19,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import crc32c
-
 # The batch layout and varint codec are record_batch's (private there): shared, not repeated.
 from oncelog.protocol import compression as codecs
 from oncelog.protocol.record_batch import (
-    _ATTRIBUTES_OFFSET,
-    _CRC_OFFSET,
-    _HEADER,
-    _U32,
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
     COMPRESSION_NONE,
     DECODE_MAX_UNCOMPRESSED_BYTES,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     BatchHeader,
     _read_bytes,
     _read_varint,
     _write_varint,
     parse_header,
+)
+from oncelog.protocol.record_batch import (
+    _assemble as _assemble_batch,
 )
 
 __all__ = ["RawRecord", "empty_batch", "read_raw_records", "retained_batch"]
@@ -133,15 +129,8 @@ def empty_batch(header: BatchHeader) -> bytes:
 def _assemble(
     header: BatchHeader, attributes: int, base_ts: int, max_ts: int, count: int, payload: bytes
 ) -> bytes:
-    out = bytearray(HEADER_SIZE) + payload
-    _HEADER.pack_into(
-        out,
-        0,
-        header.base_offset,
-        len(out) - LOG_OVERHEAD,
-        header.partition_leader_epoch,
-        header.magic,
-        0,
+    """``header``'s batch with new records: offsets, producer fields and leader epoch kept."""
+    return _assemble_batch(
         attributes,
         header.last_offset_delta,
         base_ts,
@@ -150,9 +139,10 @@ def _assemble(
         header.producer_epoch,
         header.base_sequence,
         count,
+        payload,
+        header.base_offset,
+        header.partition_leader_epoch,
     )
-    _U32.pack_into(out, _CRC_OFFSET, crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
-    return bytes(out)
 
 
 def _decompress(codec: int, data: memoryview) -> bytes | memoryview:
