@@ -292,33 +292,37 @@ def test_cleaner_matches_model(rounds: list[tuple[list[tuple], int]]) -> None:
         directory = Path(tmp)
         writer = Writer(directory / "t-0")
         shadow = Writer(directory / "shadow-0")
-        dirty_from = 0
-        for ops, pause in rounds:
-            for op in ops:
-                writer.apply(op)
-                shadow.apply(op)
-            writer.now += pause + 20
-            writer.log.maybe_roll(writer.now)  # all so far becomes cleanable (LSO allowing)
-            current = read_back(writer.log)
-            end_before = writer.log.log_end_offset
-            result = clean_now(writer.partition, writer.now, KEY_MAP_BYTES)
-            if result is None:
-                continue
-            expected = model_pass(
-                current,
-                dirty_from=dirty_from,
-                end=result.end_offset,
-                now=writer.now,
-                keep=kept_for_producers(writer.partition),
-                group_last=group_last_bases(current, result),
-            )
-            _note_coverage(current, expected)
-            cleaned = read_back(writer.log)
-            assert without_segments(cleaned) == without_segments(expected)
-            assert writer.log.log_end_offset == end_before
-            _check_consumer_view(read_back(shadow.log), cleaned, result.end_offset, writer.log)
-            dirty_from = result.end_offset
-        _check_producers(writer, directory / "t-0")
+        try:
+            dirty_from = 0
+            for ops, pause in rounds:
+                for op in ops:
+                    writer.apply(op)
+                    shadow.apply(op)
+                writer.now += pause + 20
+                writer.log.maybe_roll(writer.now)  # all so far becomes cleanable (LSO allowing)
+                current = read_back(writer.log)
+                end_before = writer.log.log_end_offset
+                result = clean_now(writer.partition, writer.now, KEY_MAP_BYTES)
+                if result is None:
+                    continue
+                expected = model_pass(
+                    current,
+                    dirty_from=dirty_from,
+                    end=result.end_offset,
+                    now=writer.now,
+                    keep=kept_for_producers(writer.partition),
+                    group_last=group_last_bases(current, result),
+                )
+                _note_coverage(current, expected)
+                cleaned = read_back(writer.log)
+                assert without_segments(cleaned) == without_segments(expected)
+                assert writer.log.log_end_offset == end_before
+                _check_consumer_view(read_back(shadow.log), cleaned, result.end_offset, writer.log)
+                dirty_from = result.end_offset
+            _check_producers(writer, directory / "t-0")
+        finally:  # written files left open would crowd the process-wide file cache
+            writer.log.close()
+            shadow.log.close()
 
 
 def group_last_bases(current: list[Batch], result: CleaningResult) -> set[int]:
