@@ -36,3 +36,19 @@ class KafkaError(Exception):
         self.code = code
         self.message = message or code.name.replace("_", " ")
         super().__init__(f"{code.name.upper()}: {self.message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as what it holds, not as a call of its constructor with ``args``:
+        ``args`` is the formatted text, and subclasses take other parameters (a codec, a
+        message alone), so the default pickling raised on load. A worker process hands
+        its error to its parent this way (multiprocessing, concurrent.futures)."""
+        return (_unpickled, (type(self), self.args, self.__dict__))
+
+
+def _unpickled(
+    cls: type[KafkaError], args: tuple[object, ...], state: dict[str, object]
+) -> KafkaError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
