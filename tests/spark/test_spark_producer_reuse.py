@@ -6,9 +6,11 @@ controls show the duplicates without the protocol: at_least_once, and the claims
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
@@ -22,6 +24,7 @@ from oncelog.spark.writer import (
     SinkCommitMessage,
     SinkGuaranteeError,
     TaskAttempt,
+    WriterLostConnection,
     _ClaimFenced,
     _ClusterSteps,
     write_task,
@@ -259,6 +262,41 @@ def test_a_writer_that_lost_its_broker_connection_is_not_reused(
         assert any(isinstance(o, ClientCallStuck) for o in outcomes) is not watched, outcomes
         expected = {b"b%d-r%02d" % (batch, i) for batch in range(2) for i in range(ROWS)}
         assert Counter(read_all(bootstrap, topic)) == dict.fromkeys(expected, 2)  # one a slot
+
+
+@pytest.mark.parametrize("checked", [True, False])
+def test_a_writer_whose_broker_restarts_during_a_task_fails_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checked: bool
+) -> None:
+    """A kept writer (its group coordinator cached) whose broker restarts between two of
+    the task's input batches: the task fails before send_offsets_to_transaction and the
+    retry writes with a new writer. The control, the lost connection not noticed: the call
+    hangs on the cached coordinator (librdkafka #5456, #5511) until the sink gives up on
+    it (after 70 s; 8 s here), as the demo's broker restart did in 3 of 7 runs."""
+    import oncelog.spark.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "SEND_OFFSETS_BOUND_S", 8.0)
+    if not checked:
+        monkeypatch.setattr(ConnectionWatch, "on_error", lambda self, error: None)
+    with BrokerProcess(tmp_path / "broker", {"num.partitions": "1"}) as broker:
+        bootstrap = broker.bootstrap_servers
+        topic = create_topic(bootstrap, unique("mid-task"), partitions=1)
+        options = _sink(bootstrap, topic)
+        worker = ClientPool()
+        _write(options, worker, 0)  # the kept writer has looked its group coordinator up
+
+        def restarting_midway() -> Iterator[pa.RecordBatch]:
+            first, *rest = _rows(1)
+            yield first
+            broker.restart()  # same port: the writer's connections break
+            yield from rest
+
+        with pytest.raises(WriterLostConnection if checked else ClientCallStuck):
+            write_task(options, TaskAttempt(0, 0, 1), restarting_midway(), None, worker)
+        retry = _write(options, worker, 1, attempt=1)  # Spark's retry
+        assert retry.new_producer and retry.rows == ROWS
+        expected = {b"b%d-r%02d" % (batch, i) for batch in range(2) for i in range(ROWS)}
+        assert Counter(read_all(bootstrap, topic)) == dict.fromkeys(expected, 1)
 
 
 @pytest.mark.parametrize("checked", [True, False])

@@ -56,6 +56,11 @@ class ClientCallStuck(RuntimeError):
     """A client call did not return within its own timeout plus a grace period."""
 
 
+class WriterLostConnection(RuntimeError):
+    """The task's writer lost a broker connection before it added its progress: the
+    task fails at once, and Spark's retry writes with a new writer (see `_send_progress`)."""
+
+
 STUCK_GRACE_S = 10.0  # beyond the call's own timeout
 SEND_OFFSETS_BOUND_S = TRANSACTION_TIMEOUT_S + STUCK_GRACE_S
 
@@ -66,10 +71,11 @@ def _bounded(call: Callable[[], object], timeout_s: float, what: str) -> None:
     librdkafka's send_offsets_to_transaction can ignore its timeout and wait forever
     (librdkafka issues #5456 and #5511; seen here with a kept producer whose group
     coordinator went away in a broker restart: `producers.ConnectionWatch` now replaces
-    such a writer before its next task, so this bound is left for a connection lost in the
-    middle of a task). Given up on, the call keeps its thread and
-    its producer, which is retired: the task fails, and the slot's next attempt fences the
-    stuck writer's claim, which aborts its transaction.
+    such a writer before its next task, and `_send_progress` fails a task whose writer lost
+    a connection during it, so this bound is left for a connection lost while the call
+    runs). Given up on, the call keeps its thread and its producer, which is retired: the
+    task fails, and the slot's next attempt fences the stuck writer's claim, which aborts
+    its transaction.
     """
     outcome: list[BaseException | None] = []
 
@@ -581,7 +587,21 @@ def _send_progress(
     rows: int,
 ) -> None:
     """Add the slot's progress, with the attempt's claim, to the open transaction (a
-    TxnOffsetCommit)."""
+    TxnOffsetCommit).
+
+    Not with a writer that lost a broker connection during the task (a broker restarted
+    under it): librdkafka's send_offsets_to_transaction then waits on the group
+    coordinator it had cached, whatever its timeout (librdkafka #5456, #5511), until
+    `_bounded` gives up after 70 s; the demo's broker restart hit it in 3 of 7 runs
+    (117-121 s against 47-52 s). Failing the task here costs Spark one retry. A
+    connection lost while the call runs is still left to `_bounded`."""
+    writer.producer.poll(0)  # serves the connection errors it met (its error_cb)
+    if writer.connections.lost:
+        raise WriterLostConnection(
+            f"sink writer {writer.transactional_id} lost a broker connection during the "
+            "task; its send_offsets_to_transaction could wait on a stale group coordinator "
+            "(librdkafka #5456, #5511): the task fails and Spark's retry uses a new writer"
+        )
     now_ms = int(time.time() * 1000)
     metadata = proceed.decision.metadata(
         proceed.progress, task.partition, rows, writer.transactional_id, proceed.claim, now_ms
