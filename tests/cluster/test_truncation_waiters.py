@@ -3,10 +3,11 @@
 A demoted leader's acks=all appends and coordinator writes may still wait on the
 group-commit flusher when the new leader's log makes this broker cut its diverged tail
 (`ReplicaManager.truncate`) or drop its whole log (`restart_log_at`), or when the replica
-is dropped because its topic moved to other brokers or was deleted. The replica manager
-tells the flusher (`GroupCommitFlusher.cut`, tested on its own in
-tests/broker/test_group_commit_flusher.py); these tests pin that each path does. No
-ZooKeeper: an idle node, a real partition log, stand-ins for the rest of the partition.
+is dropped (its topic moved to other brokers or was deleted, or the broker stops). The
+replica manager tells the flusher (`GroupCommitFlusher.cut`, also tested on its own in
+tests/broker/test_group_commit_flusher.py, and `GroupCommitFlusher.drop`); these tests pin
+that each path does, with Kafka's answer. No ZooKeeper: an idle node, a real partition
+log, stand-ins for the rest of the partition.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class _Partition:
 
     def check_offline(self) -> None:
         """The flusher's hook after a failed fsync: none fail here."""
+
+    @property
+    def high_watermark(self) -> int:
+        return 0
 
     def close(self) -> None:
         self.log.close()
@@ -79,17 +84,17 @@ def test_both_cuts_of_a_follower_fail_the_waiters_of_what_they_removed(
 
 
 @pytest.mark.parametrize(
-    ("assigned", "expected"),
+    ("how", "expected"),
     [
-        # Kafka's answer for a partition no longer hosted whose topic lives on (without
-        # the cut, the closed log's UNKNOWN_TOPIC_OR_PARTITION)
-        ({"t": SimpleNamespace(replicas={0: [2, 3]})}, ErrorCode.not_leader_or_follower),
-        ({}, ErrorCode.unknown_topic_or_partition),  # the topic was deleted
+        # Kafka's answer for a partition no longer hosted whose topic lives on (left to the
+        # flusher's next round, the closed log's UNKNOWN_TOPIC_OR_PARTITION)
+        ("moved-away", ErrorCode.not_leader_or_follower),
+        ("deleted", ErrorCode.unknown_topic_or_partition),
+        ("broker-stopping", ErrorCode.not_leader_or_follower),
     ],
-    ids=["moved-away", "deleted"],
 )
 def test_a_dropped_replica_fails_its_waiters_as_kafka_answers(
-    tmp_path: Path, assigned: dict[str, Any], expected: ErrorCode
+    tmp_path: Path, how: str, expected: ErrorCode
 ) -> None:
     async def scenario() -> None:
         log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
@@ -97,15 +102,19 @@ def test_a_dropped_replica_fails_its_waiters_as_kafka_answers(
         partition = _Partition(log)
         replica: Any = SimpleNamespace(partition=partition, role=None, key=("t", 0))
         node = idle_node()
-        node.cache.topics = assigned
+        if how == "moved-away":
+            node.cache.topics = {"t": SimpleNamespace(replicas={0: [2, 3]})}
         flusher = GroupCommitFlusher()
         flusher.start()
         manager = ReplicaManager(node, tmp_path, flusher, clean_start=True)  # type: ignore[arg-type]
         manager.replicas[("t", 0)] = replica
         try:
             waiting = flusher.wait_durable(partition, 20)  # type: ignore[arg-type]
-            manager._reconcile(("t", 0))  # what a metadata change without this broker runs
-            assert ("t", 0) not in manager.replicas
+            if how == "broker-stopping":
+                await manager.stop()
+            else:
+                manager._reconcile(("t", 0))  # a metadata change without this broker runs it
+                assert ("t", 0) not in manager.replicas
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(waiting, 5)
             assert raised.value.code == expected

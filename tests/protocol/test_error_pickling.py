@@ -1,7 +1,8 @@
 """Kafka errors cross a process boundary intact (pickle, as multiprocessing sends them).
 
-Exception's default pickling calls the class with ``args``, the formatted text: every
-class here raised on load (KafkaError wants an ErrorCode, CorruptPayload a codec).
+Exception's default pickling calls the class with ``args``, the formatted text: each class
+here but MalformedRecords raised on load (KafkaError wants an ErrorCode, CorruptPayload a
+codec), and MalformedRecords came back with its message prefixed twice.
 """
 
 from __future__ import annotations

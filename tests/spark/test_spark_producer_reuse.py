@@ -225,6 +225,19 @@ def test_a_slot_idle_beyond_the_retention_of_its_claims_writes_again(
         assert len(read_all(bootstrap, topic)) == 5 * ROWS
 
 
+def _restart_scenario(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watched: bool
+) -> BrokerProcess:
+    """The broker of a restart scenario (not started); the sink gives up on a stuck call
+    after 8 s, not 70; unless `watched`, no writer notices a lost connection (the control)."""
+    import oncelog.spark.writer as writer_module
+
+    monkeypatch.setattr(writer_module, "SEND_OFFSETS_BOUND_S", 8.0)
+    if not watched:
+        monkeypatch.setattr(ConnectionWatch, "on_error", lambda self, error: None)
+    return BrokerProcess(tmp_path / "broker", {"num.partitions": "1"})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("watched", [True, False])
 def test_a_writer_that_lost_its_broker_connection_is_not_reused(
@@ -234,12 +247,7 @@ def test_a_writer_that_lost_its_broker_connection_is_not_reused(
     control, the kept writers reused anyway: librdkafka's send_offsets_to_transaction hangs
     on the group coordinator it had cached (librdkafka #5456, #5511) until the sink gives
     up on it (after 70 s; 8 s here)."""
-    import oncelog.spark.writer as writer_module
-
-    monkeypatch.setattr(writer_module, "SEND_OFFSETS_BOUND_S", 8.0)
-    if not watched:
-        monkeypatch.setattr(ConnectionWatch, "on_error", lambda self, error: None)
-    with BrokerProcess(tmp_path / "broker", {"num.partitions": "1"}) as broker:
+    with _restart_scenario(tmp_path, monkeypatch, watched) as broker:
         bootstrap = broker.bootstrap_servers
         topic = create_topic(bootstrap, unique("restart"), partitions=2)
         options = _sink(bootstrap, topic)
@@ -264,21 +272,17 @@ def test_a_writer_that_lost_its_broker_connection_is_not_reused(
         assert Counter(read_all(bootstrap, topic)) == dict.fromkeys(expected, 2)  # one a slot
 
 
-@pytest.mark.parametrize("checked", [True, False])
+@pytest.mark.slow
+@pytest.mark.parametrize("watched", [True, False])
 def test_a_writer_whose_broker_restarts_during_a_task_fails_it_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checked: bool
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watched: bool
 ) -> None:
     """A kept writer (its group coordinator cached) whose broker restarts between two of
     the task's input batches: the task fails before send_offsets_to_transaction and the
     retry writes with a new writer. The control, the lost connection not noticed: the call
     hangs on the cached coordinator (librdkafka #5456, #5511) until the sink gives up on
     it (after 70 s; 8 s here), as the demo's broker restart did in 3 of 7 runs."""
-    import oncelog.spark.writer as writer_module
-
-    monkeypatch.setattr(writer_module, "SEND_OFFSETS_BOUND_S", 8.0)
-    if not checked:
-        monkeypatch.setattr(ConnectionWatch, "on_error", lambda self, error: None)
-    with BrokerProcess(tmp_path / "broker", {"num.partitions": "1"}) as broker:
+    with _restart_scenario(tmp_path, monkeypatch, watched) as broker:
         bootstrap = broker.bootstrap_servers
         topic = create_topic(bootstrap, unique("mid-task"), partitions=1)
         options = _sink(bootstrap, topic)
@@ -291,7 +295,7 @@ def test_a_writer_whose_broker_restarts_during_a_task_fails_it_at_once(
             broker.restart()  # same port: the writer's connections break
             yield from rest
 
-        with pytest.raises(WriterLostConnection if checked else ClientCallStuck):
+        with pytest.raises(WriterLostConnection if watched else ClientCallStuck):
             write_task(options, TaskAttempt(0, 0, 1), restarting_midway(), None, worker)
         retry = _write(options, worker, 1, attempt=1)  # Spark's retry
         assert retry.new_producer and retry.rows == ROWS

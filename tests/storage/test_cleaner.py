@@ -26,6 +26,7 @@ from oncelog.producers.state import ProducerStateManager
 from oncelog.protocol.record_batch import (
     COMPRESSION_GZIP,
     Record,
+    assign_offsets,
     build_batch,
     crc_is_valid,
     decode_records,
@@ -33,7 +34,7 @@ from oncelog.protocol.record_batch import (
     parse_header,
     split_batches,
 )
-from oncelog.protocol.record_rewrite import read_raw_records, retained_batch
+from oncelog.protocol.record_rewrite import empty_batch, read_raw_records, retained_batch
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.storage.checkpoint import read_checkpoint
 from oncelog.storage.cleaner import CleaningAborted, clean
@@ -300,7 +301,7 @@ def test_every_codec_is_compacted_and_keeps_its_codec(tmp_path: Path, codec: int
 
 
 def test_a_compressed_batch_keeps_its_codec_when_rewritten() -> None:
-    plain = build_batch(
+    built = build_batch(
         [Record(b"a", b"1"), Record(b"b", None), Record(b"a", b"2")],
         base_offset=10,
         producer_id=7,
@@ -308,6 +309,7 @@ def test_a_compressed_batch_keeps_its_codec_when_rewritten() -> None:
         base_sequence=40,
         timestamp_ms=5_000,
     )
+    plain = bytes(assign_offsets(built, 10, leader_epoch=6))  # as the log stored it
     gzip_header = parse_header(plain)._replace(attributes=COMPRESSION_GZIP)
     batch = retained_batch(gzip_header, read_raw_records(plain), delete_horizon_ms=None)
     assert decode_records(batch) == decode_records(plain)
@@ -323,6 +325,14 @@ def test_a_compressed_batch_keeps_its_codec_when_rewritten() -> None:
         7,
     )
     assert new.last_sequence == header.last_sequence and new.record_count == 2
+    assert (new.partition_leader_epoch, new.producer_epoch) == (6, 3)
+    emptied = parse_header(empty_batch(new))
+    assert crc_is_valid(empty_batch(new)) and emptied.record_count == 0
+    assert (emptied.partition_leader_epoch, emptied.last_offset, emptied.last_sequence) == (
+        6,
+        12,
+        new.last_sequence,
+    )
     assert [(r.offset, r.key, r.value, r.timestamp) for r in decode_records(rewritten)] == [
         (11, b"b", None, 5_000),
         (12, b"a", b"2", 5_000),

@@ -18,23 +18,19 @@ from pathlib import Path
 import pytest
 
 import oncelog.storage.log as log_module
-from oncelog.storage import LogConfig, PartitionLog, file_cache, offset_index, segment, txn_index
+from oncelog.storage import LogConfig, PartitionLog
 from oncelog.storage.checkpoint import read_checkpoint
 from oncelog.storage.file_cache import CachedFile, FileCache
 from oncelog.storage.log import RECOVERY_POINT_FILE
 
 from .failures import file_of
+from .isolation import fresh_file_cache
 from .test_index_durability import CONFIG, append_batches, batch_offsets, recording
 
 
 @pytest.fixture
 def cache(monkeypatch: pytest.MonkeyPatch) -> FileCache:
-    """A fresh process cache for the test: files other tests left in the shared one (some
-    written, some deleted) would change what it closes and when it is crowded."""
-    fresh = FileCache()
-    for module in (file_cache, log_module, segment, offset_index, txn_index):
-        monkeypatch.setattr(module, "open_files", fresh)
-    return fresh
+    return fresh_file_cache(monkeypatch)
 
 
 @contextmanager

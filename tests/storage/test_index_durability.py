@@ -25,6 +25,7 @@ from oncelog.storage.checkpoint import read_checkpoint, write_checkpoint
 from oncelog.storage.log import RECOVERY_POINT_FILE
 
 from .failures import file_of
+from .isolation import fresh_file_cache
 
 CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=200)
 ENTRY = struct.Struct(">II")  # relative offset, position (offset_index.py)
@@ -47,6 +48,13 @@ def batch_offsets(data: bytes) -> list[int]:
 
 def index_entries(path: Path) -> list[tuple[int, int]]:
     return list(ENTRY.iter_unpack(path.read_bytes()))
+
+
+@pytest.fixture(autouse=True)
+def own_file_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fsync rounds asserted here are those of an uncrowded cache (tests/storage/
+    isolation.py): after a test that left written files open they were not."""
+    fresh_file_cache(monkeypatch)
 
 
 @pytest.fixture

@@ -97,15 +97,28 @@ class GroupCommitFlusher:
 
     def cut(self, partition: Partition, kept_below: int | None) -> None:
         """A follower cut the partition's log below ``kept_below`` (None: it dropped the
-        whole log and started over, or the replica moved away): fail the waiters for
-        offsets it removed with NOT_LEADER_OR_FOLLOWER, the answer of a leadership that
-        ended. Left waiting, such a waiter kept fsyncs of a log with nothing to sync going
-        round (``_next`` hands off while anyone waits), held up ``stop``, and would have
-        been answered once other records filled its offsets again."""
+        whole log and started over): fail the waiters for offsets it removed with
+        NOT_LEADER_OR_FOLLOWER, the answer of a leadership that ended. Left waiting, such a
+        waiter kept fsyncs of a log with nothing to sync going round (``_next`` hands off
+        while anyone waits), held up ``stop``, and would have been answered once other
+        records filled its offsets again."""
+        error = KafkaError(ErrorCode.not_leader_or_follower, "the log was cut: not the leader")
+        self._fail_waiters(partition, error, kept_below)
+
+    def drop(self, partition: Partition, error: KafkaError) -> None:
+        """This broker closes or deletes the partition's log (the replica moved away, its
+        topic was deleted, the broker stops): fail every waiter with ``error``, the answer
+        the closer knows to be Kafka's. Left to the next fsync round, they were all told
+        UNKNOWN_TOPIC_OR_PARTITION (the closed log's answer), or KAFKA_STORAGE_ERROR when
+        an fsync in flight met the deleted directory."""
+        self._fail_waiters(partition, error, None)
+
+    def _fail_waiters(
+        self, partition: Partition, error: KafkaError, kept_below: int | None
+    ) -> None:
         state = self._partitions.get(partition)
         if state is None:
             return
-        error = KafkaError(ErrorCode.not_leader_or_follower, "the log was cut: not the leader")
         kept = []
         for end_offset, future in state.waiters:
             if kept_below is not None and end_offset <= kept_below:

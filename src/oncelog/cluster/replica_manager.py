@@ -67,6 +67,14 @@ LeadershipListener = Callable[[str, int, bool, int], None]
 OFFLINE_MARK_RETRY_S = 0.5  # between attempts to write or remove an offline mark
 
 
+def _not_hosted() -> KafkaError:
+    return KafkaError(ErrorCode.not_leader_or_follower, "this broker no longer hosts it")
+
+
+def _deleted() -> KafkaError:
+    return KafkaError(ErrorCode.unknown_topic_or_partition, "its topic was deleted")
+
+
 class ReplicaManager:
     """The replicas a cluster broker hosts, each reconciled with its partition state to lead,
     follow or go (see the module docstring)."""
@@ -122,6 +130,7 @@ class ReplicaManager:
                 replica.role.abandon("broker shutting down")
         self._write_checkpoint()
         for replica in self.replicas.values():
+            self.flusher.drop(replica.partition, _not_hosted())  # another broker leads next
             replica.partition.close()
 
     def partitions(self) -> list[Partition]:
@@ -664,14 +673,14 @@ class ReplicaManager:
             self.offline.discard(key)
             self._in_turn(key, self._remove_offline_mark)
         self._set_role(replica, None)
+        # What Kafka answers a DelayedProduce on a partition no longer hosted: UNKNOWN_TOPIC_
+        # OR_PARTITION if its topic is gone, else NOT_LEADER_OR_FOLLOWER (moved elsewhere).
         if delete:
+            self.flusher.drop(replica.partition, _deleted())
             log.info("deleting the replica of %s-%d (topic deleted)", *key)
             replica.partition.log.delete()
         else:
-            # Moved to other brokers: the topic lives on, so a waiter is told what Kafka
-            # tells a DelayedProduce on a partition no longer hosted, NOT_LEADER_OR_FOLLOWER
-            # (the closed log would answer UNKNOWN_TOPIC_OR_PARTITION, a deleted topic's).
-            self.flusher.cut(replica.partition, None)
+            self.flusher.drop(replica.partition, _not_hosted())
             replica.partition.close()
 
     def _fetcher(self, leader: int) -> ReplicaFetcher:

@@ -48,6 +48,7 @@ class KafkaError(Exception):
 def _unpickled(
     cls: type[KafkaError], args: tuple[object, ...], state: dict[str, object]
 ) -> KafkaError:
+    """``cls`` as `KafkaError.__reduce__` pickled it, without calling its constructor."""
     error = cls.__new__(cls)
     error.args = args
     error.__dict__.update(state)
