@@ -139,6 +139,29 @@ def test_a_failed_fsync_fails_its_waiters_and_the_next_fsync_answers_later_ones(
     _run(test)
 
 
+def test_an_fsync_that_fails_on_a_log_deleted_meanwhile_is_no_storage_failure() -> None:
+    """The topic is deleted while its fsync runs, which then fails on the removed
+    directory: the waiter is told UNKNOWN_TOPIC_OR_PARTITION, as Kafka tells one of a
+    deleted topic, not KAFKA_STORAGE_ERROR, and no offline check runs."""
+
+    async def test() -> None:
+        async with _flushing() as (flusher, partition, log):
+            checked: list[bool] = []
+            partition.check_offline = lambda: checked.append(True)
+            log.end = 1
+            waiting = flusher.wait_durable(partition, 1)
+            assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
+            log.closed = True  # deleted with its directory while the fsync runs
+            log.fail_next = OSError(2, "No such file or directory")
+            log.release.release()
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(waiting, TIMEOUT_S)
+            assert raised.value.code == ErrorCode.unknown_topic_or_partition
+            assert checked == []
+
+    _run(test)
+
+
 def test_a_flush_that_fails_other_than_by_os_error_answers_its_waiters_too() -> None:
     """A bug in a flush (not an OSError) gives its waiters the retriable
     REQUEST_TIMED_OUT (the appends stay in the log) rather than leaving them waiting, and

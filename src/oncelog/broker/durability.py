@@ -195,7 +195,12 @@ class GroupCommitFlusher:
         error: BaseException | None,
     ) -> None:
         """Answer the waiters the fsync covered, or fail them all when it failed."""
-        if isinstance(error, OSError):
+        if partition.log.closed:  # its topic was deleted: the offsets never will be
+            # before a failure: an fsync in flight when the directory went is no storage
+            # failure (a deleted topic's waiters get UNKNOWN_TOPIC_OR_PARTITION, as Kafka)
+            self.fsync_rounds += 1
+            _fail(state, KafkaError(ErrorCode.unknown_topic_or_partition, "deleted"))
+        elif isinstance(error, OSError):
             log.log(
                 logging.DEBUG if state.offline else logging.ERROR,
                 "fsync of %r failed: %s",
@@ -210,9 +215,6 @@ class GroupCommitFlusher:
             # append not known durable in time (an idempotent retry is deduplicated).
             log.error("flush of %r failed", partition, exc_info=error)
             _fail(state, KafkaError(ErrorCode.request_timed_out, f"flush failed: {error!r}"))
-        elif partition.log.closed:  # its topic was deleted: the offsets never will be
-            self.fsync_rounds += 1
-            _fail(state, KafkaError(ErrorCode.unknown_topic_or_partition, "deleted"))
         else:
             self.fsync_rounds += 1
             # The log's recovery point as the loop sees it now, not the fsync's answer: it

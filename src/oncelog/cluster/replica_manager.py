@@ -130,7 +130,10 @@ class ReplicaManager:
                 replica.role.abandon("broker shutting down")
         self._write_checkpoint()
         for replica in self.replicas.values():
-            self.flusher.drop(replica.partition, _not_hosted())  # another broker leads next
+            self.flusher.drop(  # another broker leads next
+                replica.partition,
+                KafkaError(ErrorCode.not_leader_or_follower, "the broker is shutting down"),
+            )
             replica.partition.close()
 
     def partitions(self) -> list[Partition]:

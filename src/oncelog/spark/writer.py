@@ -589,14 +589,16 @@ def _send_progress(
     """Add the slot's progress, with the attempt's claim, to the open transaction (a
     TxnOffsetCommit).
 
-    Not with a writer that lost a broker connection during the task (a broker restarted
-    under it): librdkafka's send_offsets_to_transaction then waits on the group
-    coordinator it had cached, whatever its timeout (librdkafka #5456, #5511), until
-    `_bounded` gives up after 70 s; the demo's broker restart hit it in 3 of 7 runs
-    (117-121 s against 47-52 s). Failing the task here costs Spark one retry. A
-    connection lost while the call runs is still left to `_bounded`."""
+    Not with a kept writer that lost a broker connection during the task (a broker
+    restarted under it): librdkafka's send_offsets_to_transaction then waits on the group
+    coordinator it had cached in an earlier task, whatever its timeout (librdkafka #5456,
+    #5511), until `_bounded` gives up after 70 s, as the demo's broker restart did
+    (docs/spark.md, Performance). Failing the task here costs Spark one retry, with a new
+    writer. A writer made for this task has looked no group coordinator up yet and goes on
+    (so retries during a rolling restart do not use up Spark's attempts). A connection
+    lost while the call runs is still left to `_bounded`."""
     writer.producer.poll(0)  # serves the connection errors it met (its error_cb)
-    if writer.connections.lost:
+    if writer.connections.lost and not writer.fresh:
         raise WriterLostConnection(
             f"sink writer {writer.transactional_id} lost a broker connection during the "
             "task; its send_offsets_to_transaction could wait on a stale group coordinator "
