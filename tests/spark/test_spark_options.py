@@ -112,6 +112,33 @@ def test_kafka_group_id_is_used_with_spark_s_warning(caplog: pytest.LogCaptureFi
     assert "kafka.group.id" in caplog.text and "groupIdPrefix is ignored" in caplog.text
 
 
+def test_kafka_keys_the_client_does_not_know_are_warned_about_and_left_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Spark's Java client does ("supplied but isn't a known config"): a Java-only key
+    and a misspelt one. Before, librdkafka refused the whole configuration at the first
+    cluster call ('No such configuration property: "default.api.timeout.ms"')."""
+    given = {"kafka.default.api.timeout.ms": "5000", "kafka.isolation.levl": "read_committed"}
+    with caplog.at_level(logging.WARNING, logger="oncelog.spark.options"):
+        source = _read({**SUB, **given, "kafka.fetch.wait.max.ms": "20"})
+        sink = parse_write_options({**BOOT, **given, "topic": "t", "sink.id": "s"})
+    for client in (source.client, sink.client):
+        assert "default.api.timeout.ms" not in client and "isolation.levl" not in client
+    assert source.client["fetch.wait.max.ms"] == "20"  # a key it knows is kept
+    for key in given:
+        assert f"Kafka option '{key}' is not a setting of the Kafka client" in caplog.text
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_a_kafka_value_the_client_refuses_names_the_option(write: bool) -> None:
+    bad = {"kafka.fetch.wait.max.ms": "soon"}
+    with pytest.raises(OptionError, match=r"option kafka\.fetch\.wait\.max\.ms: Invalid value"):
+        if write:
+            parse_write_options({**BOOT, **bad, "topic": "t", "sink.id": "s"})
+        else:
+            _read({**SUB, **bad})
+
+
 def test_trigger_options_are_ignored_with_a_warning_in_batch_queries(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

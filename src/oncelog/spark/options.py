@@ -3,10 +3,12 @@
 The names and meanings are those of Spark's Kafka connector (`KafkaSourceProvider` and
 the Structured Streaming + Kafka integration guide), so a job switches formats by changing
 one word. Spark hands the options over lower-cased and as strings; everything here is
-pure parsing, run on the driver before any task, and every error names the option as
-Spark's documentation spells it. An option the connector does not know is refused with
-the list of the ones it knows (a misspelt option is never ignored); `kafka.*` options go to
-the client, as in Spark.
+parsing, run on the driver before any task (librdkafka is asked which `kafka.*` keys it
+knows: `oncelog.client.librdkafka_keys`), and every error names the option as Spark's
+documentation spells it. An option the connector does not know is refused with the list
+of the ones it knows (a misspelt option is never ignored); `kafka.*` options go to the
+client, as in Spark, and one the client does not know is warned about and left out, as
+Spark's Java client does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.client.librdkafka_keys import InvalidSetting, check_settings
 from oncelog.client.security import ClientSecurityError, librdkafka_config
 
 log = logging.getLogger(__name__)
@@ -275,6 +278,24 @@ def kafka_config(raw: _Raw) -> dict[str, str]:
         return librdkafka_config(config)
     except ClientSecurityError as exc:
         raise OptionError(f"kafka.* security options: {exc}") from None
+
+
+def _known_to_the_client(client: Mapping[str, str]) -> dict[str, str]:
+    """``client`` without the keys librdkafka does not know, each warned about, as Spark's
+    Java client warns about one and goes on (librdkafka would refuse the whole
+    configuration at the first cluster call); OptionError for a value it refuses. Asked
+    after the connector's own checks, whose messages say more than librdkafka's."""
+    try:
+        checked = check_settings(client)
+    except InvalidSetting as exc:
+        option = "kafka.* options" if exc.key is None else f"option kafka.{exc.key}"
+        raise OptionError(f"{option}: {exc.reason}") from None
+    for key in checked.unknown:
+        log.warning(
+            "Kafka option 'kafka.%s' is not a setting of the Kafka client (librdkafka): ignored",
+            key,
+        )
+    return checked.known
 
 
 def _refuse_kafka(config: Mapping[str, str], refused: Mapping[str, str]) -> None:
@@ -656,6 +677,7 @@ def parse_read_options(options: Mapping[str, Any], streaming: bool | None) -> Re
         )
     delay = raw.get("maxTriggerDelay")
     client_timeout_s(client)  # a bad kafka.socket.timeout.ms fails here, not in a task
+    client = _known_to_the_client(client)
     return ReadOptions(
         client=client,
         subscription=subscription,
@@ -762,6 +784,7 @@ def parse_write_options(options: Mapping[str, Any], extra: Iterable[str] = ()) -
     raw.boolean("includeHeaders", False)  # accepted as Spark's sink does; headers are written
     # whenever the data has a headers column
     client_timeout_s(client)
+    client = _known_to_the_client(client)
     topic = (raw.get("topic") or "").strip() or None
     return WriteOptions(
         client=client,
