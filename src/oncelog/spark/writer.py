@@ -130,6 +130,10 @@ class Faults(Protocol):
     ) -> Iterator[pa.RecordBatch]: ...
 
 
+# The headers column of Spark's Kafka source and sink (nullability aside).
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+
+
 def validate_schema(schema: StructType, options: WriteOptions) -> None:
     """The columns of Spark's Kafka sink: value (required), key, topic, partition, headers."""
     fields = {f.name.lower(): f.dataType for f in schema.fields}
@@ -144,6 +148,11 @@ def validate_schema(schema: StructType, options: WriteOptions) -> None:
         raise OptionError(f"column 'topic' must be a string, not {fields['topic'].simpleString()}")
     if "partition" in fields and not isinstance(fields["partition"], IntegerType):
         raise OptionError("column 'partition' must be an int")
+    if "headers" in fields and fields["headers"].simpleString() != HEADERS_TYPE:
+        # Spark's KafkaWriter.validateQuery refuses it too; else every task failed on it
+        raise OptionError(
+            f"column 'headers' must be {HEADERS_TYPE}, not {fields['headers'].simpleString()}"
+        )
     if options.topic is None and "topic" not in fields:
         raise OptionError("no topic to write to: give the option topic or a 'topic' column")
 
