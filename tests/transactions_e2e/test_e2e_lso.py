@@ -1,7 +1,7 @@
 """The last stable offset (issue 4): while a transaction is open, read_committed
 consumers and ListOffsets stop at its first offset, even with later non-transactional
-records after it; after the end they move on. DescribeProducers shows the open (hanging)
-transaction while it lasts."""
+records after it (a lookup by timestamp too); after the end they move on.
+DescribeProducers shows the open (hanging) transaction while it lasts."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ READ_UNCOMMITTED, READ_COMMITTED = 0, 1
 
 
 def _raw_latest(bootstrap: str, topic: str, isolation: int) -> int:
+    return _raw_offset(bootstrap, topic, isolation, -1)
+
+
+def _raw_offset(bootstrap: str, topic: str, isolation: int, timestamp: int) -> int:
+    """ListOffsets of partition 0 at `timestamp` (-1 latest, -3 max timestamp)."""
     with KafkaConnection(bootstrap) as conn:
         response = conn.request(
             ApiKey.LIST_OFFSETS,
@@ -43,7 +48,11 @@ def _raw_latest(bootstrap: str, topic: str, isolation: int) -> int:
                     {
                         "name": topic,
                         "partitions": [
-                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                            {
+                                "partition_index": 0,
+                                "current_leader_epoch": -1,
+                                "timestamp": timestamp,
+                            }
                         ],
                     }
                 ],
@@ -194,3 +203,40 @@ def test_lso_holds_read_committed_until_the_transaction_ends(
         assert positions == {0: 9}, read.__name__
     rows = [r for r in _describe_producers(bootstrap, topic) if r.producer_id == txn_pid]
     assert [r.current_txn_start_offset for r in rows] == [-1], rows
+
+
+def test_a_timestamp_lookup_answers_only_offsets_the_isolation_level_can_fetch(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """Kafka's ListOffsets by timestamp (and max timestamp) answers no match for an offset
+    at or past the LSO under read_committed (the high watermark otherwise): Spark's
+    endingOffsetsByTimestamp then ends at the latest offset, which it can read."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+
+    def now_ms() -> int:
+        time.sleep(0.005)  # CreateTime is in ms: the records before and after differ
+        return int(time.time() * 1000)
+
+    plain_produce(bootstrap, topic, [(0, b"before-%d" % i) for i in range(3)])  # offsets 0..2
+    in_transaction = now_ms()
+    producer = txn_producer(bootstrap, f"{topic}-txn")
+    producer.begin_transaction()
+    assert produce_flushed(producer, topic, [(0, b"txn-0"), (0, b"txn-1")]) == [None] * 2  # 3..4
+    after = now_ms()
+    plain_produce(bootstrap, topic, [(0, b"after-%d" % i) for i in range(3)])  # 5..7
+
+    def lookups(isolation: int) -> list[int]:
+        return [_raw_offset(bootstrap, topic, isolation, ts) for ts in (0, in_transaction, after)]
+
+    assert lookups(READ_UNCOMMITTED) == [0, 3, 5]
+    assert lookups(READ_COMMITTED) == [0, -1, -1]  # 3 and 5 are at or past the LSO (3)
+    assert _raw_offset(bootstrap, topic, READ_UNCOMMITTED, -3) in (5, 6, 7)  # max timestamp
+    assert _raw_offset(bootstrap, topic, READ_COMMITTED, -3) == -1
+    producer.commit_transaction(TIMEOUT_S)
+    assert broker.broker is not None
+    partition = broker.broker.topics.partition(topic, 0)
+    deadline = time.monotonic() + TIMEOUT_S
+    while partition.last_stable_offset != 9 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lookups(READ_COMMITTED) == [0, 3, 5]

@@ -79,19 +79,30 @@ def _check_high_watermark_caught_up(broker: Broker, partition: Partition) -> Non
 
 
 def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
-    """(timestamp, offset) as Kafka answers them; (-1, -1) when no record matches."""
+    """(timestamp, offset) as Kafka answers them; (-1, -1) when no record matches.
+
+    A lookup by timestamp (and the max timestamp) answers only an offset a consumer of the
+    same isolation level can fetch: below the last stable offset under read_committed, the
+    high watermark otherwise. Else no match, as Kafka answers (`lastFetchableOffset` in
+    ReplicaManager.fetchOffset): a Spark batch ending at a timestamp inside an open
+    transaction then ends at the latest offset, never at one it cannot read.
+    """
+    fetchable = partition.last_stable_offset if committed else partition.high_watermark
     if timestamp == LATEST:
-        return -1, partition.last_stable_offset if committed else partition.high_watermark
+        return -1, fetchable
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, partition.log_start_offset
     if timestamp == EARLIEST_PENDING_UPLOAD:
         return -1, -1  # no tiered storage: nothing is ever pending upload
     if timestamp == MAX_TIMESTAMP:
-        return partition.log.max_timestamp()
-    if timestamp < 0:
+        found_timestamp, found_offset = partition.log.max_timestamp()
+    elif timestamp < 0:
         raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {timestamp}")
-    found_at = partition.log.offset_for_timestamp(timestamp)
-    if found_at is None:
+    else:
+        found_at = partition.log.offset_for_timestamp(timestamp)
+        if found_at is None:
+            return -1, -1
+        found_offset, found_timestamp = found_at
+    if found_offset >= fetchable:
         return -1, -1
-    offset, record_timestamp = found_at
-    return record_timestamp, offset
+    return found_timestamp, found_offset
