@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from oncelog.broker.config import ConfigError
 from oncelog.protocol.api_versions import ApiKey
@@ -27,6 +27,7 @@ from oncelog.testing import BrokerProcess, EmbeddedBroker, FaultInjectionProxy
 from oncelog.testing.proxy import FaultConfig, _Link
 
 TIMEOUT_S = 20.0
+NOT_LEADER_OR_FOLLOWER = 6
 # Fast reconnects: every drop closes a connection, librdkafka's default reconnect backoff
 # grows to 10 s, and with a single broker each disconnect makes librdkafka 2.16 re-bootstrap
 # (forget the broker, wait for a metadata refresh: 1-2 s per drop, 25 s instead of 4 s for
@@ -574,3 +575,54 @@ class _NoTransport:
 
     def abort(self) -> None:
         pass
+
+
+def _latest(admin: AdminClient, topic: str) -> int:
+    (future,) = admin.list_offsets(
+        {TopicPartition(topic, 0): OffsetSpec.latest()}, request_timeout=TIMEOUT_S
+    ).values()
+    return future.result().offset
+
+
+def test_answer_errors_fails_the_next_responses_of_one_api(
+    embedded: EmbeddedBroker, topic: str
+) -> None:
+    with FaultInjectionProxy(record_api_keys=[ApiKey.LIST_OFFSETS]) as proxy:
+        proxy.attach(embedded)
+        create_topic(proxy.bootstrap_servers, topic)
+        produce_numbered(Producer({"bootstrap.servers": proxy.bootstrap_servers}), topic, range(3))
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap_servers})
+        proxy.answer_errors(ApiKey.LIST_OFFSETS, NOT_LEADER_OR_FOLLOWER, 2)
+        for _ in range(2):
+            with pytest.raises(KafkaException) as failed:
+                _latest(admin, topic)
+            assert failed.value.args[0].code() == KafkaError.NOT_LEADER_FOR_PARTITION
+        assert proxy.errors_left(ApiKey.LIST_OFFSETS) == 0
+        assert _latest(admin, topic) == 3  # the broker's own answer again
+        assert admin.list_topics(timeout=TIMEOUT_S).topics[topic].error is None  # other APIs
+        stats = proxy.stats
+        recorded = proxy.recorded(ApiKey.LIST_OFFSETS)
+        with pytest.raises(ValueError, match="not recorded"):
+            proxy.recorded(ApiKey.METADATA)
+    assert stats.responses_with_errors == 2 and stats.faults == 2
+    assert len(recorded) == 3  # the client did not retry the errors itself
+    assert [p.timestamp for _, body in recorded for t in body.topics for p in t.partitions] == [
+        -1
+    ] * 3
+
+
+def test_recorded_requests_show_what_a_client_sent(embedded: EmbeddedBroker, topic: str) -> None:
+    with FaultInjectionProxy(record_api_keys=[ApiKey.FIND_COORDINATOR]) as proxy:
+        proxy.attach(embedded)
+        create_topic(proxy.bootstrap_servers, topic)
+        consumer = Consumer({"bootstrap.servers": proxy.bootstrap_servers, "group.id": topic})
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            wait_for(
+                lambda: consumer.poll(0.05) is None and proxy.recorded(ApiKey.FIND_COORDINATOR),
+                TIMEOUT_S,
+            )
+        finally:
+            consumer.close()
+        (at, body), *_ = proxy.recorded(ApiKey.FIND_COORDINATOR)
+    assert body.key == topic and 0 < at <= time.monotonic()

@@ -170,6 +170,12 @@ def encode_response(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
 def encode_response_with_kio(correlation_id: int, codec: ApiCodec, body: Any) -> bytes:
     """:func:`encode_response` by kio's entities and writer (what the faster writer must
     match, and what it leaves to kio)."""
+    return encode_response_entity(correlation_id, codec, build(codec.response_type, body))
+
+
+def encode_response_entity(correlation_id: int, codec: ApiCodec, entity: Any) -> bytes:
+    """Frame a response whose body is already kio's entity (one :func:`decode_response`
+    read, say)."""
     wire_id = cast(i32, correlation_id)
     buffer = io.BytesIO()
     buffer.write(b"\0\0\0\0")
@@ -177,7 +183,7 @@ def encode_response_with_kio(correlation_id: int, codec: ApiCodec, body: Any) ->
         _write_response_header_v1(buffer, ResponseHeaderV1(correlation_id=wire_id))
     else:
         _write_response_header_v0(buffer, ResponseHeaderV0(correlation_id=wire_id))
-    codec.write_response(buffer, build(codec.response_type, body))
+    codec.write_response(buffer, entity)
     data = buffer.getbuffer()
     data[0:4] = (len(data) - 4).to_bytes(4, "big")
     return bytes(data)

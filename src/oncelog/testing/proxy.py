@@ -30,6 +30,17 @@ one when none is given, see :attr:`FaultInjectionProxy.seed`):
     forwarding is ``drop_request_rate`` with ``close_after_drop_ms=0``.
     :meth:`FaultInjectionProxy.cut_all_connections` cuts every open connection on demand.
 
+Two more, on demand rather than drawn, and outside ``api_keys`` and :meth:`pause`:
+
+:meth:`FaultInjectionProxy.answer_errors`
+    The next N responses to one API reach the client with every ``error_code`` in them
+    set to one code: the broker handled the request, the client sees it fail, as it does
+    when a leader moves or a coordinator loads. For a client's retries of a read-only
+    request (ListOffsets, Metadata), counted exactly, with no election to wait for.
+:meth:`FaultInjectionProxy.recorded`
+    The decoded requests of the APIs named in ``record_api_keys``: what a client really
+    sent (the group id of a FindCoordinator, say), where the broker keeps no trace of it.
+
 What happens to a connection after a dropped request or response
 -----------------------------------------------------------------
 TCP never loses one message in the middle of a stream, and Kafka answers the requests of a
@@ -87,10 +98,19 @@ import ipaddress
 import logging
 import random
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kio.schema.errors import ErrorCode
+
+from oncelog.protocol.codec import (
+    api_codec,
+    decode_request,
+    decode_response,
+    encode_response_entity,
+)
 from oncelog.testing.lifecycle import Lifecycle, LoopThread
 
 if TYPE_CHECKING:
@@ -169,6 +189,7 @@ class ProxyStats:
     connections_cut_by_call: int = 0  # cut_all_connections()
     responses_delayed: int = 0
     delay_ms_total: float = 0.0
+    responses_with_errors: int = 0  # answer_errors
 
     @property
     def faults(self) -> int:
@@ -178,6 +199,7 @@ class ProxyStats:
             + self.responses_dropped
             + self.connections_cut
             + self.connections_cut_by_call
+            + self.responses_with_errors
         )
 
 
@@ -201,6 +223,7 @@ class FaultInjectionProxy(Lifecycle):
         api_keys: Iterable[int] | None = None,
         seed: int | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+        record_api_keys: Iterable[int] = (),
     ) -> None:
         self._faults = FaultConfig(
             drop_response_rate=drop_response_rate,
@@ -224,6 +247,9 @@ class FaultInjectionProxy(Lifecycle):
         self._server: asyncio.Server | None = None
         self._links: set[_Link] = set()
         self._port: int | None = None
+        self._record_api_keys = frozenset(record_api_keys)
+        self._recorded: list[tuple[int, float, Any]] = []  # api key, time.monotonic(), body
+        self._errors_to_answer: dict[int, tuple[int, int]] = {}  # api key: (code, how many)
 
     # -- addresses ------------------------------------------------------------------------
 
@@ -294,6 +320,28 @@ class FaultInjectionProxy(Lifecycle):
     def paused(self) -> bool:
         return self._paused
 
+    def answer_errors(self, api_key: int, error_code: int, count: int) -> None:
+        """The next `count` responses to requests of `api_key` (on any connection) reach
+        the client with every ``error_code`` field in them, at any depth, set to
+        `error_code`; the broker still handles the requests. Replaces what is left of an
+        earlier call for the same API; `count` 0 ends it."""
+        with self._lock:
+            self._errors_to_answer[api_key] = (error_code, count)
+
+    def errors_left(self, api_key: int) -> int:
+        """How many responses to `api_key` are still to be answered with an error."""
+        with self._lock:
+            return self._errors_to_answer.get(api_key, (0, 0))[1]
+
+    def recorded(self, api_key: int) -> list[tuple[float, Any]]:
+        """The requests of `api_key` forwarded so far, oldest first: when each arrived
+        (``time.monotonic()``) and its decoded body (kio's entity). `api_key` must be in
+        ``record_api_keys``."""
+        if api_key not in self._record_api_keys:
+            raise ValueError(f"API {api_key} is not recorded (record_api_keys)")
+        with self._lock:
+            return [(at, body) for key, at, body in self._recorded if key == api_key]
+
     @property
     def stats(self) -> ProxyStats:
         with self._lock:
@@ -339,6 +387,23 @@ class FaultInjectionProxy(Lifecycle):
 
     def _draw(self, rate: float) -> bool:
         return rate > 0.0 and (rate >= 1.0 or self._rng.random() < rate)
+
+    def _record(self, api_key: int, version: int, frame: bytes) -> None:
+        if api_key in self._record_api_keys:
+            arrived = time.monotonic()
+            _, body = decode_request(frame[4:], api_codec(api_key, version))
+            with self._lock:
+                self._recorded.append((api_key, arrived, body))
+
+    def _error_to_answer(self, api_key: int) -> int | None:
+        """The error code this response to `api_key` is to carry instead of the broker's,
+        if any; counts it."""
+        with self._lock:
+            code, left = self._errors_to_answer.get(api_key, (0, 0))
+            if left <= 0:
+                return None
+            self._errors_to_answer[api_key] = (code, left - 1)
+            return code
 
     async def _listen(self) -> None:
         self._server = await asyncio.start_server(
@@ -403,9 +468,9 @@ class _Link:
         self.proxy = proxy
         self.client_writer = client_writer
         self.upstream_writer: asyncio.StreamWriter | None = None
-        # (correlation id, api key) of forwarded requests, oldest first. A request without
-        # a response (Produce with acks=0) is skipped when a later response arrives.
-        self.in_flight: collections.deque[tuple[int, int]] = collections.deque()
+        # (correlation id, api key, version) of forwarded requests, oldest first. A request
+        # without a response (Produce with acks=0) is skipped when a later response arrives.
+        self.in_flight: collections.deque[tuple[int, int, int]] = collections.deque()
         self.dead = False  # a request or response was dropped: nothing passes any more
         self.done = asyncio.Event()
         self.task = asyncio.current_task()
@@ -478,13 +543,14 @@ class _Link:
             self.proxy._count("connections_closed_after_drop")
             self.close()
 
-    def _match(self, correlation_id: int) -> int | None:
-        """The API key of the request this response answers."""
-        for i, (cid, _) in enumerate(self.in_flight):
+    def _match(self, correlation_id: int) -> tuple[int, int] | None:
+        """The API key and version of the request this response answers."""
+        for i, (cid, _, _) in enumerate(self.in_flight):
             if cid == correlation_id:
                 for _ in range(i):
                     self.in_flight.popleft()  # requests that get no response (acks=0)
-                return self.in_flight.popleft()[1]
+                _, api_key, version = self.in_flight.popleft()
+                return api_key, version
         return None
 
     async def _pump_requests(self, reader: asyncio.StreamReader) -> None:
@@ -505,13 +571,15 @@ class _Link:
             if len(frame) < 12:
                 raise _FramingError(f"a {len(frame) - 4}-byte request has no header")
             api_key = int.from_bytes(frame[4:6], "big", signed=True)
+            version = int.from_bytes(frame[6:8], "big", signed=True)
             correlation_id = int.from_bytes(frame[8:12], "big", signed=True)
             faults = proxy._active(api_key)
             if faults is not None and proxy._draw(faults.drop_request_rate):
                 proxy._count("requests_dropped")
                 self.die(faults)
                 continue
-            self.in_flight.append((correlation_id, api_key))
+            proxy._record(api_key, version, frame)
+            self.in_flight.append((correlation_id, api_key, version))
             upstream.write(frame)
             await upstream.drain()
             proxy._count("requests_forwarded")
@@ -531,10 +599,16 @@ class _Link:
                 return
             if len(frame) < 8:
                 raise _FramingError(f"a {len(frame) - 4}-byte response has no correlation id")
-            api_key = self._match(int.from_bytes(frame[4:8], "big", signed=True))
+            answered = self._match(int.from_bytes(frame[4:8], "big", signed=True))
+            api_key = answered[0] if answered is not None else None
             if self.dead:
                 proxy._count("responses_discarded")
                 continue
+            if answered is not None:
+                error_code = proxy._error_to_answer(answered[0])
+                if error_code is not None:
+                    frame = _with_error_code(frame, *answered, error_code)
+                    proxy._count("responses_with_errors")
             faults = proxy._active(api_key)
             delay_ms = 0.0
             if faults is not None:
@@ -585,6 +659,27 @@ async def _read_frame(reader: asyncio.StreamReader, max_bytes: int, side: str) -
         raise _FramingError(
             f"the {side} closed after {len(exc.partial)} of {size} frame bytes"
         ) from exc
+
+
+def _with_error_code(frame: bytes, api_key: int, version: int, error_code: int) -> bytes:
+    """The response `frame` (size prefix included) with every ``error_code`` set."""
+    codec = api_codec(api_key, version)
+    correlation_id, body = decode_response(codec, frame[4:])
+    return encode_response_entity(correlation_id, codec, _set_error_codes(body, error_code))
+
+
+def _set_error_codes(value: Any, error_code: int) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {
+            field.name: _set_error_codes(getattr(value, field.name), error_code)
+            for field in dataclasses.fields(value)
+        }
+        if "error_code" in changed:
+            changed["error_code"] = ErrorCode(error_code)
+        return dataclasses.replace(value, **changed)
+    if isinstance(value, tuple):
+        return tuple(_set_error_codes(item, error_code) for item in value)
+    return value
 
 
 def _parse_upstream(upstream: tuple[str, int] | str) -> tuple[str, int]:
