@@ -39,9 +39,26 @@ def test_retriable_errors_are_tried_again_fetch_offset_num_retries_times() -> No
         cluster._call("listing", call)
     assert len(calls) == 3  # fetchOffset.numRetries attempts in all, as Spark counts them
     call, calls = _failing([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "no")])
-    with pytest.raises(ClusterError, match="listing: no"):
+    with pytest.raises(ClusterError, match=r"listing: no\Z"):
         cluster._call("listing", call)
     assert len(calls) == 1  # not retriable: at once
+
+
+def test_a_broker_error_kafka_calls_retriable_is_tried_again_without_librdkafka_s_flag() -> None:
+    # confluent-kafka's list_offsets reports a partition's error with the flag unset,
+    # whatever the code: Kafka's table decides
+    cluster = Cluster({"bootstrap.servers": "127.0.0.1:9"}, retries=2, retry_interval_ms=1)
+    unflagged = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "Not leader for partition")
+    assert not unflagged.retriable()
+    call, calls = _failing([unflagged])
+    assert cluster._call("listing", call) == "answer" and len(calls) == 2
+    call, calls = _failing([unflagged] * 2)
+    with pytest.raises(ClusterError) as failed:
+        cluster._call("listing earliest offsets", call)
+    assert str(failed.value) == (
+        "listing earliest offsets: Not leader for partition "
+        "(tried 2 times: fetchOffset.numRetries=2)"
+    )
 
 
 def test_an_unreachable_cluster_is_reported_once() -> None:

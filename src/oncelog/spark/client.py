@@ -6,8 +6,9 @@ cluster. One `Cluster` lives as long as the reader or writer that made it: the a
 client is built on first use, never pickled, and reused by every later call of the query.
 
 Failures follow Spark's `fetchOffset.numRetries` and `fetchOffset.retryIntervalMs` for
-errors the cluster says are retriable; a cluster that cannot be reached fails once, after
-the client timeout (`kafka.socket.timeout.ms`), with a message that says so.
+errors Kafka calls retriable (Spark tries every error again); a cluster that cannot be
+reached fails once, after the client timeout (`kafka.socket.timeout.ms`), with a message
+that says so.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from oncelog.spark.options import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
 TOPIC_METADATA_POLL_S = 0.1  # while a created topic's partitions are not in the metadata
@@ -74,8 +76,25 @@ class TopicNotFoundError(ClusterError):
 
 
 def is_retriable(exc: KafkaException) -> bool:
+    """Whether Kafka calls the error retriable: librdkafka's flag, or, for an error code a
+    broker answered, Kafka's own table. confluent-kafka leaves the flag unset on the
+    per-partition errors of `list_offsets`, whatever the code (NOT_LEADER_OR_FOLLOWER, a
+    leader that moved, included): with the flag alone no offset lookup was ever retried."""
     error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and error.retriable() and error.code() not in _UNREACHABLE
+    if not isinstance(error, KafkaError) or error.code() in _UNREACHABLE:
+        return False
+    return error.retriable() or _retriable_broker_error(error.code())
+
+
+def _retriable_broker_error(code: int) -> bool:
+    if code <= 0:  # librdkafka's own errors (negative) are flagged by librdkafka
+        return False
+    from oncelog.protocol.errors import ErrorCode  # kio: imported on this failure path only
+
+    try:
+        return bool(ErrorCode(code).retriable)
+    except ValueError:  # a code newer than kio's table
+        return False
 
 
 class Cluster:
@@ -114,8 +133,14 @@ class Cluster:
                         f"{self._config.get('bootstrap.servers')} within {self._timeout_s:g} s "
                         f"(kafka.socket.timeout.ms): {error.str() if error else exc}"
                     ) from None
-                if not is_retriable(exc) or attempt >= self._retries:
+                if not is_retriable(exc):
                     raise ClusterError(f"{what}: {error.str() if error else exc}") from exc
+                if attempt >= self._retries:
+                    raise ClusterError(
+                        f"{what}: {error.str() if error else exc} (tried {attempt} "
+                        f"time{'s' if attempt > 1 else ''}: fetchOffset.numRetries={self._retries})"
+                    ) from exc
+                log.warning("%s, attempt %d: %s; trying again", what, attempt, error or exc)
             attempt += 1
             time.sleep(self._retry_interval_s)
 
