@@ -6,6 +6,7 @@
     .venv/bin/python bench/spark.py --read-only --rounds 8   # batch reads only
     .venv/bin/python bench/spark.py --write-only --rounds 8  # batch writes only
     .venv/bin/python bench/spark.py --micro-only             # micro-batch costs only
+    .venv/bin/python bench/spark.py --micro-only --python-daemon pyspark.daemon
     .venv/bin/python bench/spark.py --pipeline-baseline-src /tmp/a852cb3/src
 
 A benchmark, not a test. It starts a broker subprocess (temporary data directory, 3
@@ -83,6 +84,7 @@ import oncelog
 from common import consume_count, create_topics, load_average, produce_all
 from oncelog.pipeline.job import new_session
 from oncelog.spark.client import Cluster
+from oncelog.spark.daemon import DAEMON_MODULE
 from oncelog.spark.options import parse_read_options
 from oncelog.spark.schema import arrow_schema, spark_schema
 from oncelog.testing.process import BrokerProcess
@@ -539,7 +541,7 @@ def measure(args: argparse.Namespace, work: Path, bootstrap: str) -> None:
     n = args.records
     if not args.micro_only and not args.write_only:
         baseline_produce(bootstrap, "read", n)  # what every read reads
-    spark = new_session("oncelog-bench-spark")
+    spark = new_session("oncelog-bench-spark", daemon_module=args.python_daemon)
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(FloorBatchSource)
     workers = spark.sparkContext.parallelize([0], 1).map(_oncelog_path).collect()
@@ -723,6 +725,14 @@ def main() -> int:
         "--write-only",
         action="store_true",
         help="only the batch writes (and their floor): the exactly_once / at_least_once A/B",
+    )
+    parser.add_argument(
+        "--python-daemon",
+        default=DAEMON_MODULE,
+        choices=[DAEMON_MODULE, "pyspark.daemon"],
+        help="what forks the session's Python workers (spark.python.daemon.module): the "
+        "connector's daemon, as the job runs, or PySpark's own, as a session that does not "
+        "set it; one tree for both, for an A/B of runs in turn",
     )
     parser.add_argument(
         "--micro-only",

@@ -68,9 +68,15 @@ class JobConfig:
     hold_commits_while: str | None = None  # with fail_after: a batch's commit waits while it exists
 
 
-def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local[2,3]") -> Any:
+def new_session(
+    app_name: str = "oncelog-order-enrichment",
+    master: str = "local[2,3]",
+    daemon_module: str | None = None,
+) -> Any:
     """A SparkSession for the job: two cores, failed tasks retried (3 attempts), Python
-    workers forked with the connector imported (`oncelog.spark.daemon`)."""
+    workers forked by `daemon_module`: `oncelog.spark.daemon` (the connector imported
+    before the fork) unless another is named; "pyspark.daemon" is PySpark's own, as a
+    session that does not set the option gets (for an A/B of the two in one tree)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -86,7 +92,7 @@ def new_session(app_name: str = "oncelog-order-enrichment", master: str = "local
         .config("spark.sql.shuffle.partitions", str(PARTITIONS))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-        .config("spark.python.daemon.module", DAEMON_MODULE)
+        .config("spark.python.daemon.module", daemon_module or DAEMON_MODULE)
         .getOrCreate()
     )
     register(session)
