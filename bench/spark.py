@@ -732,7 +732,8 @@ def main() -> int:
         choices=[DAEMON_MODULE, "pyspark.daemon"],
         help="what forks the session's Python workers (spark.python.daemon.module): the "
         "connector's daemon, as the job runs, or PySpark's own, as a session that does not "
-        "set it; one tree for both, for an A/B of runs in turn",
+        "set it; one tree for both, for an A/B of runs in turn (not with "
+        "--pipeline-baseline-src, whose children use the connector's)",
     )
     parser.add_argument(
         "--micro-only",
@@ -755,6 +756,8 @@ def main() -> int:
                 "--pipeline-baseline-src measures the pipeline: not with --skip-pipeline, "
                 "--bulk-only, --micro-only, --read-only or --write-only"
             )
+        if args.python_daemon != DAEMON_MODULE:
+            parser.error("--pipeline-baseline-src's children run under the connector's daemon")
         args.pipeline_baseline_src = baseline_source(args.pipeline_baseline_src)  # now, not last
     print(f"oncelog Spark connector benchmark: {' '.join(sys.argv)}")
     print(f"code: {Path(oncelog.__file__).parent}")

@@ -47,7 +47,12 @@ def test_retriable_errors_are_tried_again_fetch_offset_num_retries_times() -> No
 def test_a_broker_error_kafka_calls_retriable_is_tried_again_without_librdkafka_s_flag() -> None:
     # confluent-kafka's list_offsets reports a partition's error with the flag unset,
     # whatever the code: Kafka's table decides
-    cluster = Cluster({"bootstrap.servers": "127.0.0.1:9"}, retries=2, retry_interval_ms=1)
+    cluster = Cluster(
+        {"bootstrap.servers": "127.0.0.1:9"},
+        retries=2,
+        retry_interval_ms=1,
+        retries_option="fetchOffset.numRetries",
+    )
     unflagged = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "Not leader for partition")
     assert not unflagged.retriable()
     call, calls = _failing([unflagged])
@@ -59,6 +64,12 @@ def test_a_broker_error_kafka_calls_retriable_is_tried_again_without_librdkafka_
         "listing earliest offsets: Not leader for partition "
         "(tried 2 times: fetchOffset.numRetries=2)"
     )
+    sinks = Cluster({"bootstrap.servers": "127.0.0.1:9"}, retries=2, retry_interval_ms=1)
+    call, calls = _failing([unflagged] * 2)
+    with pytest.raises(
+        ClusterError, match=r"creating topic p: Not leader for partition \(tried 2 times\)\Z"
+    ):
+        sinks._call("creating topic p", call)  # the sink has no such option to name
 
 
 def test_an_unreachable_cluster_is_reported_once() -> None:

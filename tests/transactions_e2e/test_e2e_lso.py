@@ -10,10 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from confluent_kafka import IsolationLevel
+from confluent_kafka import IsolationLevel, Producer
 from confluent_kafka import TopicPartition as CTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from oncelog.broker.handlers.list_offsets import LATEST, MAX_TIMESTAMP, _resolve
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import EmbeddedBroker
@@ -240,3 +241,32 @@ def test_a_timestamp_lookup_answers_only_offsets_the_isolation_level_can_fetch(
     while partition.last_stable_offset != 9 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert lookups(READ_COMMITTED) == [0, 3, 5]
+
+
+def test_under_read_uncommitted_a_timestamp_lookup_stops_at_the_high_watermark(
+    broker: EmbeddedBroker, topic: str
+) -> None:
+    """The read_uncommitted half: in a cluster the high watermark can lag the log end (not
+    every in-sync replica has the records yet). One node's is the log end, so the test sets
+    the replicated high watermark the replica manager would set: a record found at or past
+    it is no match, below it is answered, as Kafka answers."""
+    bootstrap = broker.bootstrap_servers
+    create_topic(bootstrap, topic, 1)
+    base = int(time.time() * 1000) - 60_000
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i in range(6):  # offsets 0..5, CreateTime base + i
+        producer.produce(topic, value=b"r-%d" % i, partition=0, timestamp=base + i)
+    assert producer.flush(TIMEOUT_S) == 0
+    assert broker.broker is not None
+    partition = broker.broker.topics.partition(topic, 0)
+    partition.replicated_high_watermark = 3
+    try:
+        assert _resolve(partition, base + 2, committed=False) == (base + 2, 2)
+        assert _resolve(partition, base + 3, committed=False) == (-1, -1)  # at the HW
+        assert _resolve(partition, base + 5, committed=False) == (-1, -1)
+        assert _resolve(partition, MAX_TIMESTAMP, committed=False) == (-1, -1)
+        assert _resolve(partition, LATEST, committed=False) == (-1, 3)
+    finally:
+        partition.replicated_high_watermark = None
+    assert _resolve(partition, base + 3, committed=False) == (base + 3, 3)
+    assert _resolve(partition, MAX_TIMESTAMP, committed=False) == (base + 5, 5)

@@ -5,10 +5,10 @@ timestamp, CreateTopics), so the same code works against oncelog and against any
 cluster. One `Cluster` lives as long as the reader or writer that made it: the admin
 client is built on first use, never pickled, and reused by every later call of the query.
 
-Failures follow Spark's `fetchOffset.numRetries` and `fetchOffset.retryIntervalMs` for
-errors Kafka calls retriable (Spark tries every error again); a cluster that cannot be
-reached fails once, after the client timeout (`kafka.socket.timeout.ms`), with a message
-that says so.
+Failures follow Spark's `fetchOffset.numRetries` and `fetchOffset.retryIntervalMs` (a
+read's; the sink's calls take Spark's defaults) for errors Kafka calls retriable (Spark
+tries every error again); a cluster that cannot be reached fails once, after the client
+timeout (`kafka.socket.timeout.ms`), with a message that says so.
 """
 
 from __future__ import annotations
@@ -78,8 +78,10 @@ class TopicNotFoundError(ClusterError):
 def is_retriable(exc: KafkaException) -> bool:
     """Whether Kafka calls the error retriable: librdkafka's flag, or, for an error code a
     broker answered, Kafka's own table. confluent-kafka leaves the flag unset on the
-    per-partition errors of `list_offsets`, whatever the code (NOT_LEADER_OR_FOLLOWER, a
-    leader that moved, included): with the flag alone no offset lookup was ever retried."""
+    per-partition errors of `list_offsets` (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE
+    and REQUEST_TIMED_OUT probed, through tests' fault-injection proxy): with the flag
+    alone no offset lookup was ever retried. Every call of a `Cluster` follows this rule:
+    the reader's lookups, and the sink's topic creation and checks."""
     error = exc.args[0] if exc.args else None
     if not isinstance(error, KafkaError) or error.code() in _UNREACHABLE:
         return False
@@ -105,10 +107,15 @@ class Cluster:
         client_config: Mapping[str, str],
         retries: int = DEFAULT_FETCH_OFFSET_RETRIES,
         retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
+        retries_option: str | None = None,
     ) -> None:
+        """`retries_option`: the option that set `retries` (a read's
+        `fetchOffset.numRetries`), named in the error after the last attempt; the sink's
+        calls try Spark's default number of times and name none."""
         self._config = dict(client_config)
         self._timeout_s = client_timeout_s(client_config)
         self._retries = retries
+        self._retries_option = retries_option
         self._retry_interval_s = retry_interval_ms / 1000
         self._admin: AdminClient | None = None
 
@@ -136,9 +143,11 @@ class Cluster:
                 if not is_retriable(exc):
                     raise ClusterError(f"{what}: {error.str() if error else exc}") from exc
                 if attempt >= self._retries:
+                    option = self._retries_option
+                    named = f": {option}={self._retries}" if option else ""
                     raise ClusterError(
                         f"{what}: {error.str() if error else exc} (tried {attempt} "
-                        f"time{'s' if attempt > 1 else ''}: fetchOffset.numRetries={self._retries})"
+                        f"time{'s' if attempt > 1 else ''}{named})"
                     ) from exc
                 log.warning("%s, attempt %d: %s; trying again", what, attempt, error or exc)
             attempt += 1
@@ -188,7 +197,8 @@ class Cluster:
         self, timestamps: Mapping[TopicPartitionKey, int], read_committed: bool
     ) -> dict[TopicPartitionKey, int | None]:
         """The first offset whose timestamp is at or after the given one, per partition;
-        None where no record is that late."""
+        None where the broker found none (no record that late below the last stable offset
+        under read_committed, the high watermark otherwise, as Kafka answers)."""
         found = self._list_offsets(
             {tp: OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()},
             read_committed,

@@ -77,7 +77,10 @@ def _group_id(options: ReadOptions, default_prefix: str) -> str:
 
 def _cluster_for(options: ReadOptions) -> Cluster:
     return Cluster(
-        options.client, options.fetch_offset_retries, options.fetch_offset_retry_interval_ms
+        options.client,
+        options.fetch_offset_retries,
+        options.fetch_offset_retry_interval_ms,
+        retries_option="fetchOffset.numRetries",
     )
 
 
@@ -116,10 +119,12 @@ def resolve(
     unmatched = sorted(tp for tp in tps if found[tp] is None)
     if unmatched and not limit.latest_when_none:
         tp = unmatched[0]
+        bound = "last stable offset" if options.read_committed else "high watermark"
         raise OptionError(
             f"option {limit.option}: no offset matched from request of topic-partition "
-            f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} (no record is that late; set "
-            "startingOffsetsByTimestampStrategy=latest to start at the latest offset instead)"
+            f"{tp[0]}-{tp[1]} and timestamp {timestamps[tp]} (no record that late below the "
+            f"{bound}; set startingOffsetsByTimestampStrategy=latest to start at the latest "
+            "offset instead)"
         )
     latest = cluster.offsets(unmatched, "latest", options.read_committed)
     return {tp: latest[tp] if found[tp] is None else found[tp] for tp in tps}  # type: ignore[misc]

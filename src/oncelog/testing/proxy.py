@@ -103,14 +103,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kio.schema.errors import ErrorCode
-
 from oncelog.protocol.codec import (
     api_codec,
     decode_request,
     decode_response,
     encode_response_entity,
 )
+from oncelog.protocol.errors import ErrorCode
 from oncelog.testing.lifecycle import Lifecycle, LoopThread
 
 if TYPE_CHECKING:
@@ -324,7 +323,10 @@ class FaultInjectionProxy(Lifecycle):
         """The next `count` responses to requests of `api_key` (on any connection) reach
         the client with every ``error_code`` field in them, at any depth, set to
         `error_code`; the broker still handles the requests. Replaces what is left of an
-        earlier call for the same API; `count` 0 ends it."""
+        earlier call for the same API; `count` 0 ends it. A response dropped by
+        `drop_response_rate` is not counted."""
+        if count < 0:
+            raise ValueError(f"count must be >= 0, not {count}")
         with self._lock:
             self._errors_to_answer[api_key] = (error_code, count)
 
@@ -336,7 +338,7 @@ class FaultInjectionProxy(Lifecycle):
     def recorded(self, api_key: int) -> list[tuple[float, Any]]:
         """The requests of `api_key` forwarded so far, oldest first: when each arrived
         (``time.monotonic()``) and its decoded body (kio's entity). `api_key` must be in
-        ``record_api_keys``."""
+        ``record_api_keys``. Kept for the proxy's life: record only what a test counts."""
         if api_key not in self._record_api_keys:
             raise ValueError(f"API {api_key} is not recorded (record_api_keys)")
         with self._lock:
@@ -604,11 +606,6 @@ class _Link:
             if self.dead:
                 proxy._count("responses_discarded")
                 continue
-            if answered is not None:
-                error_code = proxy._error_to_answer(answered[0])
-                if error_code is not None:
-                    frame = _with_error_code(frame, *answered, error_code)
-                    proxy._count("responses_with_errors")
             faults = proxy._active(api_key)
             delay_ms = 0.0
             if faults is not None:
@@ -621,6 +618,11 @@ class _Link:
                     delay_ms = low if low == high else proxy._rng.uniform(low, high)
                     proxy._count("responses_delayed")
                     proxy._count("delay_ms_total", delay_ms)
+            if answered is not None:
+                error_code = proxy._error_to_answer(answered[0])
+                if error_code is not None:
+                    frame = _with_error_code(frame, *answered, error_code)
+                    proxy._count("responses_with_errors")
             # Never before the response ahead of it: order is kept per connection.
             release = max(loop.time() + delay_ms / 1000, self._last_release)
             self._last_release = release

@@ -18,7 +18,7 @@ LATEST = -1
 EARLIEST = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL = -4
-EARLIEST_PENDING_UPLOAD = -5
+LATEST_TIERED = -5  # Kafka's LATEST_TIERED_TIMESTAMP (KIP-1005)
 READ_COMMITTED = 1
 
 
@@ -92,8 +92,8 @@ def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int
         return -1, fetchable
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, partition.log_start_offset
-    if timestamp == EARLIEST_PENDING_UPLOAD:
-        return -1, -1  # no tiered storage: nothing is ever pending upload
+    if timestamp == LATEST_TIERED:
+        return -1, -1  # no tiered storage: nothing tiered, as Kafka answers without it
     if timestamp == MAX_TIMESTAMP:
         found_timestamp, found_offset = partition.log.max_timestamp()
     elif timestamp < 0:
