@@ -6,11 +6,13 @@ import itertools
 import json
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from oncelog.spark import offsets as off
+from oncelog.spark.consume import DataLossError
 from oncelog.spark.offsets import OffsetRange, TaskPlan
 from oncelog.spark.options import parse_read_options
 from oncelog.spark.reader import OncelogStreamReader
@@ -318,3 +320,35 @@ def test_tasks_cover_every_offset_once_in_order_and_a_replay_plans_the_same(
         off.plan_ranges(start, off.from_json(stored), {}), off.plan_of(stored, plan)
     )
     assert again == tasks
+
+
+def test_partitions_gone_or_moved_back_are_data_loss_as_spark_reports_them() -> None:
+    t0, t1, u0 = ("t", 0), ("t", 1), ("u", 0)
+    assert not off.data_loss({t0: 5, t1: 5}, {t0: 5, t1: 9, u0: 3})
+    lost = off.data_loss({t0: 10, t1: 5, u0: 4}, {t0: 3, t1: 5})
+    assert lost.gone == (u0,) and lost.moved_back == ((t0, 10, 3),)
+    assert lost.describe() == (
+        "partitions gone: u-0; partition t-0's offset was changed from 10 to 3: "
+        "some data may have been missed"
+    )
+
+    # a topic made again: its latest offset falls below the batch's start. The end goes
+    # back with it (as Spark's), and the batch fails, or goes on from there without
+    # failOnDataLoss, reading nothing of that partition in this batch
+    log = _Log({t0: 3, t1: 9})
+    start = {"t": {"0": 10, "1": 5}}
+    strict = _stream(log, **{"fetchOffset.numRetries": "1"})
+    end = _stored(strict.latestOffset(start, ReadAllAvailable()))
+    assert off.from_json(end) == {t0: 3, t1: 9}
+    with pytest.raises(DataLossError, match="t-0's offset was changed from 10 to 3"):
+        strict.partitions(start, end)
+    lenient = _stream(log, failOnDataLoss="false", **{"fetchOffset.numRetries": "1"})
+    assert [p.ranges for p in lenient.partitions(start, end)] == [  # type: ignore[attr-defined]
+        (OffsetRange("t", 1, 5, 9),)
+    ]
+    # a partition gone from the subscription is not kept in the end either
+    log.latest = {t1: 9}
+    end = _stored(strict.latestOffset(start, ReadAllAvailable()))
+    assert off.from_json(end) == {t1: 9}
+    with pytest.raises(DataLossError, match="partitions gone: t-0"):
+        strict.partitions(start, end)

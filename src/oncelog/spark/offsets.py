@@ -149,6 +149,42 @@ class OffsetRange:
         return max(0, self.end - self.start)
 
 
+@dataclass(frozen=True)
+class DataLoss:
+    """What a streaming batch's offsets say was lost, as Spark's Kafka source reports it
+    (`getOffsetRangesFromResolvedOffsets`): partitions its start had and its end has not
+    (deleted), and partitions whose end is below their start (the topic deleted and made
+    again, its offsets reset: the records it got before this batch are not read). Under
+    failOnDataLoss the batch fails; otherwise it goes on without them, warned."""
+
+    gone: tuple[TopicPartitionKey, ...]
+    moved_back: tuple[tuple[TopicPartitionKey, int, int], ...]  # (partition, start, end)
+
+    def __bool__(self) -> bool:
+        return bool(self.gone or self.moved_back)
+
+    def describe(self) -> str:
+        parts = []
+        if self.gone:
+            parts.append("partitions gone: " + ", ".join(f"{t}-{p}" for t, p in self.gone))
+        for (t, p), was, now in self.moved_back:
+            parts.append(f"partition {t}-{p}'s offset was changed from {was} to {now}")
+        return "; ".join(parts) + ": some data may have been missed"
+
+
+def data_loss(
+    start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int]
+) -> DataLoss:
+    """The partitions of `start` missing from `end`, and those whose end is below their
+    start."""
+    return DataLoss(
+        tuple(sorted(tp for tp in start if tp not in end)),
+        tuple(
+            sorted((tp, start[tp], end[tp]) for tp in start if tp in end and end[tp] < start[tp])
+        ),
+    )
+
+
 def plan_ranges(
     start: Mapping[TopicPartitionKey, int],
     end: Mapping[TopicPartitionKey, int],

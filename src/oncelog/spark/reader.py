@@ -257,7 +257,8 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if not behind or attempt >= self.options.fetch_offset_retries:
                 if behind:
                     log.warning(
-                        "latest offsets below the offsets already read (kept): %s",
+                        "latest offsets still below the offsets already read after "
+                        "fetchOffset.numRetries attempts (the batch reports it as data loss): %s",
                         {f"{t}-{p}": (known[(t, p)], latest[(t, p)]) for t, p in behind},
                     )
                 return latest
@@ -276,13 +277,12 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         new = [tp for tp in tps if tp not in current]
         starts = dict(current)
         starts.update(self.cluster.offsets(new, "earliest", self.options.read_committed))
-        # never go backwards (a partition whose LSO is below the checkpoint keeps it)
-        available = {tp: max(available[tp], starts.get(tp, available[tp])) for tp in available}
         self._latest = available
-        end = dict(current)  # partitions that vanished keep their last offset
         admitted = self._admitted(current, starts, available, limit)
-        if admitted is not None:
-            end.update(admitted)
+        # As Spark's source: the end is the latest offsets (a batch put off ends where it
+        # starts), below the start where a topic was made again, and without the
+        # partitions that are gone; `partitions` reports both (failOnDataLoss).
+        end = dict(current) if admitted is None else admitted
         # the batch ending here is planned (and replayed) with today's task options
         return dict(off.end_json(start, end, task_plan(self.options)))
 
@@ -328,10 +328,23 @@ class OncelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         passes, which is a fresh `initialOffset` (an end offset without it, from an
         older oncelog, starts there). A partition that is new in this batch is planned
         from offset 0, not from its log start now, which a replay could find moved: its
-        reader skips to the log start under failOnDataLoss=false, as Spark's does."""
+        reader skips to the log start under failOnDataLoss=false, as Spark's does.
+        Partitions gone, or whose offsets went back, fail the batch under failOnDataLoss
+        (`off.data_loss`) and are left out of it otherwise, as Spark's source does."""
         recorded = off.planned_from(end)
         begin = off.from_json(start) if recorded is None else recorded
         finish = off.from_json(end)
+        # a fresh initialOffset against a first batch's end that did not record its start
+        # (an older oncelog's) is no start the batch had: nothing to compare
+        fresh = recorded is None and off.is_initial(start)
+        lost = off.data_loss({} if fresh else begin, finish)
+        if lost and self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{lost.describe()}. Set failOnDataLoss=false to go on without them (from "
+                "the partitions' new offsets)."
+            )
+        if lost:
+            log.warning("%s (failOnDataLoss=false: going on)", lost.describe())
         if self.options.fail_on_data_loss:
             new = [tp for tp in finish if tp not in begin]
             new_start = self.cluster.offsets(new, "earliest", self.options.read_committed)
