@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,10 @@ def test_a_partition_gone_from_the_subscription_is_data_loss(
     _produce(bootstrap, kept, [b"more"])
     seen, error = _run_available_now(spark, bootstrap, f"{prefix}-.*", checkpoint)
     assert error is not None and f"partitions gone: {dropped}-0" in str(error)
+    # without failOnDataLoss the query goes on with the partitions left
+    pattern = f"{prefix}-.*"
+    seen, error = _run_available_now(spark, bootstrap, pattern, checkpoint, failOnDataLoss="false")
+    assert error is None and seen == [b"more"]
 
 
 def test_an_added_partition_that_lost_its_first_records_is_data_loss(
@@ -160,31 +165,42 @@ def test_max_trigger_delay_fires_a_batch_below_min_offsets_per_trigger(
     spark, bootstrap: str, tmp_path: Path
 ) -> None:
     """minOffsetsPerTrigger=1000 and 5 records at a time: the first trigger is never put
-    off (Spark's rule), the next batch waits for maxTriggerDelay (2 s) to pass since the
-    last one and then runs with what there is. Without the delay (15 min by default) the
-    second batch would not come within the test."""
+    off (Spark's rule); the next batch is put off until maxTriggerDelay (10 s, longer than
+    a first batch takes) has passed since the last trigger, then runs with what there is.
+    The trigger times are Spark's own (the progress reports' timestamps)."""
     topic = create_topic(bootstrap, unique("delayed"), partitions=1)
-    batches: list[int] = []
-
-    def collect(batch_df: Any, batch_id: int) -> None:
-        batches.append(batch_df.count())
-
     _produce(bootstrap, topic, [b"a%d" % i for i in range(5)])
-    delayed = {"minOffsetsPerTrigger": "1000", "maxTriggerDelay": "2s"}
+    delayed = {"minOffsetsPerTrigger": "1000", "maxTriggerDelay": "10s"}
     query = (
         _source(spark, bootstrap, subscribe=topic, **delayed)
-        .writeStream.foreachBatch(collect)
+        .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ck"))
         .trigger(processingTime="100 milliseconds")
         .start()
     )
+
+    def batches() -> list[tuple[float, int]]:
+        """(trigger time in s, rows) of every batch that read rows."""
+        return [
+            (_epoch_s(p["timestamp"]), p["numInputRows"])
+            for p in query.recentProgress
+            if p["numInputRows"] > 0
+        ]
+
     try:
-        _until(lambda: sum(batches) >= 5, "the first batch (never put off)")
+        _until(lambda: len(batches()) >= 1, "the first batch (never put off)")
         _produce(bootstrap, topic, [b"b%d" % i for i in range(5)])
-        _until(lambda: sum(batches) >= 10, "the batch maxTriggerDelay fires")
+        _until(lambda: sum(n for _, n in batches()) >= 10, "the batch maxTriggerDelay fires")
     finally:
         query.stop()
-    assert [n for n in batches if n] == [5, 5]  # each below minOffsetsPerTrigger
+    (first, first_rows), (second, _), *_ = batches()
+    assert first_rows == 5 and all(n < 1000 for _, n in batches())
+    assert second - first >= 9.5  # put off until the delay passed, not run at once
+
+
+def _epoch_s(timestamp: str) -> float:
+    """Seconds since the epoch of a progress report's ISO 8601 UTC timestamp."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
 @pytest.fixture(autouse=True)
