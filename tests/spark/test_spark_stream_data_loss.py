@@ -67,11 +67,12 @@ def _run_available_now(
         .start()
     )
     try:
-        query.awaitTermination(120)
+        ended = query.awaitTermination(120)
     except StreamingQueryException:
-        pass  # returned below
+        ended = True  # failed: returned below
     finally:
         query.stop()
+    assert ended, "the availableNow run did not end within 120 s"
     return sorted(seen), query.exception()
 
 

@@ -626,3 +626,19 @@ def test_recorded_requests_show_what_a_client_sent(embedded: EmbeddedBroker, top
             consumer.close()
         (at, body), *_ = proxy.recorded(ApiKey.FIND_COORDINATOR)
     assert body.key == topic and 0 < at <= time.monotonic()
+
+
+def test_a_dropped_response_is_not_counted_as_answered_with_an_error(
+    embedded: EmbeddedBroker,
+) -> None:
+    with FaultInjectionProxy(
+        upstream=("127.0.0.1", embedded.port), drop_response_rate=1.0
+    ) as proxy:
+        with pytest.raises(ValueError, match="count must be >= 0"):
+            proxy.answer_errors(ApiKey.API_VERSIONS, 35, -1)
+        proxy.answer_errors(ApiKey.API_VERSIONS, 35, 1)
+        with connect(proxy) as sock:
+            sock.sendall(api_versions_request(1))
+            wait_for(lambda: proxy.stats.responses_dropped == 1)
+        assert proxy.errors_left(ApiKey.API_VERSIONS) == 1
+        assert proxy.stats.responses_with_errors == 0
