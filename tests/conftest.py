@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+import oncelog.broker.durability as durability
+
+from .fsync_pools import PythonFsyncPool
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """On pytest-xdist workers, the files that hold slow scenarios come first.
@@ -59,3 +63,11 @@ def _destroy_unreferenced_clients() -> Iterator[None]:
     yield
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture
+def fsyncs_in_python(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Brokers started in the test fsync on Python threads through the log module's
+    ``fsync_together`` (tests/fsync_pools.py), where the test injects its faults."""
+    monkeypatch.setattr(durability, "FsyncPool", PythonFsyncPool)
+    yield

@@ -47,7 +47,9 @@ def test_control_with_kafkas_flush_default_acks_all_is_answered_before_fsync() -
     assert _acknowledged_before_fsync({"log.flush.interval.messages": str(2**63 - 1)})
 
 
-def test_group_commit_shares_fsyncs_between_producers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_group_commit_shares_fsyncs_between_producers(
+    monkeypatch: pytest.MonkeyPatch, fsyncs_in_python: None
+) -> None:
     """Eight producers each wait for every record: 400 requests, far fewer fsync rounds.
     Each fsync is made to last at least 10 ms, so that the other producers' requests
     arrive while it runs even when their threads wait for a CPU on a loaded machine (with

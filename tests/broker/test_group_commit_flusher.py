@@ -5,85 +5,109 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
+import errno
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oncelog.broker.durability import GroupCommitFlusher
-from oncelog.broker.fsync_threads import FsyncThreads
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import PartitionLog
 
+from ..fsync_pools import HeldFsyncPool
 from ..storage.test_index_durability import CONFIG, append_batches
 
 TIMEOUT_S = 30.0
 
 
-class _Log:
-    """A partition log whose flush is driven by the test: each flush makes durable the end
-    it sees when it starts, after the test lets it finish (or fails, when told to)."""
+@dataclass
+class _Claim:
+    target: int
+    to_fsync: list[int]
 
-    def __init__(self) -> None:
+
+class _Log:
+    """A partition log whose flushes the test steers: a flush claims the end it sees when
+    it begins; the pool holds its fsync until the test lets it finish (or fail); its end
+    makes that end durable unless it failed."""
+
+    def __init__(self, fd: int) -> None:
         self.end = 0
         self.recovery_point = 0
         self.closed = False
         self.failed = False  # offline after a failed fsync (this log's failures pass)
         self.flushes_started = 0
-        self.fail_next: Exception | None = None
-        self.started = threading.Semaphore(0)
-        self.release = threading.Semaphore(0)
+        self.fail_next: Exception | None = None  # raised by the next begin_flush
+        self._fd = fd
 
-    def flush(self) -> int:
-        end = self.end
+    def begin_flush(self) -> _Claim:
         self.flushes_started += 1
-        self.started.release()
-        if not self.release.acquire(timeout=TIMEOUT_S):
-            raise AssertionError("the test never let the flush finish")
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
-        self.recovery_point = end
-        return end
+        return _Claim(self.end, [self._fd])
+
+    def end_flush(self, claim: _Claim, error: BaseException | None) -> int:
+        if error is None:
+            self.recovery_point = max(self.recovery_point, claim.target)
+        return self.recovery_point
 
 
 class _Partition:
-    def __init__(self) -> None:
-        self.log = _Log()
+    def __init__(self, fd: int) -> None:
+        self.log = _Log(fd)
 
     def check_offline(self) -> None:
         """A cluster's hook after a failed flush (broker.partition.Partition): none here."""
 
 
 @contextlib.asynccontextmanager
-async def _flushing() -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log]]:
-    """A started flusher and a partition; the flusher is stopped after."""
-    flusher = GroupCommitFlusher()
+async def _flushing() -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log, HeldFsyncPool]]:
+    """A started flusher whose fsyncs the test lets finish, and a partition; the flusher
+    is stopped after."""
+    pools: list[HeldFsyncPool] = []
+
+    def pool(threads: int) -> HeldFsyncPool:
+        pools.append(HeldFsyncPool(threads))
+        return pools[-1]
+
+    flusher = GroupCommitFlusher(pool)
     flusher.start()
-    partition = _Partition()
-    try:
-        yield flusher, partition, partition.log
-    finally:
-        partition.log.release.release()  # a flush the test left waiting
-        await flusher.stop()
+    with tempfile.TemporaryFile() as file:
+        partition = _Partition(file.fileno())
+        try:
+            yield flusher, partition, partition.log, pools[0]
+        finally:
+            await flusher.stop()
 
 
-async def _let_a_flush_finish(log: _Log) -> None:
-    """Wait (off the loop) until a flush of ``log`` has started, then let it finish."""
-    assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
-    log.release.release()
+async def _fsync_handed_off(pool: HeldFsyncPool) -> None:
+    """Wait until the flusher has handed an fsync to the pool."""
+    for _ in range(1000):
+        if pool.held:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("no fsync was handed off")
+
+
+async def _let_a_flush_finish(pool: HeldFsyncPool, error: int = 0) -> None:
+    """Once an fsync has been handed off, let it finish (with errno ``error``, if given)."""
+    await _fsync_handed_off(pool)
+    pool.finish(error)
 
 
 async def _append_twice_the_second_while_fsyncing(
-    flusher: GroupCommitFlusher, partition: Any
+    flusher: GroupCommitFlusher, partition: Any, pool: HeldFsyncPool
 ) -> tuple[asyncio.Future[None], asyncio.Future[None]]:
     """Offset 0 appended and waited for; once its fsync has started (and taken the log's
     end), offset 1 appended and waited for."""
     partition.log.end = 1
     first = flusher.wait_durable(partition, 1)
-    assert await asyncio.to_thread(partition.log.started.acquire, True, TIMEOUT_S)
+    await _fsync_handed_off(pool)
     partition.log.end = 2
     return first, flusher.wait_durable(partition, 2)
 
@@ -94,12 +118,12 @@ def _run(test: Callable[[], Awaitable[None]]) -> None:
 
 def test_an_append_made_while_an_fsync_runs_waits_for_the_next_one() -> None:
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
-            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition)
-            log.release.release()
+        async with _flushing() as (flusher, partition, log, pool):
+            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition, pool)
+            pool.finish()
             await asyncio.wait_for(first, TIMEOUT_S)
             assert not second.done(), "answered by an fsync that did not cover it"
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(second, TIMEOUT_S)
             assert (log.flushes_started, flusher.fsync_rounds) == (2, 2)
 
@@ -108,12 +132,12 @@ def test_an_append_made_while_an_fsync_runs_waits_for_the_next_one() -> None:
 
 def test_appends_of_one_loop_step_share_one_fsync() -> None:
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
+        async with _flushing() as (flusher, partition, log, pool):
             waits = []
             for end in (1, 2, 3):  # three requests handled in the same step
                 log.end = end
                 waits.append(flusher.wait_durable(partition, end))
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
             assert flusher.fsync_rounds == 1
 
@@ -122,17 +146,16 @@ def test_appends_of_one_loop_step_share_one_fsync() -> None:
 
 def test_a_failed_fsync_fails_its_waiters_and_the_next_fsync_answers_later_ones() -> None:
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
+        async with _flushing() as (flusher, partition, log, pool):
             log.end = 1
-            log.fail_next = OSError(5, "Input/output error")
             failed = flusher.wait_durable(partition, 1)
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool, errno.EIO)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(failed, TIMEOUT_S)
             assert raised.value.code == ErrorCode.kafka_storage_error
             assert log.recovery_point == 0
             later = flusher.wait_durable(partition, 1)
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(later, TIMEOUT_S)
             assert log.recovery_point == 1
 
@@ -168,16 +191,15 @@ def test_a_flush_that_fails_other_than_by_os_error_answers_its_waiters_too() -> 
     the next append is flushed as usual."""
 
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
+        async with _flushing() as (flusher, partition, log, pool):
             log.end = 1
             log.fail_next = ValueError("a bug")
             failed = flusher.wait_durable(partition, 1)
-            await _let_a_flush_finish(log)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(failed, TIMEOUT_S)
             assert raised.value.code == ErrorCode.request_timed_out
             later = flusher.wait_durable(partition, 1)
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(later, TIMEOUT_S)
 
     _run(test)
@@ -192,15 +214,15 @@ def test_a_failing_fsync_hook_leaves_the_partition_flushable_and_stop_returns() 
         raise ValueError("a bug in a hook")
 
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
+        async with _flushing() as (flusher, partition, log, pool):
             flusher.on_fsync = broken_hook
             log.end = 1
             first = flusher.wait_durable(partition, 1)
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(first, TIMEOUT_S)
             log.end = 2
             later = flusher.wait_durable(partition, 2)
-            await _let_a_flush_finish(log)
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(later, TIMEOUT_S)
 
     _run(test)
@@ -208,14 +230,14 @@ def test_a_failing_fsync_hook_leaves_the_partition_flushable_and_stop_returns() 
 
 def test_stop_waits_for_the_fsync_in_flight_and_its_follow_up() -> None:
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
-            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition)
+        async with _flushing() as (flusher, partition, log, pool):
+            first, second = await _append_twice_the_second_while_fsyncing(flusher, partition, pool)
             stopping = asyncio.ensure_future(flusher.stop())
             for _ in range(3):
                 await asyncio.sleep(0)
             assert not stopping.done(), "stop did not wait for the fsync in flight"
-            log.release.release()
-            await _let_a_flush_finish(log)
+            pool.finish()
+            await _let_a_flush_finish(pool)
             await asyncio.wait_for(stopping, TIMEOUT_S)
             assert first.result() is None and second.result() is None
             assert log.recovery_point == 2
@@ -226,25 +248,17 @@ def test_stop_waits_for_the_fsync_in_flight_and_its_follow_up() -> None:
 def test_the_first_fsync_is_handed_off_one_loop_turn_after_the_append() -> None:
     """Not in the same turn: the appends of that turn share it (an immediate hand-off
     would race the fsync thread for the GIL, and usually still win)."""
-    submitted: list[object] = []
-
-    class RecordingThreads(FsyncThreads):
-        def submit(self, work: Any, answer: Any) -> None:
-            submitted.append(work)
-            super().submit(work, answer)
 
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
-            flusher._threads.stop()  # type: ignore[union-attr]
-            flusher._threads = RecordingThreads(1)
+        async with _flushing() as (flusher, partition, log, pool):
             waits = []
             for end in (1, 2, 3):
                 log.end = end
                 waits.append(flusher.wait_durable(partition, end))
-            assert submitted == []
+            assert pool.held == []
             await asyncio.sleep(0)
-            assert len(submitted) == 1
-            await _let_a_flush_finish(log)
+            assert len(pool.held) == 1
+            pool.finish()
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
 
     _run(test)
@@ -303,41 +317,32 @@ def test_a_cut_fails_the_waiters_of_what_it_removed_and_the_fsyncs_stop(
 def test_an_fsync_answered_after_a_cut_covers_only_what_the_cut_left(tmp_path: Path) -> None:
     """The fsync of 0-19 ends; before the loop handles its answer, the log is cut to 10,
     records 10-19 appended again (leader again) and waited for: they are not durable, and
-    the finished fsync's answer (20) must not say they are."""
+    the finished fsync's answer must not say they are (``end_flush`` sees the cut)."""
 
     async def test() -> None:
         log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
         append_batches(log, 0, 10)  # offsets 0-19
         partition = _RealPartition(log)
-        synced, release = threading.Event(), threading.Event()
-        real_flush = log.flush
-
-        def flush_then_hold() -> int:
-            durable = real_flush()
-            synced.set()
-            release.wait(TIMEOUT_S)
-            return durable
-
-        log.flush = flush_then_hold  # type: ignore[method-assign]
-        flusher = GroupCommitFlusher()
+        pools: list[HeldFsyncPool] = []
+        flusher = GroupCommitFlusher(lambda n: pools.append(HeldFsyncPool(n)) or pools[-1])
         flusher.start()
         try:
             first = flusher.wait_durable(partition, 20)
-            assert await asyncio.to_thread(synced.wait, TIMEOUT_S)
+            await _fsync_handed_off(pools[0])
+            pools[0].finish()  # fsynced and answered; the loop has not seen it yet
             log.truncate_to(10)
             flusher.cut(partition, log.log_end_offset)
             with pytest.raises(KafkaError):
                 await asyncio.wait_for(first, TIMEOUT_S)
             append_batches(log, 100, 5)  # 10-19 again, never fsynced
             again = flusher.wait_durable(partition, 20)
-            log.flush = real_flush  # type: ignore[method-assign]
-            release.set()
-            await asyncio.sleep(0.05)  # the held fsync's answer handled
-            assert not again.done() or log.recovery_point >= 20, "answered, not durable"
+            await _fsync_handed_off(pools[0])  # the finished one handled, the next handed off
+            assert not again.done() and log.recovery_point < 20, "answered, not durable"
+            while pools[0].held:  # the log's file, and its directory (the cut changed it)
+                pools[0].finish()
             await asyncio.wait_for(again, TIMEOUT_S)  # by the next fsync
             assert log.recovery_point == 20
         finally:
-            release.set()
             await asyncio.wait_for(flusher.stop(), TIMEOUT_S)
             log.close()
 

@@ -146,7 +146,10 @@ def test_an_idempotent_batch_whose_write_failed_is_appended_by_its_retry(
 
 
 def test_a_failed_fsync_is_logged_once_not_at_each_retry(
-    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    fsyncs_in_python: None,
+    broker: EmbeddedBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An idempotent batch appended but not made durable (EIO from its fsync: the log goes
     offline until a restart) is a duplicate when the producer retries it; each retry waits

@@ -31,6 +31,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import oncelog.broker.durability as durability
 import oncelog.storage.log as log_module
 from oncelog.client.connection import KafkaConnection
 from oncelog.coordinator_partitions import partition_for
@@ -39,6 +40,7 @@ from oncelog.testing import EmbeddedBroker
 from oncelog.testing.cluster import LocalCluster
 
 from ..broker.raw_requests import metadata
+from ..fsync_pools import PythonFsyncPool
 from ..storage.failures import file_of
 from .coordination import (
     COORDINATOR_CONFIG,
@@ -145,9 +147,12 @@ def cluster(
             "broker.id": str(FAILING_BROKER),
             "zookeeper.connect": local.zookeeper.connect_string,
         }
-        with EmbeddedBroker(config=config, data_dir=tmp_path / "broker-3") as embedded:
-            local.wait_for_brokers([1, 2, FAILING_BROKER], TIMEOUT_S)
-            yield local, embedded
+        with pytest.MonkeyPatch.context() as patched:
+            # its flushes fsync through ``fsync_together``, where FailingFsync fails them
+            patched.setattr(durability, "FsyncPool", PythonFsyncPool)
+            with EmbeddedBroker(config=config, data_dir=tmp_path / "broker-3") as embedded:
+                local.wait_for_brokers([1, 2, FAILING_BROKER], TIMEOUT_S)
+                yield local, embedded
 
 
 def _create_led_by_the_failing_broker(local: LocalCluster, topic: str) -> None:

@@ -1,13 +1,16 @@
 """Two flushes of one log at once: the group-commit flusher runs a partition's flushes one
-after another, but `close()` (a dropped replica, on the event loop) flushes whenever it is
-called. The second flush finds the segments already claimed by the first, so nothing is
-dirty: answering at once, it raised the recovery point over data whose fsync was still
-running, and `close()` checkpointed it (found in the review of txn16, 2026-11-25). And a
-truncation on the loop (a follower's divergence, a demoted leader) while a flush's fsync
-runs: the flush must not raise the recovery point to the end it saw before the cut."""
+after another (its own, split in two on the loop: `begin_flush`, `end_flush`), but
+`close()` (a dropped replica, on the event loop) flushes whenever it is called. The second
+flush finds the segments already claimed by the first, so nothing is dirty: answering at
+once, it raised the recovery point over data whose fsync was still running, and `close()`
+checkpointed it (found in the review of txn16, 2026-11-25). And a truncation on the loop
+(a follower's divergence, a demoted leader) while a flush's fsync runs: the flush must not
+raise the recovery point to the end it saw before the cut."""
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
 from pathlib import Path
 
@@ -94,4 +97,50 @@ def test_a_flush_overlapping_a_truncation_does_not_cover_what_followed_the_cut(
     assert answers and answers[0] <= 10, f"recovery point {answers} covers unsynced 10-19"
     assert log.recovery_point <= 10
     assert log.flush() == 30  # the next flush syncs them
+    log.close()
+
+
+def test_a_flush_while_a_split_one_runs_fsyncs_its_files_and_leaves_the_point_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group-commit flusher has claimed 0-19 (``begin_flush``) and its fsync runs on a
+    thread of its own; ``close()`` on the loop flushes meanwhile. It must not wait for the
+    split flush (its end runs on the loop: a wait would never end), must fsync what that
+    one claimed (found clean, it would fsync nothing), and must not raise the recovery
+    point while the split flush runs: its fsync may have taken the writeback error this
+    one should have seen. The split flush, ending alone, raises it."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)  # offsets 0-19, none durable yet
+    events, _ = recording(monkeypatch)
+    claim = log.begin_flush()
+    assert claim is not None and claim.target == 20
+    closer = threading.Thread(target=log.close, name="closer")
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive(), "close waited for the split flush"
+    assert events[0] == "fsync .log", events  # the split flush's claim, fsynced by close
+    assert log.recovery_point == 0
+    assert "checkpoint 20" not in events, events
+    for fd in claim.to_fsync:  # the split flush's own fsync, then its end
+        os.fsync(fd)
+    assert log.end_flush(claim, None) == 20
+
+
+def test_a_flush_ending_while_another_runs_does_not_raise_the_recovery_point(
+    tmp_path: Path,
+) -> None:
+    """Two overlapping flushes of the same files: the later one succeeds first, the
+    earlier one fails (EIO). Only the first fsync to look at a file's writeback error
+    reports it, so the success proves nothing: the point stays, and the failure takes the
+    log offline."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    first = log.begin_flush()
+    append_batches(log, 100, 5)
+    second = log.begin_flush()
+    assert first is not None and second is not None
+    assert set(first.fds) <= set(second.fds), "the second flush does not cover the first's files"
+    assert log.end_flush(second, None) == 0
+    assert log.end_flush(first, OSError(errno.EIO, "Input/output error (injected)")) == 0
+    assert log.failed
     log.close()

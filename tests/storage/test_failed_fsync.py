@@ -45,7 +45,8 @@ class FailingFsync:
 
 
 @pytest.fixture
-def fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[FailingFsync]:
+def fsync(monkeypatch: pytest.MonkeyPatch, fsyncs_in_python: None) -> Iterator[FailingFsync]:
+    """Failing while the test says so, for a log and for a broker's flushes alike."""
     failing = FailingFsync()
     monkeypatch.setattr(log_module, "fsync_together", failing)
     yield failing

@@ -78,7 +78,7 @@ class StateLogFaults:
 
 
 @pytest.fixture
-def faults(monkeypatch: pytest.MonkeyPatch) -> Iterator[StateLogFaults]:
+def faults(monkeypatch: pytest.MonkeyPatch, fsyncs_in_python: None) -> Iterator[StateLogFaults]:
     armed = StateLogFaults()
     real_write, real_fsync = os.write, os.fsync
 

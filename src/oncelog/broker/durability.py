@@ -10,25 +10,40 @@ Partitions are flushed independently and concurrently: a waiter is answered as s
 its own partition is durable, not when every partition with waiters is. (One round for all
 partitions, fsyncing them one after another, made every transaction wait for the data
 partitions, the markers' partitions and `__transaction_state` in turn, several times.)
+
+The threads that fsync never take the GIL (broker/_fsync_pool.c): the loop claims what a
+flush covers (``PartitionLog.begin_flush``), a thread fsyncs and says so through an
+eventfd, and the loop ends the flush (``end_flush``) and answers the waiters. Python
+threads running the whole flush took the GIL twice per fsync, and each take made the loop,
+which holds it nearly all the time under load, give it up and wait to get it back: with 16
+transactional producers on 2 cores the broker spent about 10 % more CPU per transaction
+(bench/commit_latency.py, README, issue 12). While the file cache is crowded a flush fsyncs
+the offset index with its data under the log's checkpoint lock (storage/log.py), which the
+loop must not hold across an fsync: those flushes still run whole on Python threads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from oncelog.broker._fsync_pool import FsyncPool
 from oncelog.broker.fsync_threads import FsyncThreads
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
+from oncelog.storage.file_cache import open_files
+from oncelog.storage.log import FlushClaim
 
 log = logging.getLogger(__name__)
 
-# fsyncs in flight at once (one per partition at most). Threads wait on the disk, not on
-# the CPU, so a few more than the cores.
+# fsyncs in flight at once (one flush per partition at most). Threads wait on the disk,
+# not on the CPU, so a few more than the cores.
 FSYNC_THREADS = 8
 
 
@@ -45,6 +60,17 @@ class _Partition:
     offline: bool = False  # the log was already offline when that fsync was handed off
 
 
+@dataclass(eq=False)
+class _Fsyncs:
+    """One flush's fsyncs on the pool: it ends when the last of them does."""
+
+    partition: Partition
+    state: _Partition
+    claim: FlushClaim
+    running: int
+    error: OSError | None = None
+
+
 class GroupCommitFlusher:
     """The flusher: fsyncs, off the loop, every partition that has appends waiting to be
     durable, and wakes their waiters (see the module docstring).
@@ -57,17 +83,31 @@ class GroupCommitFlusher:
     wake-up: 0.35-0.38 ms at the median with 16 transactional producers, see
     fsync_threads.py. Throughput and commit latency did not move measurably with it, as
     the loop's CPU bounds them there: bench/commit_latency.py, README, issue 12.)
+
+    ``pool``: makes what fsyncs the claimed descriptors, given the thread count (by
+    default the module's ``FsyncPool``, looked up at ``start``: the GIL-free threads).
+    Tests give stand-ins that hold an fsync until they let it finish, or fsync through
+    Python so that a fault they inject there reaches the broker.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Callable[[int], FsyncPool] | None = None) -> None:
         self._partitions: dict[Partition, _Partition] = {}
-        self._threads: FsyncThreads | None = None
+        self._threads: FsyncThreads | None = None  # whole flushes, while the cache is crowded
+        self._make_pool = pool
+        self._pool: FsyncPool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tokens = itertools.count()
+        self._fsyncs: dict[int, _Fsyncs] = {}  # by the token the pool answers with
         self._stopping = False
         self.fsync_rounds = 0  # partition fsyncs done (a round covers all its waiters)
         self.on_fsync: Callable[[float], None] | None = None  # seconds of each fsync
 
     def start(self) -> None:
+        """Start the threads; on the event loop, which watches the pool's eventfd."""
         self._threads = FsyncThreads(FSYNC_THREADS)
+        self._pool = (self._make_pool or FsyncPool)(FSYNC_THREADS)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._pool.fileno(), self._collect)
         self._stopping = False
 
     async def stop(self) -> None:
@@ -83,6 +123,10 @@ class GroupCommitFlusher:
         if self._threads is not None:
             self._threads.stop()
             self._threads = None
+        if self._pool is not None and self._loop is not None:
+            self._loop.remove_reader(self._pool.fileno())
+            self._pool.stop()
+            self._pool = None
 
     def wait_durable(self, partition: Partition, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once every offset below `end_offset` is fsynced."""
@@ -158,14 +202,55 @@ class GroupCommitFlusher:
         self._partitions.pop(partition, None)
 
     def _hand_off(self, partition: Partition, state: _Partition) -> None:
-        """Have a thread fsync the partition; ``_flushed`` gets its answer."""
-        threads = self._threads
-        if threads is None:
+        """Claim what the partition's flush covers and have the pool fsync it (a thread
+        the whole flush, while the file cache is crowded); ``_flushed`` gets the answer,
+        in a later loop turn."""
+        threads, pool, loop = self._threads, self._pool, self._loop
+        if threads is None or pool is None or loop is None:
             raise RuntimeError("the fsync threads have stopped")
         state.requested = False
         state.offline = partition.log.failed  # already: its failure was logged then
         state.started = time.monotonic()
-        threads.submit(partition.log.flush, functools.partial(self._flushed, partition, state))
+        if open_files.crowded:  # the index goes with its data (PartitionLog.flush)
+            threads.submit(partition.log.flush, functools.partial(self._flushed, partition, state))
+            return
+        try:
+            claim = partition.log.begin_flush()
+        except Exception as exc:  # offline, a reopen failed, or a bug: _answer tells which
+            loop.call_soon(self._flushed, partition, state, None, exc)
+            return
+        fds = [] if claim is None else claim.to_fsync
+        if claim is None or not fds:  # closed, or nothing written since the last flush
+            if claim is not None:
+                partition.log.end_flush(claim, None)
+            loop.call_soon(self._flushed, partition, state, None, None)
+            return
+        token = next(self._tokens)
+        self._fsyncs[token] = _Fsyncs(partition, state, claim, len(fds))
+        for fd in fds:
+            pool.submit(token, fd)
+
+    def _collect(self) -> None:
+        """On the loop, when the pool's eventfd is readable: the fsyncs that ended; a flush
+        whose last fsync ended is ended (``end_flush``) and its waiters answered."""
+        if self._pool is None:
+            return
+        for token, errno in self._pool.collect():
+            fsyncs = self._fsyncs[token]
+            fsyncs.running -= 1
+            if errno and fsyncs.error is None:
+                fsyncs.error = OSError(errno, os.strerror(errno))
+            if fsyncs.running == 0:
+                del self._fsyncs[token]
+                self._end(fsyncs)
+
+    def _end(self, fsyncs: _Fsyncs) -> None:
+        error: BaseException | None = fsyncs.error
+        try:
+            fsyncs.partition.log.end_flush(fsyncs.claim, error)
+        except Exception as exc:  # closing the directory failed, or a bug: _answer tells
+            error = error or exc
+        self._flushed(fsyncs.partition, fsyncs.state, None, error)
 
     def _flushed(
         self,

@@ -1,9 +1,13 @@
 """The partition log: an ordered list of segments in ``<data_dir>/<topic>-<partition>/``.
 
 Single writer: ``append``, ``read``, ``roll``, retention and truncation run on the event
-loop thread. ``flush`` alone may run in a worker thread; it holds ``_lock`` only to take
-duplicated descriptors of dirty segments and note the log end offset, so an append never
-waits for an fsync. Appends take the same lock, briefly, so the snapshot is consistent.
+loop thread. ``flush`` alone may run in a worker thread; it holds ``_lock`` only to claim
+(pin) the dirty segments' files and note the log end offset, so an append never waits for
+an fsync. Appends take the same lock, briefly, so the snapshot is consistent. The
+group-commit flusher splits a flush in two on the loop (``begin_flush``, ``end_flush``)
+and has threads without the GIL run the fsyncs in between (broker/_fsync_pool.c). A flush
+that starts while another one's fsyncs run fsyncs that one's files too, and raises the
+recovery point only if no other flush is still running when it ends (see ``_end_claim``).
 ``write_recovery_checkpoint`` may run in a worker thread too (the periodic checkpoint) while
 the loop closes or deletes the log: checkpoint writes, close and delete take
 ``_checkpoint_lock``, so one temporary file never has two writers. A truncation that lowers
@@ -54,7 +58,7 @@ from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
 from oncelog.storage.txn_index import AbortedTxn
 
-__all__ = ["AppendResult", "LogConfig", "PartitionLog", "SegmentInfo"]
+__all__ = ["AppendResult", "FlushClaim", "LogConfig", "PartitionLog", "SegmentInfo"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +117,27 @@ class SegmentInfo:
     path: Path
 
 
+@dataclass(eq=False)
+class FlushClaim:
+    """What one flush fsyncs, claimed under the log's lock: every record below ``target``
+    is durable once ``fds`` (pinned open until the flush ends) and, with ``dir_dirty``,
+    the log's directory are fsynced."""
+
+    target: int  # the log end offset when it was claimed
+    cuts: int  # the log's truncations so far
+    dirty: list[LogSegment]  # the segments it claimed (unclaimed again if it fails)
+    files: list[CachedFile]  # theirs, and those of flushes still running
+    fds: list[int]
+    took_dir_dirty: bool  # it took the log's mark (set again if it fails)
+    dir_dirty: bool  # the directory must be fsynced too (its mark, or a running flush's)
+    dir_fd: int | None = None  # the directory, opened by begin_flush
+
+    @property
+    def to_fsync(self) -> list[int]:
+        """Every descriptor the caller of ``begin_flush`` must fsync."""
+        return self.fds if self.dir_fd is None else [*self.fds, self.dir_fd]
+
+
 class PartitionLog:
     """Append, read, flush, roll, retain and recover one partition's segments."""
 
@@ -140,16 +165,21 @@ class PartitionLog:
         # Serialises checkpoint writes with close and delete (they share one temporary
         # file name), without holding up appends for the checkpoint's fsyncs.
         self._checkpoint_lock = threading.Lock()
-        # One flush at a time: a flush that finds nothing dirty (a running one claimed it)
-        # would otherwise raise the recovery point over data whose fsync is still running,
-        # and a close() on the loop checkpoint it (the group-commit flusher already runs a
-        # partition's flushes one after another; close() and others did not wait for it).
+        # One ``flush`` at a time (the group-commit flusher's begin/end_flush do not take
+        # it: held from the loop until an fsync thread is done, a ``close`` on the loop
+        # would wait for ever; its flushes of a partition run one after another anyway).
+        # Overlapping flushes are made safe by ``_claims`` below.
         self._flush_lock = threading.Lock()
         # Truncations so far (``truncate_to``, ``start_over_at``; on the loop, not waiting
         # for a flush): a flush whose fsync overlapped one must not raise the recovery point
         # to the end it saw before the cut, above what was appended after it.
         self._cuts = 0
         self._dir_dirty = False  # segment files created or deleted since the last flush
+        # Flushes whose fsyncs are running. A flush that finds nothing dirty (a running
+        # one claimed it) would otherwise raise the recovery point over data whose fsync
+        # is still running, and a ``close`` checkpoint it: a new claim takes the running
+        # ones' files too.
+        self._claims: list[FlushClaim] = []
         # Why this log is offline; None while it is not. After a failed fsync the kernel
         # may have dropped the dirty pages and marked them clean, so a later fsync can
         # succeed without them ever reaching the disk ("fsyncgate"); a write whose torn
@@ -384,42 +414,106 @@ class PartitionLog:
 
     def _flush(self, with_indexes: bool) -> int:
         with self._lock:
-            if not self._segments:
-                return self._recovery_point  # closed or deleted meanwhile: nothing to sync
-            if self._storage_failure is not None:
-                raise OSError(errno.EIO, self._offline_reason())
-            target, cuts = self.log_end_offset, self._cuts
-            dirty = [s for s in self._segments if s.dirty]
-            files = [f for s in dirty for f in s.claim_unsynced_files(with_index=with_indexes)]
-            try:
-                fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
-            except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
-                for s in dirty:
-                    s.unclaim()  # else the next flush would call their data durable
-                if _earlier_fsync_failed(files):
-                    self._storage_failure = f"an fsync of {self.directory.name} failed: {exc}"
-                raise
-            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            claim = self._claim_locked(with_indexes=with_indexes)
+        if claim is None:
+            return self._recovery_point  # closed or deleted meanwhile: nothing to sync
+        error: BaseException | None = None
         try:
-            fsync_together(fds)
-            if dir_dirty:
+            fsync_together(claim.fds)
+            if claim.dir_dirty:
                 fsync_directory(self.directory)
         except BaseException as exc:
-            with self._lock:
-                for s in dirty:
-                    s.unclaim()
-                self._dir_dirty |= dir_dirty
-                if isinstance(exc, OSError) and self._storage_failure is None:
-                    self._storage_failure = f"an fsync of {self.directory.name} failed: {exc}"
-            open_files.sync_failed(files)
-            raise
-        finally:
-            for file in files:
-                open_files.unpin(file)
+            error = exc
+        recovery_point = self._end_claim(claim, error)
+        if error is not None:
+            raise error
+        return recovery_point
+
+    def begin_flush(self) -> FlushClaim | None:
+        """The first half of :meth:`flush`, for a caller that fsyncs on threads of its
+        own without the GIL (the group-commit flusher): claims what is dirty and pins it
+        open; the caller fsyncs ``claim.fds`` and ``claim.dir_fd``, then calls
+        :meth:`end_flush` with the outcome. None when the log is closed. Raises OSError as
+        :meth:`flush` does. Never claims the offset index (no ``_checkpoint_lock``: held
+        until :meth:`end_flush` on the loop, a ``close`` on the loop would wait for ever);
+        a crowded file cache flushes through :meth:`flush`."""
         with self._lock:
-            if self._cuts == cuts:  # else the next flush syncs what follows the cut
-                self._recovery_point = max(self._recovery_point, target)
-            return self._recovery_point
+            claim = self._claim_locked(with_indexes=False)
+        if claim is not None and claim.dir_dirty:
+            try:
+                claim.dir_fd = os.open(self.directory, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as exc:
+                self._end_claim(claim, exc)
+                raise
+        return claim
+
+    def end_flush(self, claim: FlushClaim, error: BaseException | None) -> int:
+        """The second half (see :meth:`begin_flush`): the fsyncs of ``claim`` ended, with
+        ``error`` if one failed. Returns the recovery point."""
+        if claim.dir_fd is not None:
+            os.close(claim.dir_fd)
+            claim.dir_fd = None
+        return self._end_claim(claim, error)
+
+    def _claim_locked(self, *, with_indexes: bool) -> FlushClaim | None:
+        """Under ``_lock``: what a flush starting now must fsync so that every record below
+        the log end is durable when it ends. That includes what flushes still fsyncing
+        have claimed (pinned again here): a segment they claimed looks clean, and this
+        flush may end before theirs."""
+        if not self._segments:
+            return None
+        if self._storage_failure is not None:
+            raise OSError(errno.EIO, self._offline_reason())
+        dirty = [s for s in self._segments if s.dirty]
+        files = [f for s in dirty for f in s.claim_unsynced_files(with_index=with_indexes)]
+        for running in self._claims:  # a deleted segment's file (retired) needs no fsync
+            files.extend(f for f in running.files if f not in files and not f.retired)
+        try:
+            fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
+        except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
+            for s in dirty:
+                s.unclaim()  # else the next flush would call their data durable
+            if _earlier_fsync_failed(files):
+                self._storage_failure = f"an fsync of {self.directory.name} failed: {exc}"
+            raise
+        dir_dirty = self._dir_dirty or any(c.dir_dirty for c in self._claims)
+        claim = FlushClaim(
+            self.log_end_offset, self._cuts, dirty, files, fds, self._dir_dirty, dir_dirty
+        )
+        self._dir_dirty = False
+        self._claims.append(claim)
+        return claim
+
+    def _end_claim(self, claim: FlushClaim, error: BaseException | None) -> int:
+        """A claim's fsyncs ended: unpin its files; on success raise the recovery point to
+        its target, unless a truncation overlapped it (what was appended after the cut
+        waits for the next flush), the log failed meanwhile (after a failed fsync a later
+        one may succeed without the pages the kernel dropped), or another flush is still
+        running: two fsyncs of one open file share its writeback error, which only the
+        first to look at it reports, so this one's success proves nothing until the
+        other's outcome is known (it raises the point to its own target when it ends
+        alone; a waiter above that waits for the next flush). On failure mark its segments
+        to be synced again."""
+        try:
+            with self._lock:
+                self._claims.remove(claim)
+                if error is not None:
+                    for s in claim.dirty:
+                        s.unclaim()
+                    self._dir_dirty |= claim.took_dir_dirty
+                    if isinstance(error, OSError) and self._storage_failure is None:
+                        self._storage_failure = f"an fsync of {self.directory.name} failed: {error}"
+                elif (
+                    self._cuts == claim.cuts and self._storage_failure is None and not self._claims
+                ):
+                    self._recovery_point = max(self._recovery_point, claim.target)
+                recovery_point = self._recovery_point
+            if error is not None:
+                open_files.sync_failed(claim.files)
+        finally:
+            for file in claim.files:
+                open_files.unpin(file)
+        return recovery_point
 
     def write_recovery_checkpoint(self) -> None:
         """Persist the recovery point (periodically and at close) to shorten recovery;

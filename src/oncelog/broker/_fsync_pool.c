@@ -1,0 +1,269 @@
+/* fsync threads that never take the GIL (issue 12).
+
+   The group-commit flusher (broker/durability.py) prepares each fsync on the event loop
+   (which files, pinned open) and finishes it there (the recovery point, the waiters); in
+   between, one of these threads runs fsync(2) on a descriptor and reports the outcome
+   through an eventfd the loop watches. A Python thread doing the same has to take the
+   GIL when its job arrives and again when fsync returns, while the loop holds it nearly
+   all the time under load: each take makes the loop give the GIL up and wait to get it
+   back (README, "What bounds the 16-producer loop now").
+
+   FsyncPool(threads)      start ``threads`` threads
+   pool.fileno()           the eventfd: readable once a job is done
+   pool.submit(token, fd)  fsync ``fd`` on a thread; ``token`` comes back with the outcome
+   pool.collect()          [(token, errno), ...] of the jobs done since the last call
+                           (errno 0: the fsync succeeded); resets the eventfd
+   pool.stop()             finish the queued jobs, end the threads; submit refuses after
+
+   The descriptor must stay open until its token is collected (the caller pins it). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+typedef struct Job {
+    struct Job *next;
+    long long token;
+    int fd;
+    int error;
+} Job;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    Job *queued, *queued_tail; /* to fsync, oldest first */
+    Job *done, *done_tail;     /* fsynced, not yet collected */
+    int event_fd;
+    int stopping;
+    int started;  /* threads running (joined by stop) */
+    int lock_ready;
+    pthread_t *threads;
+} FsyncPool;
+
+static void append(Job **head, Job **tail, Job *job) {
+    job->next = NULL;
+    if (*tail != NULL)
+        (*tail)->next = job;
+    else
+        *head = job;
+    *tail = job;
+}
+
+static void *serve(void *arg) {
+    FsyncPool *pool = arg;
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        while (pool->queued == NULL && !pool->stopping)
+            pthread_cond_wait(&pool->wake, &pool->lock);
+        Job *job = pool->queued;
+        if (job == NULL) { /* stopping, and every queued job taken */
+            pthread_mutex_unlock(&pool->lock);
+            return NULL;
+        }
+        pool->queued = job->next;
+        if (pool->queued == NULL)
+            pool->queued_tail = NULL;
+        pthread_mutex_unlock(&pool->lock);
+
+        job->error = fsync(job->fd) == 0 ? 0 : errno;
+
+        pthread_mutex_lock(&pool->lock);
+        append(&pool->done, &pool->done_tail, job);
+        pthread_mutex_unlock(&pool->lock);
+        uint64_t one = 1;
+        while (write(pool->event_fd, &one, sizeof one) < 0 && errno == EINTR) {
+        }
+    }
+}
+
+static void stop_threads(FsyncPool *pool) {
+    if (!pool->lock_ready)
+        return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stopping = 1;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    int started = pool->started;
+    pool->started = 0;
+    for (int i = 0; i < started; i++)
+        pthread_join(pool->threads[i], NULL);
+}
+
+static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"threads", NULL};
+    int count;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i", kwlist, &count))
+        return -1;
+    if (self->lock_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "FsyncPool is already initialised");
+        return -1;
+    }
+    if (count < 1) {
+        PyErr_SetString(PyExc_ValueError, "threads must be at least 1");
+        return -1;
+    }
+    self->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->event_fd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->threads = PyMem_RawCalloc((size_t)count, sizeof(pthread_t));
+    if (self->threads == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    pthread_mutex_init(&self->lock, NULL);
+    pthread_cond_init(&self->wake, NULL);
+    self->lock_ready = 1;
+    for (int i = 0; i < count; i++) {
+        int rc = pthread_create(&self->threads[i], NULL, serve, self);
+        if (rc != 0) {
+            Py_BEGIN_ALLOW_THREADS
+            stop_threads(self);
+            Py_END_ALLOW_THREADS
+            errno = rc;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        self->started++;
+    }
+    return 0;
+}
+
+static PyObject *pool_fileno(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromLong(self->event_fd);
+}
+
+static PyObject *pool_submit(FsyncPool *self, PyObject *args) {
+    long long token;
+    int fd;
+    if (!PyArg_ParseTuple(args, "Li", &token, &fd))
+        return NULL;
+    if (!self->lock_ready || self->stopping) {
+        PyErr_SetString(PyExc_RuntimeError, "the fsync threads have stopped");
+        return NULL;
+    }
+    Job *job = PyMem_RawMalloc(sizeof(Job));
+    if (job == NULL)
+        return PyErr_NoMemory();
+    job->token = token;
+    job->fd = fd;
+    job->error = 0;
+    pthread_mutex_lock(&self->lock);
+    append(&self->queued, &self->queued_tail, job);
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pool_collect(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
+    if (!self->lock_ready)
+        return PyList_New(0);
+    uint64_t count;
+    /* Reset the eventfd before taking the list: a job done after the take writes it
+       again, so none is left unreported. */
+    if (read(self->event_fd, &count, sizeof count) < 0 && errno != EAGAIN && errno != EINTR)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    pthread_mutex_lock(&self->lock);
+    Job *job = self->done;
+    self->done = self->done_tail = NULL;
+    pthread_mutex_unlock(&self->lock);
+    PyObject *result = PyList_New(0);
+    while (job != NULL) {
+        Job *next = job->next;
+        if (result != NULL) {
+            PyObject *item = Py_BuildValue("(Li)", job->token, job->error);
+            if (item == NULL || PyList_Append(result, item) < 0)
+                Py_CLEAR(result);
+            Py_XDECREF(item);
+        }
+        PyMem_RawFree(job);
+        job = next;
+    }
+    return result;
+}
+
+static PyObject *pool_stop(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
+    Py_BEGIN_ALLOW_THREADS
+    stop_threads(self);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static void free_jobs(Job *job) {
+    while (job != NULL) {
+        Job *next = job->next;
+        PyMem_RawFree(job);
+        job = next;
+    }
+}
+
+static void pool_dealloc(FsyncPool *self) {
+    Py_BEGIN_ALLOW_THREADS
+    stop_threads(self);
+    Py_END_ALLOW_THREADS
+    if (self->lock_ready) {
+        free_jobs(self->queued);
+        free_jobs(self->done);
+        pthread_mutex_destroy(&self->lock);
+        pthread_cond_destroy(&self->wake);
+    }
+    if (self->event_fd >= 0)
+        close(self->event_fd);
+    PyMem_RawFree(self->threads);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *pool_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    FsyncPool *self = (FsyncPool *)type->tp_alloc(type, 0);
+    if (self != NULL)
+        self->event_fd = -1;
+    return (PyObject *)self;
+}
+
+static PyMethodDef pool_methods[] = {
+    {"fileno", (PyCFunction)pool_fileno, METH_NOARGS, "The eventfd, readable once a job is done."},
+    {"submit", (PyCFunction)pool_submit, METH_VARARGS, "submit(token, fd): fsync fd on a thread."},
+    {"collect", (PyCFunction)pool_collect, METH_NOARGS,
+     "[(token, errno), ...] of the jobs done since the last call."},
+    {"stop", (PyCFunction)pool_stop, METH_NOARGS, "Finish the queued jobs and end the threads."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject FsyncPoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "oncelog.broker._fsync_pool.FsyncPool",
+    .tp_basicsize = sizeof(FsyncPool),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "fsync threads that never take the GIL; outcomes through an eventfd.",
+    .tp_new = pool_new,
+    .tp_init = (initproc)pool_init,
+    .tp_dealloc = (destructor)pool_dealloc,
+    .tp_methods = pool_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fsync_pool", "fsync threads that never take the GIL.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fsync_pool(void) {
+    if (PyType_Ready(&FsyncPoolType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FsyncPoolType);
+    if (PyModule_AddObject(m, "FsyncPool", (PyObject *)&FsyncPoolType) < 0) {
+        Py_DECREF(&FsyncPoolType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

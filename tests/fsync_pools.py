@@ -1,0 +1,96 @@
+"""Stand-ins for the flusher's GIL-free fsync pool (``oncelog.broker._fsync_pool``), with
+its interface (``fileno``, ``submit``, ``collect``, ``stop``), for tests that steer the
+broker's fsyncs.
+
+``PythonFsyncPool`` fsyncs on Python threads through the log module's ``fsync_together``,
+looked up at each call: a fault a test injects there or into ``os.fsync`` reaches the
+broker's flushes, which the C threads would not see. ``HeldFsyncPool`` holds every fsync
+until the test lets it finish, or fail.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import oncelog.storage.log as log_module
+
+
+class _Answers:
+    """Outcomes waiting to be collected, and the pipe that tells the loop about them."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._lock = threading.Lock()
+        self._done: list[tuple[int, int]] = []
+
+    def fileno(self) -> int:
+        return self._read
+
+    def answer(self, token: int, error: int) -> None:
+        with self._lock:
+            self._done.append((token, error))
+        os.write(self._write, b"x")
+
+    def collect(self) -> list[tuple[int, int]]:
+        try:
+            os.read(self._read, 4096)
+        except BlockingIOError:
+            pass
+        with self._lock:
+            done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        os.close(self._read)
+        os.close(self._write)
+
+
+class PythonFsyncPool(_Answers):
+    def __init__(self, threads: int) -> None:
+        super().__init__()
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="test-fsync")
+
+    def submit(self, token: int, fd: int) -> None:
+        self._threads.submit(self._fsync, token, fd)
+
+    def _fsync(self, token: int, fd: int) -> None:
+        try:
+            log_module.fsync_together([fd])
+        except OSError as exc:
+            self.answer(token, exc.errno or errno.EIO)
+        else:
+            self.answer(token, 0)
+
+    def stop(self) -> None:
+        self._threads.shutdown(wait=True)
+        self.close()
+
+
+class HeldFsyncPool(_Answers):
+    """Each submitted fsync waits in ``held`` until ``finish`` (which fsyncs it for real,
+    or answers ``error``); ``submitted`` is set whenever one arrives."""
+
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__()
+        self.held: list[tuple[int, int]] = []
+        self.submitted = threading.Event()
+
+    def submit(self, token: int, fd: int) -> None:
+        self.held.append((token, fd))
+        self.submitted.set()
+
+    def finish(self, error: int = 0) -> None:
+        """Let the oldest held fsync end (with errno ``error`` instead, if given)."""
+        token, fd = self.held.pop(0)
+        if not error:
+            os.fsync(fd)
+        self.answer(token, error)
+
+    def stop(self) -> None:
+        while self.held:
+            self.finish()
+        self.close()
