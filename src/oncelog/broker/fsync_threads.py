@@ -1,5 +1,6 @@
-"""Threads that run the flusher's fsyncs for the event loop, handed off as cheaply as
-Python allows.
+"""Threads that run whole flushes for the event loop, handed off as cheaply as Python
+allows: the flusher's while the file cache is crowded (durability.py; otherwise its
+fsyncs run on threads that never take the GIL, _fsync_pool.c).
 
 A transaction waits for four or five fsyncs in turn (AddPartitionsToTxn's record, the
 produced batch, PREPARE_COMMIT, the markers, COMPLETE_COMMIT), each on a worker thread.
