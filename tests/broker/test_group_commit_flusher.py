@@ -168,15 +168,14 @@ def test_an_fsync_that_fails_on_a_log_deleted_meanwhile_is_no_storage_failure() 
     deleted topic, not KAFKA_STORAGE_ERROR, and no offline check runs."""
 
     async def test() -> None:
-        async with _flushing() as (flusher, partition, log):
+        async with _flushing() as (flusher, partition, log, pool):
             checked: list[bool] = []
             partition.check_offline = lambda: checked.append(True)
             log.end = 1
             waiting = flusher.wait_durable(partition, 1)
-            assert await asyncio.to_thread(log.started.acquire, True, TIMEOUT_S)
+            await _fsync_handed_off(pool)
             log.closed = True  # deleted with its directory while the fsync runs
-            log.fail_next = OSError(2, "No such file or directory")
-            log.release.release()
+            pool.finish(errno.ENOENT)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(waiting, TIMEOUT_S)
             assert raised.value.code == ErrorCode.unknown_topic_or_partition
