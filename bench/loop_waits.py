@@ -79,6 +79,8 @@ def _sleeps(data: Path, pid: int, wall_s: float) -> dict[str, float]:
         except ValueError:
             continue
         rows.append((wait_ms, parts[6], " ".join(parts[7:])))
+    if not rows:  # the broker's threads are not named python[pid]: nothing to split
+        raise SystemExit(f"perf sched timehist shows no run of thread {pid}")
     sleeps: dict[str, float] = collections.defaultdict(float)
     for (_, state, chain), (wait_ms, _, _) in itertools.pairwise(rows):
         if state == "R":

@@ -74,7 +74,7 @@ class HeldFsyncPool(_Answers):
     """Each submitted fsync waits in ``held`` until ``finish`` (which fsyncs it for real,
     or answers ``error``); ``submitted`` is set whenever one arrives."""
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, _threads: int = 1) -> None:  # one queue, whatever the count
         super().__init__()
         self.held: list[tuple[int, int]] = []
         self.submitted = threading.Event()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,35 @@ def test_stop_finishes_the_queued_jobs_then_refuses(tmp_path: Path) -> None:
         pool.stop()  # again: nothing to do
     finally:
         os.close(fd)
+
+
+def _pool_threads() -> list[str]:
+    """The /proc/self/task entries of the pool's threads (named fsync_pool)."""
+    tasks = Path("/proc/self/task")
+    return [t.name for t in tasks.iterdir() if (t / "comm").read_text().strip() == "fsync_pool"]
+
+
+def test_the_threads_block_every_signal() -> None:
+    """SIGINT and SIGTERM go to the loop thread, never to an fsync thread (a signal there
+    would interrupt its fsync, and Python's handlers run on the main thread anyway)."""
+    before = set(_pool_threads())
+    pool = FsyncPool(2)
+    try:
+        threads = [t for t in _pool_threads() if t not in before]
+        assert len(threads) == 2, "the pool's threads are not named fsync_pool"
+        for tid in threads:
+            status = Path(f"/proc/self/task/{tid}/status").read_text()
+            blocked = int(status.split("SigBlk:")[1].split()[0], 16)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):
+                assert blocked & (1 << (sig - 1)), f"{sig.name} not blocked in thread {tid}"
+    finally:
+        pool.stop()
+
+
+def test_a_negative_descriptor_is_refused() -> None:
+    pool = FsyncPool(1)
+    try:
+        with pytest.raises(ValueError):
+            pool.submit(1, -1)
+    finally:
+        pool.stop()

@@ -42,6 +42,8 @@ class _Log:
         self.failed = False  # offline after a failed fsync (this log's failures pass)
         self.flushes_started = 0
         self.fail_next: Exception | None = None  # raised by the next begin_flush
+        self.fds_per_flush = 1
+        self.running = 0  # flushes begun and not ended
         self._fd = fd
 
     def begin_flush(self) -> _Claim:
@@ -49,9 +51,11 @@ class _Log:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
-        return _Claim(self.end, [self._fd])
+        self.running += 1
+        return _Claim(self.end, [self._fd] * self.fds_per_flush)
 
     def end_flush(self, claim: _Claim, error: BaseException | None) -> int:
+        self.running -= 1
         if error is None:
             self.recovery_point = max(self.recovery_point, claim.target)
         return self.recovery_point
@@ -66,13 +70,15 @@ class _Partition:
 
 
 @contextlib.asynccontextmanager
-async def _flushing() -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log, HeldFsyncPool]]:
+async def _flushing(
+    pool_class: type[HeldFsyncPool] = HeldFsyncPool,
+) -> AsyncIterator[tuple[GroupCommitFlusher, Any, _Log, HeldFsyncPool]]:
     """A started flusher whose fsyncs the test lets finish, and a partition; the flusher
     is stopped after."""
     pools: list[HeldFsyncPool] = []
 
     def pool(threads: int) -> HeldFsyncPool:
-        pools.append(HeldFsyncPool(threads))
+        pools.append(pool_class(threads))
         return pools[-1]
 
     flusher = GroupCommitFlusher(pool)
@@ -175,7 +181,7 @@ def test_an_fsync_that_fails_on_a_log_deleted_meanwhile_is_no_storage_failure() 
             waiting = flusher.wait_durable(partition, 1)
             await _fsync_handed_off(pool)
             log.closed = True  # deleted with its directory while the fsync runs
-            pool.finish(errno.ENOENT)
+            pool.finish(errno.EIO)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(waiting, TIMEOUT_S)
             assert raised.value.code == ErrorCode.unknown_topic_or_partition
@@ -259,6 +265,59 @@ def test_the_first_fsync_is_handed_off_one_loop_turn_after_the_append() -> None:
             assert len(pool.held) == 1
             pool.finish()
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
+
+    _run(test)
+
+
+class _SubmitFailsOnTheSecond(HeldFsyncPool):
+    def submit(self, token: int, fd: int) -> None:
+        if len(self.held) == 1:
+            raise RuntimeError("the fsync threads have stopped")
+        super().submit(token, fd)
+
+
+def test_a_flush_whose_fsyncs_could_not_all_be_submitted_still_ends() -> None:
+    """A claim of two descriptors, the second refused by the pool: the flush ends when the
+    first fsync comes back, failed (REQUEST_TIMED_OUT: the appends stay in the log). Left
+    running, the claim would keep its files pinned, and no later flush of the log would
+    raise its recovery point (one never does while another runs)."""
+
+    async def test() -> None:
+        async with _flushing(_SubmitFailsOnTheSecond) as (flusher, partition, log, pool):
+            log.end, log.fds_per_flush = 1, 2
+            failed = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(pool)
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(failed, TIMEOUT_S)
+            assert raised.value.code == ErrorCode.request_timed_out
+            assert log.running == 0, "the claim was left running"
+
+    _run(test)
+
+
+def test_a_flush_that_fails_to_end_does_not_lose_the_others_of_its_batch() -> None:
+    """Two partitions' fsyncs come back together; ending the first raises (a bug of
+    ours): the second's waiter is still answered (the batch was taken off the pool)."""
+
+    async def test() -> None:
+        async with _flushing() as (flusher, first, _, pool):
+            second = _Partition(first.log._fd)
+            real_end = flusher._end
+
+            def end_then_raise(fsyncs: Any) -> None:
+                real_end(fsyncs)
+                if fsyncs.partition is first:
+                    raise ValueError("a bug")
+
+            flusher._end = end_then_raise  # type: ignore[method-assign]
+            first.log.end = second.log.end = 1
+            waits = [flusher.wait_durable(first, 1), flusher.wait_durable(second, 1)]
+            await _fsync_handed_off(pool)
+            while len(pool.held) < 2:
+                await asyncio.sleep(0.001)
+            pool.finish()
+            pool.finish()  # both answered before the loop collects them
+            await asyncio.wait_for(asyncio.gather(*waits), 5)
 
     _run(test)
 

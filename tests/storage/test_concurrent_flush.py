@@ -144,3 +144,31 @@ def test_a_flush_ending_while_another_runs_does_not_raise_the_recovery_point(
     assert log.end_flush(first, OSError(errno.EIO, "Input/output error (injected)")) == 0
     assert log.failed
     log.close()
+
+
+def test_a_split_flush_whose_directory_fails_to_close_still_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim after a cut fsyncs the directory too; closing that descriptor fails (EIO):
+    the flush ends all the same, failed (the log goes offline). Left running, it kept its
+    files pinned and no later flush would have raised the recovery point."""
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    log.truncate_to(10)  # the directory changed: the next flush fsyncs it
+    claim = log.begin_flush()
+    assert claim is not None and claim.dir_fd is not None
+    for fd in claim.to_fsync:
+        os.fsync(fd)
+    real_close, dir_fd = os.close, claim.dir_fd
+
+    def close(fd: int) -> None:
+        real_close(fd)
+        if fd == dir_fd:
+            raise OSError(errno.EIO, "Input/output error (injected)")
+
+    monkeypatch.setattr(os, "close", close)
+    log.end_flush(claim, None)
+    monkeypatch.undo()
+    assert log.failed
+    assert claim.files and all(f.pins == 0 for f in claim.files), "its files stay pinned"
+    log.close()

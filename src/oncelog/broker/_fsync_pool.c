@@ -3,10 +3,13 @@
    The group-commit flusher (broker/durability.py) prepares each fsync on the event loop
    (which files, pinned open) and finishes it there (the recovery point, the waiters); in
    between, one of these threads runs fsync(2) on a descriptor and reports the outcome
-   through an eventfd the loop watches. A Python thread doing the same has to take the
-   GIL when its job arrives and again when fsync returns, while the loop holds it nearly
-   all the time under load: each take makes the loop give the GIL up and wait to get it
-   back (README, "What bounds the 16-producer loop now").
+   through an eventfd the loop watches. A Python thread doing the same takes the GIL when
+   its job arrives and again when fsync returns, while the loop holds it nearly all the
+   time under load; with 16 transactional producers the loop thread slept in a futex (the
+   GIL, locks) for 10 % of the wall time (README, "The fsync threads without the GIL").
+
+   The threads block every signal (the loop thread handles them) and retry an fsync
+   interrupted all the same (EINTR), as os.fsync does. Linux only (eventfd).
 
    FsyncPool(threads)      start ``threads`` threads
    pool.fileno()           the eventfd: readable once a job is done
@@ -22,6 +25,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -58,6 +62,10 @@ static void append(Job **head, Job **tail, Job *job) {
 
 static void *serve(void *arg) {
     FsyncPool *pool = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), "fsync_pool");
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         while (pool->queued == NULL && !pool->stopping)
@@ -72,7 +80,11 @@ static void *serve(void *arg) {
             pool->queued_tail = NULL;
         pthread_mutex_unlock(&pool->lock);
 
-        job->error = fsync(job->fd) == 0 ? 0 : errno;
+        int rc;
+        do
+            rc = fsync(job->fd);
+        while (rc < 0 && errno == EINTR);
+        job->error = rc == 0 ? 0 : errno;
 
         pthread_mutex_lock(&pool->lock);
         append(&pool->done, &pool->done_tail, job);
@@ -89,9 +101,9 @@ static void stop_threads(FsyncPool *pool) {
     pthread_mutex_lock(&pool->lock);
     pool->stopping = 1;
     pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->lock);
-    int started = pool->started;
+    int started = pool->started; /* taken once: a second stop joins nothing */
     pool->started = 0;
+    pthread_mutex_unlock(&pool->lock);
     for (int i = 0; i < started; i++)
         pthread_join(pool->threads[i], NULL);
 }
@@ -101,7 +113,7 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
     int count;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "i", kwlist, &count))
         return -1;
-    if (self->lock_ready) {
+    if (self->lock_ready || self->event_fd >= 0) {
         PyErr_SetString(PyExc_RuntimeError, "FsyncPool is already initialised");
         return -1;
     }
@@ -146,7 +158,11 @@ static PyObject *pool_submit(FsyncPool *self, PyObject *args) {
     int fd;
     if (!PyArg_ParseTuple(args, "Li", &token, &fd))
         return NULL;
-    if (!self->lock_ready || self->stopping) {
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "a negative descriptor");
+        return NULL;
+    }
+    if (!self->lock_ready) {
         PyErr_SetString(PyExc_RuntimeError, "the fsync threads have stopped");
         return NULL;
     }
@@ -157,10 +173,45 @@ static PyObject *pool_submit(FsyncPool *self, PyObject *args) {
     job->fd = fd;
     job->error = 0;
     pthread_mutex_lock(&self->lock);
-    append(&self->queued, &self->queued_tail, job);
-    pthread_cond_signal(&self->wake);
+    int stopping = self->stopping; /* under the lock: no thread would take a later job */
+    if (!stopping) {
+        append(&self->queued, &self->queued_tail, job);
+        pthread_cond_signal(&self->wake);
+    }
     pthread_mutex_unlock(&self->lock);
+    if (stopping) {
+        PyMem_RawFree(job);
+        PyErr_SetString(PyExc_RuntimeError, "the fsync threads have stopped");
+        return NULL;
+    }
     Py_RETURN_NONE;
+}
+
+static void free_jobs(Job *job) {
+    while (job != NULL) {
+        Job *next = job->next;
+        PyMem_RawFree(job);
+        job = next;
+    }
+}
+
+/* Outcomes taken off ``done`` but not handed to Python go back in front of it, and the
+   eventfd is written again so that the loop collects them. */
+static void put_back(FsyncPool *pool, Job *first) {
+    if (first == NULL)
+        return;
+    Job *last = first;
+    while (last->next != NULL)
+        last = last->next;
+    pthread_mutex_lock(&pool->lock);
+    last->next = pool->done;
+    if (pool->done == NULL)
+        pool->done_tail = last;
+    pool->done = first;
+    pthread_mutex_unlock(&pool->lock);
+    uint64_t one = 1;
+    while (write(pool->event_fd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
 }
 
 static PyObject *pool_collect(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
@@ -172,21 +223,23 @@ static PyObject *pool_collect(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
     if (read(self->event_fd, &count, sizeof count) < 0 && errno != EAGAIN && errno != EINTR)
         return PyErr_SetFromErrno(PyExc_OSError);
     pthread_mutex_lock(&self->lock);
-    Job *job = self->done;
+    Job *first = self->done;
     self->done = self->done_tail = NULL;
     pthread_mutex_unlock(&self->lock);
     PyObject *result = PyList_New(0);
-    while (job != NULL) {
-        Job *next = job->next;
-        if (result != NULL) {
-            PyObject *item = Py_BuildValue("(Li)", job->token, job->error);
-            if (item == NULL || PyList_Append(result, item) < 0)
-                Py_CLEAR(result);
-            Py_XDECREF(item);
-        }
-        PyMem_RawFree(job);
-        job = next;
+    Job *job = first;
+    while (result != NULL && job != NULL) {
+        PyObject *item = Py_BuildValue("(Li)", job->token, job->error);
+        if (item == NULL || PyList_Append(result, item) < 0)
+            Py_CLEAR(result);
+        Py_XDECREF(item);
+        job = job->next;
     }
+    if (result == NULL) { /* out of memory: every outcome goes back, reported again later */
+        put_back(self, first);
+        return NULL;
+    }
+    free_jobs(first);
     return result;
 }
 
@@ -195,14 +248,6 @@ static PyObject *pool_stop(FsyncPool *self, PyObject *Py_UNUSED(ignored)) {
     stop_threads(self);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
-}
-
-static void free_jobs(Job *job) {
-    while (job != NULL) {
-        Job *next = job->next;
-        PyMem_RawFree(job);
-        job = next;
-    }
 }
 
 static void pool_dealloc(FsyncPool *self) {

@@ -12,14 +12,15 @@ partitions, fsyncing them one after another, made every transaction wait for the
 partitions, the markers' partitions and `__transaction_state` in turn, several times.)
 
 The threads that fsync never take the GIL (broker/_fsync_pool.c): the loop claims what a
-flush covers (``PartitionLog.begin_flush``), a thread fsyncs and says so through an
-eventfd, and the loop ends the flush (``end_flush``) and answers the waiters. Python
-threads running the whole flush took the GIL twice per fsync, and each take made the loop,
-which holds it nearly all the time under load, give it up and wait to get it back: with 16
-transactional producers on 2 cores the broker spent about 10 % more CPU per transaction
-(bench/commit_latency.py, README, issue 12). While the file cache is crowded a flush fsyncs
-the offset index with its data under the log's checkpoint lock (storage/log.py), which the
-loop must not hold across an fsync: those flushes still run whole on Python threads.
+flush covers (``PartitionLog.begin_flush``: pinning may reopen a file the cache closed,
+and a roll's directory is opened, both on the loop now), a thread fsyncs and says so
+through an eventfd, and the loop ends the flush (``end_flush``) and answers the waiters.
+Python threads running the whole flush took the GIL twice per fsync while the loop holds
+it nearly all the time under load; what that cost and what this change measured, commit
+p99 included, is in README's "The fsync threads without the GIL" (issue 12). While the
+file cache is crowded a flush fsyncs the offset index with its data under the log's
+checkpoint lock (storage/log.py), which the loop must not hold across an fsync: those
+flushes still run whole on Python threads.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class _Fsyncs:
     state: _Partition
     claim: FlushClaim
     running: int
-    error: OSError | None = None
+    error: BaseException | None = None  # the first fsync's failure, or a failed submit
 
 
 class GroupCommitFlusher:
@@ -219,36 +220,44 @@ class GroupCommitFlusher:
         except Exception as exc:  # offline, a reopen failed, or a bug: _answer tells which
             loop.call_soon(self._flushed, partition, state, None, exc)
             return
-        fds = [] if claim is None else claim.to_fsync
-        if claim is None or not fds:  # closed, or nothing written since the last flush
-            if claim is not None:
-                partition.log.end_flush(claim, None)
+        if claim is None:  # closed meanwhile
             loop.call_soon(self._flushed, partition, state, None, None)
             return
+        fsyncs = _Fsyncs(partition, state, claim, 0)
         token = next(self._tokens)
-        self._fsyncs[token] = _Fsyncs(partition, state, claim, len(fds))
-        for fd in fds:
-            pool.submit(token, fd)
+        self._fsyncs[token] = fsyncs
+        try:
+            for fd in claim.to_fsync:
+                pool.submit(token, fd)
+                fsyncs.running += 1
+        except Exception as exc:  # stopped, or out of memory: the claim still ends, failed
+            fsyncs.error = exc
+        if not fsyncs.running:  # nothing written since the last flush, or none submitted
+            del self._fsyncs[token]
+            loop.call_soon(self._end, fsyncs)
 
     def _collect(self) -> None:
         """On the loop, when the pool's eventfd is readable: the fsyncs that ended; a flush
         whose last fsync ended is ended (``end_flush``) and its waiters answered."""
         if self._pool is None:
             return
-        for token, errno in self._pool.collect():
+        for token, error_number in self._pool.collect():
             fsyncs = self._fsyncs[token]
             fsyncs.running -= 1
-            if errno and fsyncs.error is None:
-                fsyncs.error = OSError(errno, os.strerror(errno))
+            if error_number and fsyncs.error is None:
+                fsyncs.error = OSError(error_number, os.strerror(error_number))
             if fsyncs.running == 0:
                 del self._fsyncs[token]
-                self._end(fsyncs)
+                try:
+                    self._end(fsyncs)
+                except Exception:  # a bug of ours must not lose the rest of the batch
+                    log.exception("ending a flush of %r failed", fsyncs.partition)
 
     def _end(self, fsyncs: _Fsyncs) -> None:
-        error: BaseException | None = fsyncs.error
+        error = fsyncs.error
         try:
             fsyncs.partition.log.end_flush(fsyncs.claim, error)
-        except Exception as exc:  # closing the directory failed, or a bug: _answer tells
+        except Exception as exc:  # a bug: _answer tells the waiters
             error = error or exc
         self._flushed(fsyncs.partition, fsyncs.state, None, error)
 

@@ -451,7 +451,10 @@ class PartitionLog:
         """The second half (see :meth:`begin_flush`): the fsyncs of ``claim`` ended, with
         ``error`` if one failed. Returns the recovery point."""
         if claim.dir_fd is not None:
-            os.close(claim.dir_fd)
+            try:
+                os.close(claim.dir_fd)
+            except OSError as exc:  # the claim still ends (left running, no later flush
+                error = error or exc  # would raise the recovery point)
             claim.dir_fd = None
         return self._end_claim(claim, error)
 
