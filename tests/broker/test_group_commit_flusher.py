@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ class _Log:
         self.flushes_started = 0
         self.fail_next: Exception | None = None  # raised by the next begin_flush
         self.fds_per_flush = 1
+        self.extra_fd: int | None = None  # fsynced with the claim's file (a pipe fails it)
         self.running = 0  # flushes begun and not ended
         self._fd = fd
 
@@ -52,7 +54,8 @@ class _Log:
             error, self.fail_next = self.fail_next, None
             raise error
         self.running += 1
-        return _Claim(self.end, [self._fd] * self.fds_per_flush)
+        extra = [] if self.extra_fd is None else [self.extra_fd]
+        return _Claim(self.end, [self._fd] * self.fds_per_flush + extra)
 
     def end_flush(self, claim: _Claim, error: BaseException | None) -> int:
         self.running -= 1
@@ -265,6 +268,40 @@ def test_the_first_fsync_is_handed_off_one_loop_turn_after_the_append() -> None:
             assert len(pool.held) == 1
             pool.finish()
             await asyncio.wait_for(asyncio.gather(*waits), TIMEOUT_S)
+
+    _run(test)
+
+
+def test_the_real_pool_reports_a_failed_fsync_of_one_of_two_descriptors() -> None:
+    """Through the C threads, not a stand-in: a claim of a file and a pipe (fsync of a
+    pipe fails, EINVAL). The flush ends once both are back, failed: the waiter gets
+    KAFKA_STORAGE_ERROR and the offline check runs; the next flush of the file alone
+    answers the next waiter."""
+
+    async def test() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        read_end, write_end = os.pipe()
+        try:
+            with tempfile.TemporaryFile() as file:
+                partition = _Partition(file.fileno())
+                checked: list[bool] = []
+                partition.check_offline = lambda: checked.append(True)  # type: ignore[method-assign]
+                log = partition.log
+                log.end, log.fds_per_flush = 1, 1
+                log.extra_fd = read_end
+                failed = flusher.wait_durable(partition, 1)
+                with pytest.raises(KafkaError) as raised:
+                    await asyncio.wait_for(failed, TIMEOUT_S)
+                assert raised.value.code == ErrorCode.kafka_storage_error
+                assert checked == [True] and log.running == 0 and log.recovery_point == 0
+                log.extra_fd = None
+                await asyncio.wait_for(flusher.wait_durable(partition, 1), TIMEOUT_S)
+                assert log.recovery_point == 1
+        finally:
+            await flusher.stop()
+            os.close(read_end)
+            os.close(write_end)
 
     _run(test)
 
