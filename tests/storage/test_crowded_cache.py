@@ -7,6 +7,7 @@ cache is crowded, and the checkpoint skips an index an fsync already covered."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import threading
@@ -17,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
+import oncelog.broker.durability as durability
 import oncelog.storage.log as log_module
+from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.storage import LogConfig, PartitionLog
 from oncelog.storage.checkpoint import read_checkpoint
 from oncelog.storage.file_cache import CachedFile, FileCache
@@ -228,4 +231,36 @@ def test_a_crowded_flush_that_fails_leaves_the_index_to_the_checkpoint(
     events, _ = recording(monkeypatch)
     log.write_recovery_checkpoint()
     assert events == ["fsync .index", "checkpoint 20"], "the checkpoint skipped the index"
+    log.close()
+
+
+def test_a_crowded_cache_has_the_group_commit_flusher_fsync_the_index_with_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: FileCache
+) -> None:
+    """The broker's flusher: while the cache is crowded its flush runs whole on a Python
+    thread (``PartitionLog.flush``, the index with its data), not split around the
+    GIL-free threads, which fsync only the log file."""
+    monkeypatch.setattr(durability, "open_files", cache)
+    events, _ = recording(monkeypatch)
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)
+    cache.capacity = cache.open_count  # the next file opened closes another
+
+    class Partition:
+        def __init__(self) -> None:
+            self.log = log
+
+        def check_offline(self) -> None:
+            """Not a cluster."""
+
+    async def flushed() -> None:
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        try:
+            await asyncio.wait_for(flusher.wait_durable(Partition(), 20), 10)  # type: ignore[arg-type]
+        finally:
+            await flusher.stop()
+
+    asyncio.run(flushed())
+    assert events == ["fsync .index .log"], "the crowded flush left the index written"
     log.close()
