@@ -332,6 +332,27 @@ def test_a_flush_whose_fsyncs_could_not_all_be_submitted_still_ends() -> None:
     _run(test)
 
 
+def test_a_failed_fsync_wins_over_a_failed_submit_of_the_same_flush() -> None:
+    """The first of two fsyncs was submitted and fails (EIO), the second could not be
+    submitted: the flush fails as a storage failure (KAFKA_STORAGE_ERROR, the offline
+    check), not as the submit's RuntimeError, which would leave the log online and let
+    the next fsync of the file (its error already reported) call the pages durable."""
+
+    async def test() -> None:
+        async with _flushing(_SubmitFailsOnTheSecond) as (flusher, partition, log, pool):
+            checked: list[bool] = []
+            partition.check_offline = lambda: checked.append(True)
+            log.end, log.fds_per_flush = 1, 2
+            failed = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(pool, errno.EIO)
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(failed, TIMEOUT_S)
+            assert raised.value.code == ErrorCode.kafka_storage_error
+            assert checked == [True]
+
+    _run(test)
+
+
 def test_a_flush_that_fails_to_end_does_not_lose_the_others_of_its_batch() -> None:
     """Two partitions' fsyncs come back together; ending the first raises (a bug of
     ours): the second's waiter is still answered (the batch was taken off the pool)."""

@@ -62,10 +62,6 @@ static void append(Job **head, Job **tail, Job *job) {
 
 static void *serve(void *arg) {
     FsyncPool *pool = arg;
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "fsync_pool");
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         while (pool->queued == NULL && !pool->stopping)
@@ -134,9 +130,17 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
     pthread_mutex_init(&self->lock, NULL);
     pthread_cond_init(&self->wake, NULL);
     self->lock_ready = 1;
+    /* The threads inherit the creator's signal mask: every signal blocked from their
+       first instruction on, then the creator's mask back. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     for (int i = 0; i < count; i++) {
         int rc = pthread_create(&self->threads[i], NULL, serve, self);
+        if (rc == 0)
+            pthread_setname_np(self->threads[i], "fsync_pool");
         if (rc != 0) {
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
             Py_BEGIN_ALLOW_THREADS
             stop_threads(self);
             Py_END_ALLOW_THREADS
@@ -146,6 +150,7 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
         }
         self->started++;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     return 0;
 }
 

@@ -244,7 +244,8 @@ class GroupCommitFlusher:
         for token, error_number in self._pool.collect():
             fsyncs = self._fsyncs[token]
             fsyncs.running -= 1
-            if error_number and fsyncs.error is None:
+            if error_number and not isinstance(fsyncs.error, OSError):  # a failed fsync
+                # wins over a failed submit: only it takes the log offline
                 fsyncs.error = OSError(error_number, os.strerror(error_number))
             if fsyncs.running == 0:
                 del self._fsyncs[token]
