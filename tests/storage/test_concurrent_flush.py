@@ -45,7 +45,7 @@ def test_a_second_flush_waits_for_the_fsync_of_the_first(
 ) -> None:
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)  # offsets 0-19, none durable yet
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     fsyncing, release = hold_fsyncs_of("first", monkeypatch)
     answers: list[int] = []
     first = threading.Thread(target=log.flush, name="first")
@@ -111,7 +111,7 @@ def test_a_flush_while_a_split_one_runs_fsyncs_its_files_and_leaves_the_point_to
     one should have seen. The split flush, ending alone, raises it."""
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)  # offsets 0-19, none durable yet
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     claim = log.begin_flush()
     assert claim is not None and claim.target == 20
     closer = threading.Thread(target=log.close, name="closer")

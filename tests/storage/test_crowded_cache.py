@@ -57,7 +57,7 @@ def held_open_until_closed(cache: FileCache, file: CachedFile, directory: Path) 
 def test_a_crowded_cache_has_the_flush_fsync_the_index_with_its_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: FileCache
 ) -> None:
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     cache.capacity = cache.open_count  # the next file opened closes another
@@ -73,7 +73,7 @@ def test_an_index_the_cache_fsynced_when_closing_it_is_not_fsynced_again_at_the_
 ) -> None:
     """Before, the checkpoint reopened the closed index (closing yet another file) and
     fsynced it a second time."""
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     log.flush()  # the cache has room: the index stays written until the checkpoint
@@ -91,7 +91,7 @@ def test_an_index_whose_fsync_at_closing_failed_is_never_skipped(
 ) -> None:
     """The guard on the skip above (passes before it too): a failed fsync when the cache
     closed the index fails the checkpoint and takes the log offline."""
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     log.flush()
@@ -165,7 +165,7 @@ def test_a_checkpoint_waits_for_the_crowded_flush_that_claimed_the_index(
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     log.flush()  # the cache has room: the .log alone; the index stays written
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     fsyncing, release = threading.Event(), threading.Event()
     recorded = log_module.fsync_together
 
@@ -228,7 +228,7 @@ def test_a_crowded_flush_that_fails_leaves_the_index_to_the_checkpoint(
         with pytest.raises(OSError, match="injected"):
             log.flush()
     assert not log.failed
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     log.write_recovery_checkpoint()
     assert events == ["fsync .index", "checkpoint 20"], "the checkpoint skipped the index"
     log.close()
@@ -241,7 +241,7 @@ def test_a_crowded_cache_has_the_group_commit_flusher_fsync_the_index_with_its_d
     thread (``PartitionLog.flush``, the index with its data), not split around the
     GIL-free threads, which fsync only the log file."""
     monkeypatch.setattr(durability, "open_files", cache)
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, tmp_path)
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     cache.capacity = cache.open_count  # the next file opened closes another

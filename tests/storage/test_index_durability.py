@@ -122,24 +122,35 @@ def test_control_a_checkpoint_ahead_of_the_index_serves_the_wrong_batch(path: Pa
 
 
 def recording(
-    monkeypatch: pytest.MonkeyPatch, fail_on: str | None = None
+    monkeypatch: pytest.MonkeyPatch, root: Path, fail_on: str | None = None
 ) -> tuple[list[str], Callable[[], None]]:
     """Record every fsync round of the log module (the suffixes of its files) and every
-    checkpoint write, in order; with ``fail_on``, a round covering a file with that suffix
+    checkpoint write, in order, of the files under ``root`` (the test's own: a broker
+    another test left running in this process, such as the session's, writes its own
+    checkpoints meanwhile); with ``fail_on``, a round covering a file with that suffix
     fails (EIO). Returns the events and a function that lets the disk answer again."""
     events: list[str] = []
     failing = [fail_on]
     real_sync, real_write = log_module.fsync_together, log_module.write_checkpoint
+    root = root.resolve()
+
+    def ours(file: str | Path) -> bool:
+        return root in Path(file).resolve().parents
 
     def sync(fds: list[int]) -> None:
-        suffixes = sorted(Path(file_of(fd)).suffix for fd in fds)
+        files = [file_of(fd) for fd in fds]
+        if not any(ours(f) for f in files):
+            real_sync(fds)
+            return
+        suffixes = sorted(Path(f).suffix for f in files)
         events.append("fsync " + " ".join(suffixes))
         if failing[0] in suffixes:
             raise OSError(errno.EIO, "Input/output error (injected)")
         real_sync(fds)
 
     def write(target: Path, value: int) -> None:
-        events.append(f"checkpoint {value}")
+        if ours(target):
+            events.append(f"checkpoint {value}")
         real_write(target, value)
 
     monkeypatch.setattr(log_module, "fsync_together", sync)
@@ -150,7 +161,7 @@ def recording(
 def test_data_waits_for_the_log_file_and_the_index_is_fsynced_before_the_checkpoint(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, path.parent)
     log = PartitionLog.open(path, CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     assert len(log._segments[0].index) > 0
@@ -176,7 +187,7 @@ def test_a_failed_index_fsync_writes_no_checkpoint_and_takes_the_log_offline(
 ) -> None:
     """The disk answers again after the failure: a retried fsync could succeed without
     the pages it dropped, so no checkpoint is written until a restart recovers the log."""
-    events, disk_answers_again = recording(monkeypatch, fail_on=".index")
+    events, disk_answers_again = recording(monkeypatch, path.parent, fail_on=".index")
     log = PartitionLog.open(path, CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)
     assert log.flush() == 20  # acknowledged: the data's fsync covers no index
@@ -208,7 +219,7 @@ def test_an_index_rebuilt_at_an_unclean_start_is_fsynced_before_the_checkpoint(
     for segment in log._segments:  # a crash
         segment.close()
     (path / INDEX).write_bytes(bytes(13))  # the first segment's: fails its checks
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, path.parent)
     reopened = PartitionLog.open(path, config, clean_shutdown=False)
     assert events == ["fsync .index", "checkpoint 60"]
     assert len(index_entries(path / INDEX)) > 0
@@ -230,7 +241,7 @@ def test_an_index_rebuilt_at_a_clean_start_is_fsynced_before_open_returns(
         (path / INDEX).unlink()
     else:
         (path / INDEX).write_bytes(bytes(13))
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, path.parent)
     reopened = PartitionLog.open(path, CONFIG, clean_shutdown=True)
     assert events == ["fsync .index"]
     assert len(index_entries(path / INDEX)) > 0
@@ -259,6 +270,6 @@ def test_a_clean_close_fsyncs_an_index_cut_back_though_the_recovery_point_did_no
         append_batches(log, 10, 1)
     monkeypatch.setattr(os, "write", real_write)
     assert not log.failed and log.log_end_offset == 20
-    events, _ = recording(monkeypatch)
+    events, _ = recording(monkeypatch, path.parent)
     log.close()
     assert events == ["fsync .log", "fsync .index"], "the cut index was left unsynced"
