@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import compare
-from common import alternated, source_trees, uptime
+from common import run_alternated, source_trees
 from throughput import BrokerProcess
 
 TXN_WORKLOAD = next(w for w in compare.WORKLOADS if w.records_per_txn == 10)
@@ -120,13 +120,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     trees = source_trees(args.src)
-    print(f"load before: {uptime()}", flush=True)
-    runs: list[Run] = []
-    for round_ in range(args.rounds):
-        for name, source in alternated(trees, round_):
-            runs.append(one_run(name, source, args.producers, args.seconds))
-            print(describe(runs[-1]), flush=True)
-    print(f"load after:  {uptime()}")
+    runs = run_alternated(
+        trees,
+        args.rounds,
+        lambda name, source: one_run(name, source, args.producers, args.seconds),
+        describe,
+    )
     print(f"medians of {args.rounds} runs each ({args.producers} producers, linger.ms=0):")
     for name, _ in trees:
         mine = [r for r in runs if r.tree == name]

@@ -11,13 +11,15 @@ import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+T = TypeVar("T")
 
 # bench/replication.py and bench/security.py: 1 KiB records, acks=all, idempotent.
 ACKS_ALL_IDEMPOTENT = {
@@ -133,6 +135,24 @@ def alternated(trees: list[tuple[str, Path]], round_: int) -> list[tuple[str, Pa
     """The trees in the given order in even rounds, reversed in odd ones (ABBA...), so
     that a load drifting over the run weighs on every tree alike."""
     return trees if round_ % 2 == 0 else trees[::-1]
+
+
+def run_alternated(
+    trees: list[tuple[str, Path]],
+    rounds: int,
+    one_run: Callable[[str, Path], T],
+    describe: Callable[[T], str],
+) -> list[T]:
+    """``rounds`` runs of every tree, alternated (``alternated``), each described as it
+    ends, between the load before and after; the runs, in order."""
+    print(f"load before: {uptime()}", flush=True)
+    runs = []
+    for round_ in range(rounds):
+        for name, source in alternated(trees, round_):
+            runs.append(one_run(name, source))
+            print(describe(runs[-1]), flush=True)
+    print(f"load after:  {uptime()}")
+    return runs
 
 
 @contextmanager

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import compare
 from commit_latency import TXN_WORKLOAD, broker_from
-from common import alternated, source_trees, uptime
+from common import run_alternated, source_trees
 
 # the kernel function a sleep started in -> what the loop thread waited for
 SLEEPS = {"futex": "futex (GIL, locks)", "ep_poll": "epoll", "hrtimeout": "epoll", "io_": "disk"}
@@ -158,12 +158,12 @@ def main() -> int:
     if args.perf_sched and shutil.which("perf") is None:
         raise SystemExit("--perf-sched needs perf on the PATH")
     trees = source_trees(args.src)
-    print(f"load before: {uptime()}", flush=True)
-    for round_ in range(args.rounds):
-        for name, source in alternated(trees, round_):
-            run = one_run(name, source, args.producers, args.seconds, args.perf_sched)
-            print(describe(run), flush=True)
-    print(f"load after:  {uptime()}")
+    run_alternated(
+        trees,
+        args.rounds,
+        lambda name, source: one_run(name, source, args.producers, args.seconds, args.perf_sched),
+        describe,
+    )
     return 0
 
 

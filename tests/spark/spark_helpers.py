@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -63,6 +64,12 @@ def committed_aborted_committed(bootstrap: str, prefix: str) -> tuple[str, list[
 
 def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[bytes]:
     """Every value in `topic`, read with a plain confluent consumer (not our reader)."""
+    return [message.value() for message in read_messages(bootstrap, topic, isolation)]
+
+
+def read_messages(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[Any]:
+    """Every message of `topic` to its end (value, partition, headers...), read with a
+    plain confluent consumer (not our reader)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -75,7 +82,7 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
     meta = consumer.list_topics(topic, timeout=30).topics[topic]
     parts = sorted(meta.partitions)
     consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    values: list[bytes] = []
+    messages: list[Any] = []
     at_end: set[int] = set()
     idle = 0
     while len(at_end) < len(parts) and idle < 40:
@@ -89,9 +96,20 @@ def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
                 continue
             raise RuntimeError(message.error())
         at_end.discard(message.partition())
-        values.append(message.value())
+        messages.append(message)
     consumer.close()
-    return values
+    return messages
+
+
+def run_available_now(writer: Any, timeout_s: float = 120.0) -> Any:
+    """Start a DataStreamWriter with trigger availableNow and wait (bounded) until it has
+    read everything there was; the query, stopped whatever happened."""
+    query = writer.trigger(availableNow=True).start()
+    try:
+        assert query.awaitTermination(timeout_s), f"the query did not end within {timeout_s} s"
+    finally:
+        query.stop()
+    return query
 
 
 def task_batches(batch: int) -> list[pa.RecordBatch]:

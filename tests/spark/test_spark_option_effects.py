@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import EmbeddedBroker, FaultInjectionProxy
 
-from .spark_helpers import create_topic, unique
+from .spark_helpers import create_topic, run_available_now, unique
 
 NOT_LEADER_OR_FOLLOWER = 6  # retriable in Kafka's table; librdkafka does not retry it itself
 UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -213,17 +213,11 @@ def test_the_consumers_group_id_follows_group_id_prefix_or_kafka_group_id(
     assert _new_group(proxy, batch(**{"kafka.group.id": fixed, "groupIdPrefix": "p"})) == fixed
 
     def stream() -> None:
-        query = (
+        run_available_now(
             _load(spark.readStream, bootstrap, topic, {"startingOffsets": "earliest"})
             .writeStream.format("noop")
             .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
         )
-        try:
-            assert query.awaitTermination(120)
-        finally:
-            query.stop()
 
     streaming = _new_group(proxy, stream)
     assert re.fullmatch(f"spark-kafka-source-{UUID}-executor", streaming), streaming

@@ -16,6 +16,8 @@ from oncelog.pipeline import job
 from oncelog.pipeline.orders import CUSTOMERS_COUNT, customers, expected_enrichment, generate
 from oncelog.pipeline.verify import matches
 
+from .spark_helpers import run_available_now
+
 
 def _lookup(
     spark: Any, ids: list[int | None], table: Sequence[Mapping[str, Any]]
@@ -157,17 +159,11 @@ def test_a_streaming_query_joins_a_table_above_the_bound(spark: Any, tmp_path: P
     stream = spark.readStream.format("text").load(str(tmp_path / "in"))
     enriched = job.enrich(stream, _above_the_bound())
     assert "Join" in str(enriched._jdf.queryExecution().analyzed())
-    query = (
+    query = run_available_now(
         enriched.writeStream.format("memory")
         .queryName("enriched_above_the_bound")
         .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
     )
-    try:
-        assert query.awaitTermination(120)
-    finally:
-        query.stop()
     assert query.exception() is None
     rows = spark.sql("SELECT key, value FROM enriched_above_the_bound").collect()
     table = {c["customer_id"]: c for c in customers()}

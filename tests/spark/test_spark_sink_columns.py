@@ -5,40 +5,10 @@ with a plain confluent-kafka consumer."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from .spark_helpers import create_topic, produce_transaction, unique
-
-
-def _messages(bootstrap: str, topic: str) -> list[Any]:
-    """Every committed message of `topic` (value, partition, headers), to its end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("verify"),
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "enable.auto.commit": False,
-        }
-    )
-    parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-    messages, at_end, idle = [], set(), 0
-    while len(at_end) < len(parts) and idle < 40:
-        message = consumer.poll(0.25)
-        if message is None:
-            idle += 1
-        elif message.error() and message.error().code() == KafkaError._PARTITION_EOF:
-            at_end.add(message.partition())
-        elif message.error():
-            raise RuntimeError(message.error())
-        else:
-            messages.append(message)
-    consumer.close()
-    return messages
+from .spark_helpers import create_topic, produce_transaction, read_messages, unique
 
 
 def _save(df, bootstrap: str, **options: str) -> None:  # type: ignore[no-untyped-def]
@@ -62,17 +32,17 @@ def test_each_row_goes_to_its_topic_column_unless_the_topic_option_is_set(
     rows = [(f"v{i}", first if i % 2 else second) for i in range(20)]
     df = spark.createDataFrame(rows, "value string, topic string")
     _save(df, bootstrap)
-    assert sorted(m.value() for m in _messages(bootstrap, first)) == sorted(
+    assert sorted(m.value() for m in read_messages(bootstrap, first)) == sorted(
         b"v%d" % i for i in range(1, 20, 2)
     )
-    assert sorted(m.value() for m in _messages(bootstrap, second)) == sorted(
+    assert sorted(m.value() for m in read_messages(bootstrap, second)) == sorted(
         b"v%d" % i for i in range(0, 20, 2)
     )
     _save(df, bootstrap, topic=override)
-    assert Counter(m.value() for m in _messages(bootstrap, override)) == Counter(
+    assert Counter(m.value() for m in read_messages(bootstrap, override)) == Counter(
         b"v%d" % i for i in range(20)
     )
-    assert len(_messages(bootstrap, first)) == 10  # nothing more went to the column's topics
+    assert len(read_messages(bootstrap, first)) == 10  # nothing more went to the column's topics
 
 
 def test_a_headers_column_is_written_as_each_record_s_headers(spark, bootstrap: str) -> None:
@@ -82,7 +52,7 @@ def test_a_headers_column_is_written_as_each_record_s_headers(spark, bootstrap: 
         "value string, headers array<struct<key: string, value: binary>>",
     )
     _save(df, bootstrap, topic=topic)
-    written = {m.value(): m.headers() for m in _messages(bootstrap, topic)}
+    written = {m.value(): m.headers() for m in read_messages(bootstrap, topic)}
     assert written == {b"v1": [("trace", b"t-1"), ("trace", b"t-2")], b"v2": None, b"v3": None}
 
 
@@ -92,7 +62,7 @@ def test_a_headers_column_of_another_type_is_refused_before_any_task(spark, boot
     df = spark.createDataFrame([("v", {"trace": "t"})], "value string, headers map<string,string>")
     with pytest.raises(Exception, match=r"column 'headers' must be array<struct<key:string"):
         _save(df, bootstrap, topic=topic)
-    assert _messages(bootstrap, topic) == []
+    assert read_messages(bootstrap, topic) == []
 
 
 def test_assign_reads_only_the_partitions_it_names(spark, bootstrap: str) -> None:
