@@ -29,7 +29,11 @@ def needs_spark() -> None:
 
 
 def run_demo(  # type: ignore[no-untyped-def]
-    guarantee: str, orders: int = ORDERS, per_trigger: int = PER_TRIGGER, brokers: int = 1
+    guarantee: str,
+    orders: int = ORDERS,
+    per_trigger: int = PER_TRIGGER,
+    brokers: int = 1,
+    keep_work_dir: bool = False,
 ):
     """run_pipeline_demo, its output printed into pytest's report should it raise."""
     from oncelog.pipeline.demo import run_pipeline_demo
@@ -43,6 +47,7 @@ def run_demo(  # type: ignore[no-untyped-def]
             max_offsets_per_trigger=per_trigger,
             console=Console(file=out, width=140, color_system=None),
             timeout_s=600,  # generous: the machine may be shared; a healthy run takes ~100 s
+            keep_work_dir=keep_work_dir,
         )
     except BaseException:
         print(out.getvalue())  # the events and the driver log's tail, in pytest's report
@@ -68,7 +73,13 @@ def assert_every_order_once(result, output: str, orders: int):  # type: ignore[n
 @pytest.mark.slow
 def test_exactly_once_through_task_failure_driver_sigkill_and_broker_restart() -> None:
     needs_spark()
-    result, output = run_demo("exactly_once")
+    result, output = run_demo("exactly_once", keep_work_dir=True)
+    try:
+        # the SIGKILLed driver never ran Spark's shutdown hook: its block manager's directory
+        # stayed behind, in the demo's work dir (removed with it), not in /tmp
+        assert list((result.work_dir / "spark-scratch").glob("blockmgr-*")), output
+    finally:
+        shutil.rmtree(result.work_dir, ignore_errors=True)
     v = assert_every_order_once(result, output, ORDERS)
     # the faults really happened; the driver kill found a batch that all tasks had committed
     # and Spark had not recorded (the testing sink holds that moment): it was replayed

@@ -290,6 +290,8 @@ def _supervise(
         guarantee,
         "--max-offsets-per-trigger",
         str(per_trigger),
+        "--scratch-dir",
+        str(work / "spark-scratch"),  # a killed driver's temporary dirs stay in `work`
     ] + (["--client-config", str(client_config)] if client_config is not None else [])
     fail_after = max(per_trigger // (2 * PARTITIONS), 1)  # half of a task's share of a batch
     hold = work / "hold-commits"  # while it exists, driver 1's batch commits wait (the aim)

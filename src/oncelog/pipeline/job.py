@@ -72,11 +72,18 @@ def new_session(
     app_name: str = "oncelog-order-enrichment",
     master: str = "local[2,3]",
     daemon_module: str | None = None,
+    scratch_dir: Path | None = None,
 ) -> Any:
     """A SparkSession for the job: two cores, failed tasks retried (3 attempts), Python
     workers forked by `daemon_module`: `oncelog.spark.daemon` (the connector imported
     before the fork) unless another is named; "pyspark.daemon" is PySpark's own, as a
-    session that does not set the option gets (for an A/B of the two in one tree)."""
+    session that does not set the option gets (for an A/B of the two in one tree).
+
+    `scratch_dir`, when given, holds what Spark writes outside the checkpoint (its block
+    manager's and the driver's temporary directories, `spark.local.dir` and the JVM's
+    `java.io.tmpdir`). Spark removes them in a shutdown hook, which a SIGKILLed driver
+    never runs: a supervisor that kills drivers (the demo) names a directory it removes
+    itself, or each killed run leaves them in /tmp."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -84,7 +91,7 @@ def new_session(
     from oncelog.spark import register
     from oncelog.spark.daemon import DAEMON_MODULE
 
-    session = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -93,8 +100,13 @@ def new_session(
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
         .config("spark.python.daemon.module", daemon_module or DAEMON_MODULE)
-        .getOrCreate()
     )
+    if scratch_dir is not None:
+        scratch_dir.mkdir(parents=True, exist_ok=True)
+        builder = builder.config("spark.local.dir", str(scratch_dir)).config(
+            "spark.driver.extraJavaOptions", f"-Djava.io.tmpdir={scratch_dir}"
+        )
+    session = builder.getOrCreate()
     register(session)
     return session
 
@@ -343,6 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--log-level", default="WARN")
     parser.add_argument(
+        "--scratch-dir",
+        type=Path,
+        default=None,
+        help="where Spark's temporary directories go (default: its own, under /tmp); "
+        "a supervisor that SIGKILLs drivers names one it removes",
+    )
+    parser.add_argument(
         "--client-config",
         type=Path,
         default=None,
@@ -368,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(line), flush=True)
 
     started = time.monotonic()
-    spark = new_session()
+    spark = new_session(scratch_dir=args.scratch_dir)
     spark.sparkContext.setLogLevel(args.log_level)
     emit(
         {"event": "started", "pid": os.getpid(), "session_s": round(time.monotonic() - started, 1)}
