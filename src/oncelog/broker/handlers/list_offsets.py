@@ -37,8 +37,8 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
                 partition = broker.partition_for_clients(
                     topic.name, wanted.partition_index, getattr(wanted, "current_leader_epoch", -1)
                 )
-                _check_high_watermark_caught_up(broker, partition)
-                timestamp, offset = _resolve(partition, wanted.timestamp, committed)
+                lagging = _lagging_high_watermark(broker, partition)
+                timestamp, offset = resolve(partition, wanted.timestamp, committed, lagging)
             except KafkaError as exc:
                 answers.append(
                     {
@@ -63,22 +63,25 @@ async def handle(broker: Broker, header: RequestContext, request: Any) -> dict[s
     return {"throttle_time": 0, "topics": topics}
 
 
-def _check_high_watermark_caught_up(broker: Broker, partition: Partition) -> None:
+def _lagging_high_watermark(broker: Broker, partition: Partition) -> KafkaError | None:
     """A new leader's high watermark may lag behind what the ISR had committed until its
-    followers fetch again: OFFSET_NOT_AVAILABLE (retriable) until it reaches the start of
-    the leader's epoch, as Kafka answers (KIP-207)."""
+    followers fetch again (KIP-207): the OFFSET_NOT_AVAILABLE (retriable) that `resolve`
+    answers where Kafka does, while it is below the start of the leader's epoch."""
     if broker.cluster is None or broker.cluster.replicas is None:
-        return
+        return None
     start = broker.cluster.replicas.leader_epoch_start(partition)
-    if start is not None and partition.high_watermark < start:
-        raise KafkaError(
-            ErrorCode.offset_not_available,
-            f"the high watermark {partition.high_watermark} has not reached the start {start} "
-            "of the leader's epoch yet",
-        )
+    if start is None or partition.high_watermark >= start:
+        return None
+    return KafkaError(
+        ErrorCode.offset_not_available,
+        f"the high watermark {partition.high_watermark} has not reached the start {start} "
+        "of the leader's epoch yet",
+    )
 
 
-def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int, int]:
+def resolve(
+    partition: Partition, timestamp: int, committed: bool, lagging: KafkaError | None = None
+) -> tuple[int, int]:
     """(timestamp, offset) as Kafka answers them; (-1, -1) when no record matches.
 
     A lookup by timestamp (and the max timestamp) answers only an offset a consumer of the
@@ -86,23 +89,31 @@ def _resolve(partition: Partition, timestamp: int, committed: bool) -> tuple[int
     high watermark otherwise. Else no match, as Kafka answers (`lastFetchableOffset` in
     ReplicaManager.fetchOffset): a Spark batch ending at a timestamp inside an open
     transaction then ends at the latest offset, never at one it cannot read.
+
+    `lagging`, a new leader's high watermark still below its epoch's start, is raised
+    only where that high watermark would be the answer, as in Kafka's
+    `Partition.fetchOffsetForTimestamp`: for the latest offset, and for a lookup that finds
+    nothing fetchable; the earliest offsets and a fetchable match are answered as ever.
     """
     fetchable = partition.last_stable_offset if committed else partition.high_watermark
     if timestamp == LATEST:
+        if lagging is not None:
+            raise lagging
         return -1, fetchable
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
         return -1, partition.log_start_offset
     if timestamp == LATEST_TIERED:
         return -1, -1  # no tiered storage: nothing tiered, as Kafka answers without it
     if timestamp == MAX_TIMESTAMP:
-        found_timestamp, found_offset = partition.log.max_timestamp()
+        max_timestamp, max_offset = partition.log.max_timestamp()  # (-1, -1): empty log
+        found_at: tuple[int, int] | None = (max_offset, max_timestamp)
     elif timestamp < 0:
         raise KafkaError(ErrorCode.invalid_request, f"unknown special timestamp {timestamp}")
     else:
         found_at = partition.log.offset_for_timestamp(timestamp)
-        if found_at is None:
-            return -1, -1
-        found_offset, found_timestamp = found_at
-    if found_offset >= fetchable:
+    if found_at is None or found_at[0] >= fetchable:
+        if lagging is not None:
+            raise lagging
         return -1, -1
+    found_offset, found_timestamp = found_at
     return found_timestamp, found_offset
