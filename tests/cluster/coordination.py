@@ -142,6 +142,83 @@ def end_txn(
     return ErrorCode(answer.error_code)
 
 
+def add_offsets(
+    conn: KafkaConnection, transactional_id: str, producer_id: int, epoch: int, group_id: str
+) -> ErrorCode:
+    answer = conn.request(
+        ApiKey.ADD_OFFSETS_TO_TXN,
+        {
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "group_id": group_id,
+        },
+    )
+    return ErrorCode(answer.error_code)
+
+
+def txn_offset_commit(
+    conn: KafkaConnection,
+    transactional_id: str,
+    producer_id: int,
+    epoch: int,
+    group_id: str,
+    offsets: dict[TopicPartition, int],
+) -> dict[TopicPartition, ErrorCode]:
+    """TxnOffsetCommit of a simple group (no generation, no member)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition_index": index,
+                "committed_offset": offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": "",
+            }
+        )
+    answer = conn.request(
+        ApiKey.TXN_OFFSET_COMMIT,
+        {
+            "transactional_id": transactional_id,
+            "group_id": group_id,
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
+        },
+    )
+    return {
+        (t.name, p.partition_index): ErrorCode(p.error_code)
+        for t in answer.topics
+        for p in t.partitions
+    }
+
+
+def stable_offset(
+    conn: KafkaConnection, group_id: str, topic: str, partition: int
+) -> tuple[ErrorCode, int]:
+    """(error, committed offset) OffsetFetch answers with ``require_stable``, as a
+    read_committed consumer asks: UNSTABLE_OFFSET_COMMIT while a transaction holds one."""
+    answer = conn.request(
+        ApiKey.OFFSET_FETCH,
+        {
+            "groups": [
+                {
+                    "group_id": group_id,
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": topic, "partition_indexes": [partition]}],
+                }
+            ],
+            "require_stable": True,
+        },
+    )
+    (found,) = answer.groups[0].topics[0].partitions
+    return ErrorCode(found.error_code), found.committed_offset
+
+
 def produce(
     conn: KafkaConnection,
     topic: str,

@@ -26,6 +26,7 @@ from .coordination import (
     OFFSETS,
     TRANSACTION,
     TXN_STATE,
+    add_offsets,
     add_partitions,
     connect,
     end_txn,
@@ -33,6 +34,8 @@ from .coordination import (
     init_producer_id,
     list_offset,
     produce,
+    stable_offset,
+    txn_offset_commit,
     wait_for_coordinator,
     write_markers,
 )
@@ -280,6 +283,44 @@ def test_batches_are_verified_with_a_coordinator_on_another_broker(cluster: Loca
         assert accepted[0] == ErrorCode.none
     with connect(cluster, coordinator) as conn:
         assert end_txn(conn, tid, pid, epoch, commit=False) == ErrorCode.none
+
+
+def test_offsets_are_verified_with_a_coordinator_on_another_broker(
+    cluster: LocalCluster,
+) -> None:
+    """KIP-890 part 1 for TxnOffsetCommit: the group's coordinator asks the transaction's
+    (another broker) whether the offsets partition is in the transaction; before
+    AddOffsetsToTxn it is not, and nothing is left open on the offsets partition."""
+    tid = unique("offsets")
+    coordinator = wait_for_coordinator(cluster, tid, TRANSACTION)
+    group = next(
+        g
+        for g in (unique("verified-group") for _ in range(100))
+        if wait_for_coordinator(cluster, g, GROUP) != coordinator
+    )
+    group_coordinator = wait_for_coordinator(cluster, group, GROUP)
+    with connect(cluster, coordinator) as conn:
+        code, pid, epoch = init_producer_id(conn, tid)
+        assert code == ErrorCode.none
+    with connect(cluster, group_coordinator) as conn:
+        offsets = {("spread", 0): 7}
+        assert txn_offset_commit(conn, tid, pid, epoch, group, offsets) == {
+            ("spread", 0): ErrorCode.invalid_txn_state
+        }
+        assert stable_offset(conn, group, "spread", 0) == (ErrorCode.none, -1)
+    with connect(cluster, coordinator) as conn:
+        assert add_offsets(conn, tid, pid, epoch, group) == ErrorCode.none
+    with connect(cluster, group_coordinator) as conn:
+        assert txn_offset_commit(conn, tid, pid, epoch, group, offsets) == {
+            ("spread", 0): ErrorCode.none
+        }
+    with connect(cluster, coordinator) as conn:
+        assert end_txn(conn, tid, pid, epoch, commit=True) == ErrorCode.none
+    with connect(cluster, group_coordinator) as conn:
+        deadline = time.monotonic() + TIMEOUT_S
+        while stable_offset(conn, group, "spread", 0) != (ErrorCode.none, 7):
+            assert time.monotonic() < deadline, "the committed offset never became stable"
+            time.sleep(0.1)
 
 
 def test_markers_are_written_by_the_partition_leader_only(cluster: LocalCluster) -> None:

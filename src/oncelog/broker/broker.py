@@ -46,7 +46,6 @@ from oncelog.producers.pid_allocator import ProducerIdAllocator
 from oncelog.protocol.api_versions import SUPPORTED_VERSIONS
 from oncelog.protocol.codec import RequestHeader
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.protocol.record_batch import BatchHeader
 from oncelog.security.acl import AclAuthorizer
 from oncelog.security.principal import KafkaPrincipal
 
@@ -54,7 +53,7 @@ if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
     from oncelog.cluster.coordinators import ClusterCoordinatorIO, ReplicatedInternalTopic
     from oncelog.cluster.node import ClusterNode
-    from oncelog.cluster.txn_verification import Admission
+    from oncelog.cluster.txn_verification import Admission, TransactionalProducer
 
     CoordinatorTopic = InternalTopicLog | ReplicatedInternalTopic
 
@@ -407,11 +406,14 @@ class Broker:
     # -- transactions --------------------------------------------------------------------
 
     def check_transactional_write(
-        self, transactional_id: str | None, header: BatchHeader, partition: Partition
+        self,
+        transactional_id: str | None,
+        header: TransactionalProducer,
+        partition: Partition,
     ) -> Admission | None:
-        """Refuse a transactional batch that is not part of an ongoing transaction
-        (KafkaError); in a cluster, where the coordinator may be another broker, the
-        Admission the batch must wait for, if any (KIP-890 part 1)."""
+        """Refuse a transactional batch (or TxnOffsetCommit) that is not part of an ongoing
+        transaction (KafkaError); in a cluster, where the coordinator may be another broker,
+        the Admission the write must wait for, if any (KIP-890 part 1)."""
         if transactional_id is None:
             raise KafkaError(
                 ErrorCode.transactional_id_authorization_failed,

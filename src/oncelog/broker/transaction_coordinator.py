@@ -249,10 +249,14 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 ErrorCode.invalid_producer_id_mapping,
                 f"producer {producer_id} is not {transactional_id!r}'s",
             )
-        if producer_epoch < metadata.producer_epoch:
+        if producer_epoch != metadata.producer_epoch:
+            # an older epoch is fenced; a newer one was never handed out (only
+            # InitProducerId raises it), and its batch would open a transaction whose
+            # markers, at the coordinator's epoch, the partition then refuses: Kafka's
+            # PRODUCER_FENCED, which a produce answers as INVALID_PRODUCER_EPOCH
             raise KafkaError(
                 ErrorCode.invalid_producer_epoch,
-                f"epoch {producer_epoch} is older than {metadata.producer_epoch}",
+                f"epoch {producer_epoch} is not {transactional_id!r}'s, {metadata.producer_epoch}",
             )
         if metadata.state is not TxnState.ONGOING or (topic, index) not in metadata.partitions:
             raise KafkaError(

@@ -33,7 +33,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from oncelog.broker.internal_topics import TRANSACTION_STATE
 from oncelog.cluster.peer_channel import BatchingChannel, Channels
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from oncelog.broker.transaction_coordinator import TransactionCoordinator
     from oncelog.cluster.node import ClusterNode
     from oncelog.producers.state import ProducerStateEntry
-    from oncelog.protocol.record_batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +67,25 @@ _PRODUCE_ERRORS = {
 }
 
 TurnKey = tuple[str, int, int]  # topic, partition, producer id
+
+
+class TransactionalProducer(Protocol):
+    """What verification reads of a write: a batch's header, or a TxnOffsetCommit's
+    producer."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def producer_epoch(self) -> int: ...
+
+
+class OffsetsProducer(NamedTuple):
+    """The producer of a TxnOffsetCommit, whose offsets are a transactional write to the
+    group's ``__consumer_offsets`` partition and are verified as a batch is."""
+
+    producer_id: int
+    producer_epoch: int
 
 
 @dataclass(eq=False, slots=True)
@@ -231,7 +249,7 @@ class TxnVerifier:
         await self._channels.stop()
 
     def admit(
-        self, transactional_id: str, header: BatchHeader, partition: Partition
+        self, transactional_id: str, header: TransactionalProducer, partition: Partition
     ) -> Admission | None:
         """None: append now (KafkaError if the coordinator, here in process, refuses).
         Otherwise the batch waits for its Admission."""
@@ -270,7 +288,7 @@ class TxnVerifier:
         return self._coordinator.partition_of(transactional_id) in self._coordinator.shards
 
     def _checked_here(
-        self, transactional_id: str, header: BatchHeader, partition: Partition
+        self, transactional_id: str, header: TransactionalProducer, partition: Partition
     ) -> asyncio.Future[ErrorCode]:
         answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         try:
@@ -288,7 +306,7 @@ class TxnVerifier:
         return answer
 
     def _ask(
-        self, transactional_id: str, header: BatchHeader, partition: Partition
+        self, transactional_id: str, header: TransactionalProducer, partition: Partition
     ) -> asyncio.Future[ErrorCode]:
         pid, epoch = header.producer_id, header.producer_epoch
         asking_key = (partition.topic, partition.index, pid, epoch)

@@ -25,6 +25,8 @@ from oncelog.broker.authorization import (
     authorized_operations,
 )
 from oncelog.broker.coordinator_runtime import CoordinatorError
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS
+from oncelog.cluster.txn_verification import OffsetsProducer
 from oncelog.groups import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -36,12 +38,14 @@ from oncelog.groups import (
     SyncGroupRequest,
     TxnOffsetCommitRequest,
 )
-from oncelog.protocol.errors import ErrorCode
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
+    from oncelog.broker.partition import Partition
     from oncelog.broker.request_context import RequestContext
+    from oncelog.cluster.txn_verification import Admission
 
 BATCHED_LEAVE_FROM = 3
 BATCHED_OFFSET_FETCH_FROM = 8
@@ -307,13 +311,57 @@ async def handle_txn_offset_commit(
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
     )
+    admission: Admission | None = None
     try:
+        partition, admission = await _admit_transactional_offsets(broker, request)
+        if admission is not None:
+            await admission.wait()
+            admission.check_still_open(partition, request.producer_id)
         answer = await broker.groups.run(
             request.group_id, lambda s, now: s.commit_transactional_offsets(commit, now)
         )
     except CoordinatorError as failed:
         return {"throttle_time": 0, "topics": _uniform_errors(readable, failed.code) + refused}
+    except KafkaError as failed:
+        code = _TXN_OFFSET_COMMIT_ERRORS.get(failed.code, failed.code)
+        return {"throttle_time": 0, "topics": _uniform_errors(readable, code) + refused}
+    finally:
+        if admission is not None:
+            admission.done()
     return {"throttle_time": 0, "topics": _partition_errors(answer) + refused}
+
+
+# Verification failures as a TxnOffsetCommit must answer them: the produce path's codes
+# (txn_verification) as Kafka's group coordinator turns a failed write's into its own
+# (GroupCoordinatorService.handleOperationException); the rest pass unchanged.
+_TXN_OFFSET_COMMIT_ERRORS = {
+    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
+    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
+    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
+    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
+    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
+}
+
+
+async def _admit_transactional_offsets(
+    broker: Broker, request: Any
+) -> tuple[Partition, Admission | None]:
+    """KIP-890 part 1 for offsets: a TxnOffsetCommit is a transactional write to the group's
+    ``__consumer_offsets`` partition, and is verified against the producer's transaction as
+    a batch is (Kafka's group coordinator verifies it before the write). Unchecked, a late
+    commit (sent before an abort, answered after it) or one without AddOffsetsToTxn opened
+    a transaction on that partition that no marker would ever end: every ``require_stable``
+    OffsetFetch of the partition's groups answered UNSTABLE_OFFSET_COMMIT for good.
+
+    The group's shard first, so a broker that does not coordinate the group answers as for
+    any group request (CoordinatorError)."""
+    index = await broker.groups.locate(request.group_id)
+    broker.groups.shard_for(request.group_id)
+    partition = broker.partition_for_clients(CONSUMER_OFFSETS, index)
+    producer = OffsetsProducer(request.producer_id, request.producer_epoch)
+    return partition, broker.check_transactional_write(
+        request.transactional_id, producer, partition
+    )
 
 
 async def handle_offset_fetch(

@@ -20,6 +20,7 @@ from oncelog.broker.authorization import (
     authorize_cluster,
 )
 from oncelog.broker.coordinator_runtime import CoordinatorError
+from oncelog.broker.topic_names import is_internal
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
@@ -133,8 +134,12 @@ async def _add_partitions(
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     if not _may_use(broker, header, transactional_id):
         return _by_topic(wanted, lambda tp: ErrorCode.transactional_id_authorization_failed)
+    # A client never adds an internal topic itself (AddOffsetsToTxn adds the group's
+    # offsets partition): Kafka counts them unauthorized whatever the ACLs. A leader's
+    # verify_only question may name one: a TxnOffsetCommit's offsets partition.
     writable = {
-        name: authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
+        name: (verify_only or not is_internal(name))
+        and authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
         for name in {t for t, _ in wanted}
     }
     codes = {

@@ -1,0 +1,110 @@
+"""What the transaction coordinator refuses, as Kafka refuses it, where accepting left a
+transaction no marker would ever end (found by an audit against Kafka's coordinator):
+
+- a transactional batch at an epoch the coordinator never handed out (above its own): the
+  commit marker, at the coordinator's epoch, was refused by the partition, the
+  transaction completed anyway, and the partition's LSO stayed behind the batch for good;
+- a TxnOffsetCommit outside the producer's transaction (after its abort, or without
+  AddOffsetsToTxn): it opened a transaction on the group's offsets partition, and every
+  ``require_stable`` OffsetFetch answered UNSTABLE_OFFSET_COMMIT for good;
+- an internal topic added to a transaction by a client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.client.connection import KafkaConnection
+from oncelog.protocol.errors import ErrorCode
+from oncelog.testing import EmbeddedBroker
+
+from ..cluster.coordination import (
+    add_offsets,
+    add_partitions,
+    end_txn,
+    init_producer_id,
+    list_offset,
+    produce,
+    stable_offset,
+    txn_offset_commit,
+)
+
+SETTINGS = {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
+TID, GROUP = "x", "g"
+
+
+@pytest.fixture
+def conn() -> Iterator[KafkaConnection]:
+    with EmbeddedBroker(SETTINGS) as embedded:
+        admin = AdminClient({"bootstrap.servers": embedded.bootstrap_servers})
+        admin.create_topics([NewTopic("t", 1)])["t"].result(20)
+        with KafkaConnection(embedded.bootstrap_servers) as connection:
+            yield connection
+
+
+def init(conn: KafkaConnection) -> tuple[int, int]:
+    code, pid, epoch = init_producer_id(conn, TID)
+    assert code == ErrorCode.none
+    return pid, epoch
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_batch_at_an_epoch_above_the_coordinators_is_fenced(conn: KafkaConnection) -> None:
+    pid, epoch = init(conn)
+    assert add_partitions(conn, TID, pid, epoch, [("t", 0)]) == {("t", 0): ErrorCode.none}
+    batch = {"producer_id": pid, "sequence": 0, "transactional_id": TID}
+    assert produce(conn, "t", 0, [b"v"], epoch=epoch, **batch)[0] == ErrorCode.none
+    assert produce(conn, "t", 0, [b"v"], epoch=epoch + 3, **batch)[0] == (
+        ErrorCode.invalid_producer_epoch
+    )
+    assert end_txn(conn, TID, pid, epoch, commit=True) == ErrorCode.none
+    # the record and its commit marker: the transaction is stable, read_committed sees it
+    assert until(lambda: list_offset(conn, "t", 0, read_committed=True) == (ErrorCode.none, 2))
+
+
+def commit_offset(conn: KafkaConnection, pid: int, epoch: int) -> ErrorCode:
+    (code,) = txn_offset_commit(conn, TID, pid, epoch, GROUP, {("t", 0): 5}).values()
+    return code
+
+
+@pytest.mark.parametrize("added_then_aborted", [True, False])
+def test_offsets_outside_the_transaction_are_refused(
+    conn: KafkaConnection, added_then_aborted: bool
+) -> None:
+    pid, epoch = init(conn)
+    if added_then_aborted:  # a commit sent before the abort, arriving after it
+        assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
+        assert end_txn(conn, TID, pid, epoch, commit=False) == ErrorCode.none
+    assert commit_offset(conn, pid, epoch) == ErrorCode.invalid_txn_state
+    # nothing was left open on the offsets partition: the group's offsets are stable
+    assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)
+
+
+def test_offsets_inside_the_transaction_commit(conn: KafkaConnection) -> None:
+    pid, epoch = init(conn)
+    assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
+    assert commit_offset(conn, pid, epoch) == ErrorCode.none
+    assert stable_offset(conn, GROUP, "t", 0)[0] == ErrorCode.unstable_offset_commit
+    assert end_txn(conn, TID, pid, epoch, commit=True) == ErrorCode.none
+    assert until(lambda: stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, 5))
+
+
+@pytest.mark.parametrize("internal", ["__transaction_state", "__consumer_offsets"])
+def test_a_client_cannot_add_an_internal_topic(conn: KafkaConnection, internal: str) -> None:
+    pid, epoch = init(conn)
+    assert add_partitions(conn, TID, pid, epoch, [(internal, 0), ("t", 0)]) == {
+        (internal, 0): ErrorCode.topic_authorization_failed,
+        ("t", 0): ErrorCode.operation_not_attempted,
+    }
