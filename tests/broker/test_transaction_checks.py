@@ -12,14 +12,18 @@ transaction no marker would ever end (found by an audit against Kafka's coordina
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from oncelog.broker.broker import Broker
 from oncelog.client.connection import KafkaConnection
-from oncelog.protocol.errors import ErrorCode
+from oncelog.cluster.txn_verification import Admission
+from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.testing import EmbeddedBroker
 
 from ..cluster.coordination import (
@@ -38,12 +42,19 @@ TID, GROUP = "x", "g"
 
 
 @pytest.fixture
-def conn() -> Iterator[KafkaConnection]:
+def served() -> Iterator[tuple[Broker, KafkaConnection]]:
+    """A broker with topic t, and a connection to it."""
     with EmbeddedBroker(SETTINGS) as embedded:
         admin = AdminClient({"bootstrap.servers": embedded.bootstrap_servers})
         admin.create_topics([NewTopic("t", 1)])["t"].result(20)
         with KafkaConnection(embedded.bootstrap_servers) as connection:
-            yield connection
+            assert embedded.broker is not None
+            yield embedded.broker, connection
+
+
+@pytest.fixture
+def conn(served: tuple[Broker, KafkaConnection]) -> KafkaConnection:
+    return served[1]
 
 
 def init(conn: KafkaConnection) -> tuple[int, int]:
@@ -108,3 +119,70 @@ def test_a_client_cannot_add_an_internal_topic(conn: KafkaConnection, internal: 
         (internal, 0): ErrorCode.topic_authorization_failed,
         ("t", 0): ErrorCode.operation_not_attempted,
     }
+
+
+@pytest.mark.parametrize(
+    ("refusal", "answered"),
+    [
+        # the coordinator loading or moving: retried by every client, as Kafka answers it
+        (ErrorCode.not_enough_replicas, ErrorCode.coordinator_not_available),
+        (ErrorCode.not_leader_or_follower, ErrorCode.not_coordinator),
+        (ErrorCode.invalid_producer_epoch, ErrorCode.invalid_producer_epoch),
+    ],
+)
+def test_a_refused_verification_is_answered_as_a_failed_offsets_write(
+    served: tuple[Broker, KafkaConnection], refusal: ErrorCode, answered: ErrorCode
+) -> None:
+    """The produce path's verification codes become the group coordinator's
+    (handleOperationException): NOT_ENOUGH_REPLICAS would make librdkafka abort."""
+    broker, conn = served
+    pid, epoch = init(conn)
+    assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
+
+    def refuse(*_: object) -> None:
+        raise KafkaError(refusal, "refused by the test's coordinator")
+
+    broker.transactions.check_write = refuse  # type: ignore[method-assign]
+    assert commit_offset(conn, pid, epoch) == answered
+    assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)
+
+
+def test_a_question_not_asked_is_retried_not_failed() -> None:
+    """One AddPartitionsToTxn entry per transactional id carries every question of the
+    producer: when the coordinator refuses another partition of the entry, this one is
+    OPERATION_NOT_ATTEMPTED, which every client would fail on; the write retries."""
+
+    async def scenario() -> KafkaError:
+        loop = asyncio.get_running_loop()
+        verification: asyncio.Future[ErrorCode] = loop.create_future()
+        verification.set_result(ErrorCode.operation_not_attempted)
+        admission = Admission(verification, None, loop.create_future(), None, 0)
+        with pytest.raises(KafkaError) as refused:
+            await admission.wait()
+        admission.done()
+        return refused.value
+
+    assert asyncio.run(scenario()).code == ErrorCode.not_enough_replicas
+
+
+def test_the_transaction_is_checked_again_where_the_offsets_are_written(
+    served: tuple[Broker, KafkaConnection],
+) -> None:
+    """Between the verification and the write the group's partition may be busy (its lock,
+    its fsync): a marker ending the transaction can come in between. The check is made
+    again in the step that appends: a transaction that ended meanwhile refuses the write."""
+    broker, conn = served
+    pid, epoch = init(conn)
+    assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
+    checked = broker.transactions.check_write
+    answers = iter([None, KafkaError(ErrorCode.invalid_txn_state, "ended meanwhile")])
+
+    def ended_after_the_first_check(*args: Any) -> None:
+        checked(*args)
+        refusal = next(answers)
+        if refusal is not None:
+            raise refusal
+
+    broker.transactions.check_write = ended_after_the_first_check  # type: ignore[method-assign]
+    assert commit_offset(conn, pid, epoch) == ErrorCode.invalid_txn_state
+    assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)

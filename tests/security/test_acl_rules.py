@@ -389,6 +389,49 @@ def test_oncelog_transactions_abort_needs_cluster_action(
     assert done.exit_code == 0, done.output
 
 
+def test_a_brokers_add_partitions_to_txn_needs_cluster_action(
+    acl_broker: EmbeddedBroker, kit: SecurityKit, topic_name: str
+) -> None:
+    """AddPartitionsToTxn v4+ comes from partition leaders (verify_only): Kafka asks
+    ClusterAction for the whole request, whatever Write the principal has."""
+    create_topic(acl_broker, kit, topic_name)
+    txn_id = f"{topic_name}-txn"
+    grant(acl_broker, kit, "alice", TXN, txn_id, Op.WRITE)
+    grant(acl_broker, kit, "alice", TOPIC, topic_name, Op.WRITE)
+    with connect(acl_broker, kit, "alice") as alice:
+        producer = alice.request(
+            ApiKey.INIT_PRODUCER_ID,
+            {
+                "transactional_id": txn_id,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        assert producer.error_code == ErrorCode.none
+    question = {
+        "transactions": [
+            {
+                "transactional_id": txn_id,
+                "producer_id": producer.producer_id,
+                "producer_epoch": producer.producer_epoch,
+                "verify_only": True,
+                "topics": [{"name": topic_name, "partitions": [0]}],
+            }
+        ]
+    }
+    with connect(acl_broker, kit, "alice") as alice:
+        answer = alice.request(ApiKey.ADD_PARTITIONS_TO_TXN, question, version=4)
+        assert answer.error_code == ErrorCode.cluster_authorization_failed
+    with connect(acl_broker, kit, "admin") as admin:  # a super user, as a broker would be
+        answer = admin.request(ApiKey.ADD_PARTITIONS_TO_TXN, question, version=4)
+        assert answer.error_code == ErrorCode.none
+        (result,) = answer.results_by_transaction
+        (partition,) = result.topic_results[0].results_by_partition
+        # asked and answered: the partition is not in a transaction of the producer
+        assert partition.partition_error_code == ErrorCode.invalid_txn_state
+
+
 def test_send_offsets_to_transaction_needs_read_on_the_group(
     acl_broker: EmbeddedBroker, kit: SecurityKit, topic_name: str
 ) -> None:

@@ -64,6 +64,10 @@ _PRODUCE_ERRORS = {
     # make librdkafka abort the transaction (it cannot know the batch was not written).
     ErrorCode.network_exception: ErrorCode.not_enough_replicas,
     ErrorCode.producer_fenced: ErrorCode.invalid_producer_epoch,
+    # Another question in the same request (one entry per transactional id) named a
+    # partition the coordinator refused: this one was not asked. Kafka never answers it
+    # here (it asks one question per entry); every client fails on it.
+    ErrorCode.operation_not_attempted: ErrorCode.not_enough_replicas,
 }
 
 TurnKey = tuple[str, int, int]  # topic, partition, producer id
@@ -174,6 +178,27 @@ class VerifyChannel(BatchingChannel[_Verification]):
             )
 
 
+def ensure_still_open(
+    partition: Partition, producer_id: int, producer_epoch: int, before: ProducerStateEntry | None
+) -> None:
+    """INVALID_TXN_STATE if the producer's transaction on ``partition`` ended since its
+    write was verified (``before``: the producer's entry then), so the write would open a
+    transaction nobody will end; unchanged, or still open at the epoch, it may go."""
+    entry = partition.producers.entries.get(producer_id)
+    if entry is before:
+        return
+    if (
+        entry is None
+        or entry.current_txn_first_offset is None
+        or entry.producer_epoch != producer_epoch
+    ):
+        raise KafkaError(
+            ErrorCode.invalid_txn_state,
+            f"the transaction of producer {producer_id} ended while its write to "
+            f"{partition.topic}-{partition.index} was being verified",
+        )
+
+
 class Admission:
     """A transactional batch's turn to be appended (see the module docstring). ``wait()``
     returns when it is the batch's turn and its verification passed (KafkaError with the
@@ -207,19 +232,7 @@ class Admission:
 
     def check_still_open(self, partition: Partition, producer_id: int) -> None:
         """INVALID_TXN_STATE if the producer's transaction ended since the batch arrived."""
-        entry = partition.producers.entries.get(producer_id)
-        if entry is self._before:
-            return
-        if (
-            entry is None
-            or entry.current_txn_first_offset is None
-            or entry.producer_epoch != (self._epoch)
-        ):
-            raise KafkaError(
-                ErrorCode.invalid_txn_state,
-                f"the transaction of producer {producer_id} ended while its batch for "
-                f"{partition.topic}-{partition.index} was being verified",
-            )
+        ensure_still_open(partition, producer_id, self._epoch, self._before)
 
     def done(self) -> None:
         """The batch was appended, or refused: the next one may go (once this one's

@@ -24,9 +24,9 @@ from oncelog.broker.authorization import (
     authorize_cluster,
     authorized_operations,
 )
-from oncelog.broker.coordinator_runtime import CoordinatorError
+from oncelog.broker.coordinator_runtime import CoordinatorError, write_error
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
-from oncelog.cluster.txn_verification import OffsetsProducer
+from oncelog.cluster.txn_verification import OffsetsProducer, ensure_still_open
 from oncelog.groups import (
     HeartbeatRequest,
     JoinGroupRequest,
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
     from oncelog.broker.request_context import RequestContext
     from oncelog.cluster.txn_verification import Admission
+    from oncelog.groups.coordinator import GroupCoordinatorShard
+    from oncelog.producers.state import ProducerStateEntry
 
 BATCHED_LEAVE_FROM = 3
 BATCHED_OFFSET_FETCH_FROM = 8
@@ -311,19 +313,26 @@ async def handle_txn_offset_commit(
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
     )
+    producer = OffsetsProducer(request.producer_id, request.producer_epoch)
     admission: Admission | None = None
     try:
-        partition, admission = await _admit_transactional_offsets(broker, request)
+        partition, admission = await _admit_transactional_offsets(
+            broker, request.transactional_id, producer, request.group_id
+        )
+        before = partition.producers.entries.get(producer.producer_id)
         if admission is not None:
             await admission.wait()
-            admission.check_still_open(partition, request.producer_id)
-        answer = await broker.groups.run(
-            request.group_id, lambda s, now: s.commit_transactional_offsets(commit, now)
-        )
-    except CoordinatorError as failed:
-        return {"throttle_time": 0, "topics": _uniform_errors(readable, failed.code) + refused}
-    except KafkaError as failed:
-        code = _TXN_OFFSET_COMMIT_ERRORS.get(failed.code, failed.code)
+
+        def commit_in_transaction(shard: GroupCoordinatorShard, now: int) -> Any:
+            # in the step that appends the offsets: no marker can come in between
+            _check_still_in_transaction(
+                broker, request.transactional_id, producer, partition, before
+            )
+            return shard.commit_transactional_offsets(commit, now)
+
+        answer = await broker.groups.run(request.group_id, commit_in_transaction)
+    except KafkaError as failed:  # a CoordinatorError too
+        code = write_error(failed.code)
         return {"throttle_time": 0, "topics": _uniform_errors(readable, code) + refused}
     finally:
         if admission is not None:
@@ -331,37 +340,42 @@ async def handle_txn_offset_commit(
     return {"throttle_time": 0, "topics": _partition_errors(answer) + refused}
 
 
-# Verification failures as a TxnOffsetCommit must answer them: the produce path's codes
-# (txn_verification) as Kafka's group coordinator turns a failed write's into its own
-# (GroupCoordinatorService.handleOperationException); the rest pass unchanged.
-_TXN_OFFSET_COMMIT_ERRORS = {
-    ErrorCode.not_enough_replicas: ErrorCode.coordinator_not_available,
-    ErrorCode.unknown_topic_or_partition: ErrorCode.coordinator_not_available,
-    ErrorCode.request_timed_out: ErrorCode.coordinator_not_available,
-    ErrorCode.not_leader_or_follower: ErrorCode.not_coordinator,
-    ErrorCode.kafka_storage_error: ErrorCode.not_coordinator,
-}
-
-
 async def _admit_transactional_offsets(
-    broker: Broker, request: Any
+    broker: Broker, transactional_id: str, producer: OffsetsProducer, group_id: str
 ) -> tuple[Partition, Admission | None]:
     """KIP-890 part 1 for offsets: a TxnOffsetCommit is a transactional write to the group's
     ``__consumer_offsets`` partition, and is verified against the producer's transaction as
-    a batch is (Kafka's group coordinator verifies it before the write). Unchecked, a late
-    commit (sent before an abort, answered after it) or one without AddOffsetsToTxn opened
-    a transaction on that partition that no marker would ever end: every ``require_stable``
-    OffsetFetch of the partition's groups answered UNSTABLE_OFFSET_COMMIT for good.
+    a batch is (Kafka's group coordinator verifies it before the write; a failed check is
+    answered as a failed write, `write_error`). Unchecked, a late commit (sent before an
+    abort, answered after it) or one without AddOffsetsToTxn opened a transaction on that
+    partition that no marker would ever end: every ``require_stable`` OffsetFetch of the
+    partition's groups answered UNSTABLE_OFFSET_COMMIT for good.
 
     The group's shard first, so a broker that does not coordinate the group answers as for
     any group request (CoordinatorError)."""
-    index = await broker.groups.locate(request.group_id)
-    broker.groups.shard_for(request.group_id)
+    index = await broker.groups.locate(group_id)
+    broker.groups.shard_for(group_id)
     partition = broker.partition_for_clients(CONSUMER_OFFSETS, index)
-    producer = OffsetsProducer(request.producer_id, request.producer_epoch)
-    return partition, broker.check_transactional_write(
-        request.transactional_id, producer, partition
-    )
+    return partition, broker.check_transactional_write(transactional_id, producer, partition)
+
+
+def _check_still_in_transaction(
+    broker: Broker,
+    transactional_id: str,
+    producer: OffsetsProducer,
+    partition: Partition,
+    before: ProducerStateEntry | None,
+) -> None:
+    """Run where the offsets are appended: on one node the coordinator's answer of now; in
+    a cluster, that no marker ended the verified transaction since the admission
+    (`before`: the producer's entry then). CoordinatorError, a refusal and no failure."""
+    try:
+        if broker.cluster is None:
+            broker.check_transactional_write(transactional_id, producer, partition)
+        else:
+            ensure_still_open(partition, producer.producer_id, producer.producer_epoch, before)
+    except KafkaError as refused:
+        raise CoordinatorError(refused.code, refused.message) from None
 
 
 async def handle_offset_fetch(

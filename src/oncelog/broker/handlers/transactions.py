@@ -90,6 +90,14 @@ async def handle_add_partitions(
     broker: Broker, header: RequestContext, request: Any
 ) -> dict[str, Any]:
     if header.api_version >= BATCHED_ADD_PARTITIONS_FROM:
+        # From brokers only (a partition leader's verify_only): Kafka asks ClusterAction
+        # for the whole request, and then neither Write on the ids nor on the topics.
+        if not authorize_cluster(broker, header, AclOperation.CLUSTER_ACTION):
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.cluster_authorization_failed,
+                "results_by_transaction": [],
+            }
         results = [
             await _add_partitions(
                 broker,
@@ -132,14 +140,18 @@ async def _add_partitions(
     verify_only: bool,
 ) -> list[dict[str, Any]]:
     wanted = [(t.name, p) for t in topics for p in t.partitions]
-    if not _may_use(broker, header, transactional_id):
+    from_client = header.api_version < BATCHED_ADD_PARTITIONS_FROM
+    if from_client and not _may_use(broker, header, transactional_id):
         return _by_topic(wanted, lambda tp: ErrorCode.transactional_id_authorization_failed)
     # A client never adds an internal topic itself (AddOffsetsToTxn adds the group's
-    # offsets partition): Kafka counts them unauthorized whatever the ACLs. A leader's
-    # verify_only question may name one: a TxnOffsetCommit's offsets partition.
+    # offsets partition): Kafka counts them unauthorized whatever the ACLs. A broker's
+    # question may name one: a TxnOffsetCommit's offsets partition.
     writable = {
-        name: (verify_only or not is_internal(name))
-        and authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
+        name: not from_client
+        or (
+            not is_internal(name)
+            and authorize(broker, header, AclOperation.WRITE, ResourceType.TOPIC, name)
+        )
         for name in {t for t, _ in wanted}
     }
     codes = {
