@@ -15,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.broker.broker import Broker
+from oncelog.broker.internal_topics import CONSUMER_OFFSETS
 from oncelog.client.connection import KafkaConnection
-from oncelog.cluster.txn_verification import Admission
+from oncelog.cluster.txn_verification import Admission, ensure_still_open
+from oncelog.producers.snapshot import decode_state, encode_snapshot
+from oncelog.producers.state import ProducerStateEntry, ProducerStateManager
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.testing import EmbeddedBroker
 
@@ -186,3 +190,21 @@ def test_the_transaction_is_checked_again_where_the_offsets_are_written(
     broker.transactions.check_write = ended_after_the_first_check  # type: ignore[method-assign]
     assert commit_offset(conn, pid, epoch) == ErrorCode.invalid_txn_state
     assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)
+
+
+def test_an_admission_compares_the_entry_it_held_after_a_restart() -> None:
+    """After a restart a producer's entry is read from the snapshot, decoded anew on each
+    look: an admission that only looked (``entries``) finds another object later and
+    refuses the write INVALID_TXN_STATE, fatal to every client; one that holds the entry
+    (what ``admit`` and TxnOffsetCommit take) finds the same and lets it go."""
+
+    def restarted() -> tuple[Any, ProducerStateManager]:
+        state = decode_state(encode_snapshot([ProducerStateEntry(7, producer_epoch=2)]))
+        return SimpleNamespace(producers=state, topic=CONSUMER_OFFSETS, index=0), state
+
+    partition, state = restarted()
+    with pytest.raises(KafkaError) as refused:
+        ensure_still_open(partition, 7, 2, state.entries.get(7))
+    assert refused.value.code == ErrorCode.invalid_txn_state
+    partition, state = restarted()
+    ensure_still_open(partition, 7, 2, state.held(7))

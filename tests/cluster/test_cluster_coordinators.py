@@ -295,7 +295,7 @@ def test_offsets_are_verified_with_a_coordinator_on_another_broker(
     coordinator = wait_for_coordinator(cluster, tid, TRANSACTION)
     group = next(
         g
-        for g in (unique("verified-group") for _ in range(100))
+        for g in (unique("verified-group") for _ in range(20))
         if wait_for_coordinator(cluster, g, GROUP) != coordinator
     )
     group_coordinator = wait_for_coordinator(cluster, group, GROUP)

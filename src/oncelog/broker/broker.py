@@ -408,7 +408,7 @@ class Broker:
     def check_transactional_write(
         self,
         transactional_id: str | None,
-        header: TransactionalProducer,
+        producer: TransactionalProducer,
         partition: Partition,
     ) -> Admission | None:
         """Refuse a transactional batch (or TxnOffsetCommit) that is not part of an ongoing
@@ -422,13 +422,13 @@ class Broker:
         if isinstance(self._coordinators, LocalCoordinatorIO):
             self.transactions.check_write(
                 transactional_id,
-                header.producer_id,
-                header.producer_epoch,
+                producer.producer_id,
+                producer.producer_epoch,
                 partition.topic,
                 partition.index,
             )
             return None
-        return self._coordinators.verifier.admit(transactional_id, header, partition)
+        return self._coordinators.verifier.admit(transactional_id, producer, partition)
 
     # -- dispatch ------------------------------------------------------------------------
 

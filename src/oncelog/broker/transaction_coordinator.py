@@ -256,7 +256,8 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             # PRODUCER_FENCED, which a produce answers as INVALID_PRODUCER_EPOCH
             raise KafkaError(
                 ErrorCode.invalid_producer_epoch,
-                f"epoch {producer_epoch} is not {transactional_id!r}'s, {metadata.producer_epoch}",
+                f"epoch {producer_epoch} is not the current epoch "
+                f"{metadata.producer_epoch} of {transactional_id!r}",
             )
         if metadata.state is not TxnState.ONGOING or (topic, index) not in metadata.partitions:
             raise KafkaError(

@@ -68,6 +68,9 @@ _PRODUCE_ERRORS = {
     # partition the coordinator refused: this one was not asked. Kafka never answers it
     # here (it asks one question per entry); every client fails on it.
     ErrorCode.operation_not_attempted: ErrorCode.not_enough_replicas,
+    # The coordinator refused this broker's question (its principal lacks ClusterAction):
+    # not the client's to see, as Kafka's manager says.
+    ErrorCode.cluster_authorization_failed: ErrorCode.invalid_txn_state,
 }
 
 TurnKey = tuple[str, int, int]  # topic, partition, producer id
@@ -184,7 +187,7 @@ def ensure_still_open(
     """INVALID_TXN_STATE if the producer's transaction on ``partition`` ended since its
     write was verified (``before``: the producer's entry then), so the write would open a
     transaction nobody will end; unchanged, or still open at the epoch, it may go."""
-    entry = partition.producers.entries.get(producer_id)
+    entry = partition.producers.held(producer_id)
     if entry is before:
         return
     if (
@@ -262,13 +265,13 @@ class TxnVerifier:
         await self._channels.stop()
 
     def admit(
-        self, transactional_id: str, header: TransactionalProducer, partition: Partition
+        self, transactional_id: str, producer: TransactionalProducer, partition: Partition
     ) -> Admission | None:
         """None: append now (KafkaError if the coordinator, here in process, refuses).
         Otherwise the batch waits for its Admission."""
-        pid, epoch = header.producer_id, header.producer_epoch
+        pid, epoch = producer.producer_id, producer.producer_epoch
         key = (partition.topic, partition.index, pid)
-        before = partition.producers.entries.get(pid)
+        before = partition.producers.held(pid)
         open_here = (
             before is not None
             and before.current_txn_first_offset is not None
@@ -282,9 +285,9 @@ class TxnVerifier:
                         transactional_id, pid, epoch, partition.topic, partition.index
                     )
                     return None
-                verification = self._checked_here(transactional_id, header, partition)
+                verification = self._checked_here(transactional_id, producer, partition)
             else:
-                verification = self._ask(transactional_id, header, partition)
+                verification = self._ask(transactional_id, producer, partition)
         elif key not in self._turns:
             return None
         previous = self._turns.get(key)
@@ -301,14 +304,14 @@ class TxnVerifier:
         return self._coordinator.partition_of(transactional_id) in self._coordinator.shards
 
     def _checked_here(
-        self, transactional_id: str, header: TransactionalProducer, partition: Partition
+        self, transactional_id: str, producer: TransactionalProducer, partition: Partition
     ) -> asyncio.Future[ErrorCode]:
         answer: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
         try:
             self._coordinator.check_write(
                 transactional_id,
-                header.producer_id,
-                header.producer_epoch,
+                producer.producer_id,
+                producer.producer_epoch,
                 partition.topic,
                 partition.index,
             )
@@ -319,9 +322,9 @@ class TxnVerifier:
         return answer
 
     def _ask(
-        self, transactional_id: str, header: TransactionalProducer, partition: Partition
+        self, transactional_id: str, producer: TransactionalProducer, partition: Partition
     ) -> asyncio.Future[ErrorCode]:
-        pid, epoch = header.producer_id, header.producer_epoch
+        pid, epoch = producer.producer_id, producer.producer_epoch
         asking_key = (partition.topic, partition.index, pid, epoch)
         pending = self._asking.get(asking_key)
         if pending is not None and not pending.done():

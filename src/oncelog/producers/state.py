@@ -294,6 +294,13 @@ class ProducerStateManager:
             self._shadowed.add(producer_id)
         return entry
 
+    def held(self, producer_id: int) -> ProducerStateEntry | None:
+        """The producer's entry, kept from now on (taken over from the snapshot): for a
+        caller that compares it by identity with a later look, as a transactional write's
+        admission does to see that no marker came in between. ``entries`` decodes a
+        snapshot-held entry anew on each access: never the same object twice."""
+        return self._take(producer_id)
+
     def first_unstable_offset(self) -> int | None:
         """First offset of the oldest open transaction (the LSO cannot pass it)."""
         return min(self._ongoing.values(), default=None)

@@ -319,7 +319,7 @@ async def handle_txn_offset_commit(
         partition, admission = await _admit_transactional_offsets(
             broker, request.transactional_id, producer, request.group_id
         )
-        before = partition.producers.entries.get(producer.producer_id)
+        before = partition.producers.held(producer.producer_id)
         if admission is not None:
             await admission.wait()
 
@@ -354,7 +354,7 @@ async def _admit_transactional_offsets(
     The group's shard first, so a broker that does not coordinate the group answers as for
     any group request (CoordinatorError)."""
     index = await broker.groups.locate(group_id)
-    broker.groups.shard_for(group_id)
+    broker.groups.shard_for(group_id)  # raises NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
     partition = broker.partition_for_clients(CONSUMER_OFFSETS, index)
     return partition, broker.check_transactional_write(transactional_id, producer, partition)
 
@@ -370,6 +370,8 @@ def _check_still_in_transaction(
     a cluster, that no marker ended the verified transaction since the admission
     (`before`: the producer's entry then). CoordinatorError, a refusal and no failure."""
     try:
+        # the partition of now: a leadership that moved and came back made a new one
+        partition = broker.partition_for_clients(partition.topic, partition.index)
         if broker.cluster is None:
             broker.check_transactional_write(transactional_id, producer, partition)
         else:
