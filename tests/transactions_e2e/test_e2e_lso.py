@@ -14,7 +14,7 @@ from confluent_kafka import IsolationLevel, Producer
 from confluent_kafka import TopicPartition as CTP
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from oncelog.broker.handlers.list_offsets import LATEST, MAX_TIMESTAMP, _resolve
+from oncelog.broker.handlers.list_offsets import LATEST, MAX_TIMESTAMP, resolve
 from oncelog.client.connection import KafkaConnection
 from oncelog.protocol.api_versions import ApiKey
 from oncelog.testing import EmbeddedBroker
@@ -261,12 +261,12 @@ def test_under_read_uncommitted_a_timestamp_lookup_stops_at_the_high_watermark(
     partition = broker.broker.topics.partition(topic, 0)
     partition.replicated_high_watermark = 3
     try:
-        assert _resolve(partition, base + 2, committed=False) == (base + 2, 2)
-        assert _resolve(partition, base + 3, committed=False) == (-1, -1)  # at the HW
-        assert _resolve(partition, base + 5, committed=False) == (-1, -1)
-        assert _resolve(partition, MAX_TIMESTAMP, committed=False) == (-1, -1)
-        assert _resolve(partition, LATEST, committed=False) == (-1, 3)
+        assert resolve(partition, base + 2, committed=False) == (base + 2, 2)
+        assert resolve(partition, base + 3, committed=False) == (-1, -1)  # at the HW
+        assert resolve(partition, base + 5, committed=False) == (-1, -1)
+        assert resolve(partition, MAX_TIMESTAMP, committed=False) == (-1, -1)
+        assert resolve(partition, LATEST, committed=False) == (-1, 3)
     finally:
         partition.replicated_high_watermark = None
-    assert _resolve(partition, base + 3, committed=False) == (base + 3, 3)
-    assert _resolve(partition, MAX_TIMESTAMP, committed=False) == (base + 5, 5)
+    assert resolve(partition, base + 3, committed=False) == (base + 3, 3)
+    assert resolve(partition, MAX_TIMESTAMP, committed=False) == (base + 5, 5)
