@@ -420,7 +420,15 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         A partition that refuses the marker as stale (a newer producer epoch or coordinator
         already wrote there) or that was deleted is done with; any other failure is retried,
         so no participant is left with an open transaction holding its LSO back.
+
+        The task first lets one loop turn pass. It is begun in the step that finds the
+        PREPARE record durable, so without that its first step (the markers' appends and
+        the registration of their fsyncs) would run before the responder's wake-up, which
+        the handler's return schedules after it: EndTxn's answer would wait for markers
+        it does not depend on (issue 12). Every marker task yields once alike, so markers
+        are still appended in the order they were asked for.
         """
+        await asyncio.sleep(0)
         remaining = set(marker.partitions)
         while True:
             outcomes = await self._markers.write(
