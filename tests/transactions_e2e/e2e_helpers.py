@@ -5,10 +5,13 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+if TYPE_CHECKING:
+    from oncelog.testing import EmbeddedBroker
 
 TIMEOUT_S = 20.0
 FAST_START = {"transaction.state.log.num.partitions": "4"}
@@ -63,6 +66,20 @@ def wait_until(
             raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
         time.sleep(0.05)
     return time.monotonic() - start
+
+
+def transactions_ended(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
+    """Wait until no transaction is open in any partition of ``topic`` (each one's last
+    stable offset at its high watermark). As in Kafka, the coordinator answers EndTxn once
+    the PREPARE record is durable and writes the markers after that, so
+    ``commit_transaction()`` and ``abort_transaction()`` may return before the markers are
+    in the partitions; a test that reads a partition's end right after them waits here."""
+    assert broker.broker is not None
+    found = [broker.broker.topics.partition(topic, p) for p in range(partitions)]
+    wait_until(
+        lambda: all(p.last_stable_offset == p.high_watermark for p in found),
+        what=f"the markers of {topic}'s transactions",
+    )
 
 
 def read_confluent(

@@ -17,6 +17,7 @@ from .e2e_helpers import (
     produce_flushed,
     read_confluent,
     read_kafka_python,
+    transactions_ended,
     txn_producer,
 )
 
@@ -61,6 +62,7 @@ def _produce_as_zombie(producer: Any, topic: str, values: list[tuple[int, bytes]
 
 def _visible(broker: EmbeddedBroker, topic: str) -> dict[str, list[bytes]]:
     assert broker.broker is not None
+    transactions_ended(broker, topic, PARTITIONS)
     ends = {p: broker.broker.topics.partition(topic, p).high_watermark for p in range(PARTITIONS)}
     views = {}
     for read in (read_confluent, read_kafka_python):

@@ -32,6 +32,7 @@ from .e2e_helpers import (
     free_port,
     produce_flushed,
     read_confluent,
+    transactions_ended,
     txn_producer,
     wait_until,
 )
@@ -68,6 +69,7 @@ def fault(monkeypatch: pytest.MonkeyPatch) -> Iterator[IndexWriteFault]:
 
 def read_committed(broker: EmbeddedBroker, topic: str) -> list[bytes | None]:
     assert broker.broker is not None
+    transactions_ended(broker, topic, 1)
     end = broker.broker.topics.partition(topic, 0).high_watermark
     got, positions = read_confluent(broker.bootstrap_servers, topic, {0: end}, "read_committed")
     assert positions == {0: end}, "the consumer did not read to the end"
