@@ -70,10 +70,11 @@ def wait_until(
 
 def transactions_ended(broker: EmbeddedBroker, topic: str, partitions: int) -> None:
     """Wait until no transaction is open in any partition of ``topic`` (each one's last
-    stable offset at its high watermark). As in Kafka, the coordinator answers EndTxn once
-    the PREPARE record is durable and writes the markers after that, so
-    ``commit_transaction()`` and ``abort_transaction()`` may return before the markers are
-    in the partitions; a test that reads a partition's end right after them waits here."""
+    stable offset at its high watermark). The coordinator answers EndTxn once the PREPARE
+    record is durable and appends the markers in the loop step after the answer (as in
+    Kafka, markers after the answer), so a test thread reading the broker's state right
+    after ``commit_transaction()`` or ``abort_transaction()`` returns may come before
+    them; a request over the wire cannot (it is read after that step)."""
     assert broker.broker is not None
     found = [broker.broker.topics.partition(topic, p) for p in range(partitions)]
     wait_until(
