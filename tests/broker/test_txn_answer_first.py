@@ -53,7 +53,8 @@ def test_end_txn_is_answered_before_its_markers_are_written() -> None:
             await asyncio.sleep(0.01)
         assert sent_when_answered == [0]
         assert len(markers.sent) == 1
-        assert coordinator.shards[PARTITION].get(TID).state is TxnState.COMPLETE_COMMIT
+        metadata = coordinator.shards[PARTITION].get(TID)
+        assert metadata is not None and metadata.state is TxnState.COMPLETE_COMMIT
         await coordinator.stop()
 
     asyncio.run(scenario())

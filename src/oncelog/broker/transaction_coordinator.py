@@ -3,8 +3,9 @@ runtime, with the markers they ask for and the timers they need.
 
 Every request runs the same way: the runtime runs the shard's handler, writes its records
 to the shard's `__transaction_state` partition and replays them once durable; only then is
-the client answered. Markers are written afterwards (WriteTxnMarkers semantics, in process
-on one node); once every participating partition holds its marker durably, the COMPLETE
+the client answered. Markers are written after the client is answered (Kafka's order:
+``responseCallback``, then ``addTxnMarkersToSend``; WriteTxnMarkers semantics, in process on
+one node); once every participating partition holds its marker durably, the COMPLETE
 record is written. Writes for different transactional ids overlap and share fsyncs.
 """
 
@@ -425,8 +426,11 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         PREPARE record durable, so without that its first step (the markers' appends and
         the registration of their fsyncs) would run before the responder's wake-up, which
         the handler's return schedules after it: EndTxn's answer would wait for markers
-        it does not depend on (issue 12). Every marker task yields once alike, so markers
-        are still appended in the order they were asked for.
+        it does not depend on (issue 12). That relies on everything from the PREPARE
+        record settling to the handler's return running in one step (``handle_end_txn``
+        awaits nothing after ``end_txn``). Only EndTxn's path needs the yield; markers of a
+        restart or of a timed-out transaction yield too, so that every marker task yields
+        once alike and markers are still appended in the order they were asked for.
         """
         await asyncio.sleep(0)
         remaining = set(marker.partitions)

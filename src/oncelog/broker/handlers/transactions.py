@@ -233,6 +233,10 @@ async def handle_add_offsets(
 
 
 async def handle_end_txn(broker: Broker, header: RequestContext, request: Any) -> dict[str, Any]:
+    """EndTxn: answered once the PREPARE record is durable. Nothing may be awaited between
+    ``end_txn`` and the return: the coordinator's marker task yields one loop turn so that
+    this answer is written before the markers are appended (transaction_coordinator.py,
+    ``_write_markers``), which one more suspension here would undo."""
     if not _may_use(broker, header, request.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     answer = await broker.transactions.end_txn(
