@@ -9,23 +9,25 @@ mapping raises it) from a new mapping, and gives the top of its heap back to the
 once more than its trim threshold is free there; either way the next request's buffer is
 memory the kernel must fault in and zero page by page (256 pages per MiB) and take away
 again after. ``perf`` on a broker answering one 1 MiB produce at a time (issue 12,
-2026-11-25 10:46 UTC, load 1.4): page faults under ``memmove`` were about 40 % of its
-samples, ``brk`` another 7 %; a produce with ``acks=1`` took 3.0 ms from send to answer,
-1.5-1.7 ms with the thresholds below (as glibc's ``MALLOC_*_`` variables; either
-threshold alone did not help: the other one still gave the memory back).
+2026-11-25) found about 40 % of its samples in page faults under ``memmove``; with the
+thresholds below a 1 MiB produce faults in 0-2 pages instead of 500-700
+(tests/broker/test_heap_retention.py). What that does to throughput: README, "The Produce
+path of 1 MiB batches" (issue 12).
 
-So a broker process keeps buffers up to ``mmap_threshold`` on its heap and keeps up to
-``trim_threshold`` of free memory at its top. That memory stays in the process (it is
-reused, not leaked); larger frames (up to ``socket.request.max.bytes``) are mapped and
-unmapped as before. Where the C library is not glibc, nothing changes.
+So the broker process (``oncelog broker``, not a program that embeds a broker) keeps
+buffers up to ``mmap_threshold`` on its heap and up to ``trim_threshold`` of free memory at
+its top: reused, not leaked; README's memory bound counts it. Larger frames (up to
+``socket.request.max.bytes``) are mapped and unmapped as before. Where the C library is not
+glibc, or where the operator set glibc's own malloc variables, nothing changes. (Either
+threshold alone did not help: the other one still gave the memory back. The page counts
+assume transparent huge pages off or ``madvise``, the default of most distributions.)
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,14 @@ _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
 MIB = 1024 * 1024
+
+# glibc's own ways to set its malloc: an operator who used one keeps what they chose.
+GLIBC_MALLOC_VARIABLES = (
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "MALLOC_MMAP_MAX_",
+)
 
 
 @dataclass(frozen=True)
@@ -46,29 +56,52 @@ class HeapRetention:
 
 
 # A 1 MiB batch and its copies stay on the heap; a few requests' worth of freed memory is
-# kept. (4/2 MiB gave the same single-request figures as 64/16 MiB; the load of many
-# producers holds more requests at once.)
+# kept for the many producers' requests in flight at once.
 BROKER_HEAP = HeapRetention(mmap_threshold=4 * MIB, trim_threshold=32 * MIB)
 
 
-def retain_freed_heap(retention: HeapRetention = BROKER_HEAP) -> bool:
-    """Apply ``retention`` to this process's malloc; False where it cannot be (no glibc,
-    or a value glibc refuses: its mmap threshold is at most 32 MiB on 64-bit)."""
-    mallopt = _glibc_mallopt()
+def retention_for(environ: Mapping[str, str]) -> HeapRetention | None:
+    """The retention to apply in a process with this environment: None when the operator
+    set glibc's malloc through its variables or its tunables (``GLIBC_TUNABLES`` naming
+    ``glibc.malloc``), whose settings mallopt would otherwise overwrite."""
+    if any(name in environ for name in GLIBC_MALLOC_VARIABLES):
+        return None
+    if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
+        return None
+    return BROKER_HEAP
+
+
+def retain_freed_heap(
+    retention: HeapRetention | None,
+    mallopt: Callable[[int, int], int] | None = None,
+) -> bool:
+    """Apply ``retention`` to this process's malloc (``mallopt``: glibc's, found here when
+    not given); False where nothing was applied in full: no retention asked, no glibc, or a
+    value glibc refused (logged with which one)."""
+    if retention is None:
+        log.info("the environment sets glibc's malloc: its settings are kept")
+        return False
+    mallopt = mallopt or _glibc_mallopt()
     if mallopt is None:
         log.debug("no glibc mallopt: the heap is left as the C library keeps it")
         return False
-    applied = bool(mallopt(_M_MMAP_THRESHOLD, retention.mmap_threshold)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, retention.trim_threshold)
-    )
-    if not applied:
-        log.warning("glibc refused the heap retention %s", retention)
-    return applied
+    for name, option, value in (
+        ("mmap threshold", _M_MMAP_THRESHOLD, retention.mmap_threshold),
+        ("trim threshold", _M_TRIM_THRESHOLD, retention.trim_threshold),
+    ):
+        if not mallopt(option, value):
+            log.warning("glibc refused the heap's %s of %d bytes", name, value)
+            return False
+    return True
 
 
 def _glibc_mallopt() -> Callable[[int, int], int] | None:
-    """glibc's ``mallopt(int, int)``, or None (musl has none that works, macOS no glibc)."""
-    libc = ctypes.CDLL(None)
+    """glibc's ``mallopt(int, int)``, or None (musl has none that works, macOS and Windows
+    no glibc)."""
+    try:
+        libc = ctypes.CDLL(None)
+    except (OSError, TypeError):  # TypeError: Windows takes no None
+        return None
     if not hasattr(libc, "gnu_get_libc_version") or not hasattr(libc, "mallopt"):
         return None
     mallopt = libc.mallopt

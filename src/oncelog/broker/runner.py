@@ -10,7 +10,6 @@ from pathlib import Path
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.config import BrokerConfig
-from oncelog.broker.heap import retain_freed_heap
 from oncelog.broker.stall_report import watched
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,6 @@ def run_forever(
     ready_file: Path | None = None,
     metrics_port: int | None = None,
 ) -> None:
-    retain_freed_heap()  # produce frames reuse freed memory (broker/heap.py)
     loop = new_event_loop()
     try:
         loop.run_until_complete(serve(config, data_dir, host, port, ready_file, metrics_port))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import click
@@ -90,6 +91,7 @@ def broker(
     metrics_port: int | None,
 ) -> None:
     """Run a broker until SIGTERM or SIGINT."""
+    from oncelog.broker.heap import retain_freed_heap, retention_for
     from oncelog.broker.runner import run_forever
     from oncelog.cluster.zookeeper import ZooKeeperError
 
@@ -100,6 +102,8 @@ def broker(
         config.broker_id  # noqa: B018 - checks broker.id against node.id and cluster mode
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+    # This process is only a broker: its produce frames reuse freed memory (broker/heap.py).
+    retain_freed_heap(retention_for(os.environ))
     try:
         run_forever(config, data_dir, host, port, ready_file, metrics_port)
     except ConfigError as exc:  # listeners, TLS and SASL keys are checked as the broker starts
