@@ -2,7 +2,7 @@
 
 Counted in page faults, which the machine's load does not blur: a 1 MiB produce faulted
 in 500-700 fresh pages on a broker without it (main 79e8fef, and this broker with it
-patched out), 0-2.4 with it (issue 12, 2026-11-25). Each test has its control, the same
+patched out), 0-14 with it (issue 12, 2026-11-25). Each test has its control, the same
 thing without the retention; the controls assume transparent huge pages off or
 ``madvise`` (with ``always`` a grown heap may be huge-page backed and fault less).
 """

@@ -10,7 +10,7 @@ once more than its trim threshold is free there; either way the next request's b
 memory the kernel must fault in and zero page by page (256 pages per MiB) and take away
 again after. ``perf`` on a broker answering one 1 MiB produce at a time (issue 12,
 2026-11-25) found about 40 % of its samples in page faults under ``memmove``; with the
-thresholds below a 1 MiB produce faults in 0-2 pages instead of 500-700
+thresholds below a 1 MiB produce faults in 0-14 pages instead of 500-700
 (tests/broker/test_heap_retention.py). What that does to throughput: README, "The Produce
 path of 1 MiB batches" (issue 12).
 
