@@ -39,6 +39,7 @@ from oncelog.testing import EmbeddedBroker
 from oncelog.testing.security import SecurityKit
 
 from ..broker.raw_requests import FETCH_BY_NAME, fetch_body
+from ..cluster.coordination import init_producer_id
 
 TIMEOUT_S = 20
 Op = AclOperation
@@ -399,22 +400,14 @@ def test_a_brokers_add_partitions_to_txn_needs_cluster_action(
     grant(acl_broker, kit, "alice", TXN, txn_id, Op.WRITE)
     grant(acl_broker, kit, "alice", TOPIC, topic_name, Op.WRITE)
     with connect(acl_broker, kit, "alice") as alice:
-        producer = alice.request(
-            ApiKey.INIT_PRODUCER_ID,
-            {
-                "transactional_id": txn_id,
-                "transaction_timeout": 60_000,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            },
-        )
-        assert producer.error_code == ErrorCode.none
+        code, producer_id, epoch = init_producer_id(alice, txn_id)
+        assert code == ErrorCode.none
     question = {
         "transactions": [
             {
                 "transactional_id": txn_id,
-                "producer_id": producer.producer_id,
-                "producer_epoch": producer.producer_epoch,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
                 "verify_only": True,
                 "topics": [{"name": topic_name, "partitions": [0]}],
             }
