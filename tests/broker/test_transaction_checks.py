@@ -7,12 +7,17 @@ transaction no marker would ever end (found by an audit against Kafka's coordina
 - a TxnOffsetCommit outside the producer's transaction (after its abort, or without
   AddOffsetsToTxn): it opened a transaction on the group's offsets partition, and every
   ``require_stable`` OffsetFetch answered UNSTABLE_OFFSET_COMMIT for good;
-- an internal topic added to a transaction by a client.
+- an internal topic added to a transaction by a client;
+
+and what it answers a write that meets a transaction whose markers are being written: the
+retriable CONCURRENT_TRANSACTIONS (a produce: NOT_ENOUGH_REPLICAS), not INVALID_TXN_STATE,
+which made the producer abort.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
@@ -27,6 +32,7 @@ from oncelog.client.connection import KafkaConnection
 from oncelog.cluster.txn_verification import Admission, ensure_still_open
 from oncelog.producers.snapshot import decode_state, encode_snapshot
 from oncelog.producers.state import ProducerStateEntry, ProducerStateManager
+from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.testing import EmbeddedBroker
 
@@ -89,6 +95,77 @@ def test_a_batch_at_an_epoch_above_the_coordinators_is_fenced(conn: KafkaConnect
     assert until(lambda: list_offset(conn, "t", 0, read_committed=True) == (ErrorCode.none, 2))
 
 
+class HeldMarkers:
+    """The broker's marker writer, holding every marker until ``release``: the transaction
+    stays PREPARE_COMMIT/PREPARE_ABORT meanwhile."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._released = threading.Event()  # set from the test's thread
+        self._write = broker.local_markers.write
+        broker.local_markers.write = self._held_write  # type: ignore[method-assign]
+
+    async def _held_write(self, *marker: Any) -> Any:
+        while not self._released.is_set():
+            await asyncio.sleep(0.01)
+        return await self._write(*marker)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+def verify(conn: KafkaConnection, pid: int, epoch: int, topic: str, index: int) -> ErrorCode:
+    """A partition leader's question to the coordinator (AddPartitionsToTxn v4
+    verify_only): is the partition in the producer's ongoing transaction?"""
+    answer = conn.request(
+        ApiKey.ADD_PARTITIONS_TO_TXN,
+        {
+            "transactions": [
+                {
+                    "transactional_id": TID,
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "verify_only": True,
+                    "topics": [{"name": topic, "partitions": [index]}],
+                }
+            ]
+        },
+        version=4,
+    )
+    (result,) = answer.results_by_transaction
+    (partition,) = result.topic_results[0].results_by_partition
+    return ErrorCode(partition.partition_error_code)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_a_write_meeting_a_completing_transaction_is_retried_not_aborted(
+    served: tuple[Broker, KafkaConnection], commit: bool
+) -> None:
+    """Kafka's coordinator answers a verification of a PREPARE_* transaction
+    CONCURRENT_TRANSACTIONS (handleVerifyPartitionsInTransaction), which the produce path
+    answers NOT_ENOUGH_REPLICAS (ReplicaManager): every client retries the batch. Nothing
+    is appended meanwhile, so the transaction completes as it was prepared."""
+    broker, conn = served
+    pid, epoch = init(conn)
+    assert add_partitions(conn, TID, pid, epoch, [("t", 0)]) == {("t", 0): ErrorCode.none}
+    assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
+    markers = HeldMarkers(broker)
+    assert end_txn(conn, TID, pid, epoch, commit=commit) == ErrorCode.none
+    batch = {"producer_id": pid, "epoch": epoch, "sequence": 0, "transactional_id": TID}
+    assert produce(conn, "t", 0, [b"late"], **batch)[0] == ErrorCode.not_enough_replicas
+    assert verify(conn, pid, epoch, "t", 0) == ErrorCode.concurrent_transactions
+    # the group coordinator passes it on (handleOperationException)
+    assert commit_offset(conn, pid, epoch) == ErrorCode.concurrent_transactions
+    markers.release()
+    # the marker alone: the late batch was not appended
+    assert until(lambda: list_offset(conn, "t", 0, read_committed=True) == (ErrorCode.none, 1))
+    assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)
+
+
+def txn_state(conn: KafkaConnection) -> str:
+    answer = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]})
+    return str(answer.transaction_states[0].transaction_state)
+
+
 def commit_offset(conn: KafkaConnection, pid: int, epoch: int) -> ErrorCode:
     (code,) = txn_offset_commit(conn, TID, pid, epoch, GROUP, {("t", 0): 5}).values()
     return code
@@ -102,6 +179,7 @@ def test_offsets_outside_the_transaction_are_refused(
     if added_then_aborted:  # a commit sent before the abort, arriving after it
         assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
         assert end_txn(conn, TID, pid, epoch, commit=False) == ErrorCode.none
+        assert until(lambda: txn_state(conn) == "CompleteAbort")  # its markers written
     assert commit_offset(conn, pid, epoch) == ErrorCode.invalid_txn_state
     # nothing was left open on the offsets partition: the group's offsets are stable
     assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)

@@ -260,6 +260,13 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 f"epoch {producer_epoch} is not the current epoch "
                 f"{metadata.producer_epoch} of {transactional_id!r}",
             )
+        if metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            # the transaction is ending and the producer's next one may already be on its
+            # way: retriable, as Kafka's handleVerifyPartitionsInTransaction answers
+            raise KafkaError(
+                ErrorCode.concurrent_transactions,
+                f"{transactional_id!r}'s transaction is completing",
+            )
         if metadata.state is not TxnState.ONGOING or (topic, index) not in metadata.partitions:
             raise KafkaError(
                 ErrorCode.invalid_txn_state,

@@ -76,6 +76,12 @@ _PRODUCE_ERRORS = {
 TurnKey = tuple[str, int, int]  # topic, partition, producer id
 
 
+def produce_error(verification_error: ErrorCode) -> ErrorCode:
+    """A verification's refusal as the producer of the batch must see it, whether the
+    coordinator answered in process or from another broker."""
+    return _PRODUCE_ERRORS.get(verification_error, verification_error)
+
+
 class TransactionalProducer(Protocol):
     """What verification reads of a write: a batch's header, or a TxnOffsetCommit's
     producer."""
@@ -229,7 +235,7 @@ class Admission:
             await asyncio.shield(self._previous)
         if code != ErrorCode.none:
             raise KafkaError(
-                _PRODUCE_ERRORS.get(code, code),
+                produce_error(code),
                 f"the transaction coordinator did not confirm the partition: {code.name}",
             )
 

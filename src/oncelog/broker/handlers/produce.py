@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.authorization import authorize
 from oncelog.broker.topic_names import is_internal
-from oncelog.cluster.txn_verification import Admission
+from oncelog.cluster.txn_verification import Admission, produce_error
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import (
     HEADER_SIZE,
@@ -219,7 +219,10 @@ def _append(
             raise KafkaError(ErrorCode.invalid_record, "produce request without records")
         header, batch = partition.split(partition_data.records, now_ms)
         if header.is_transactional:
-            admission = broker.check_transactional_write(transactional_id, header, partition)
+            try:
+                admission = broker.check_transactional_write(transactional_id, header, partition)
+            except KafkaError as refused:  # by the coordinator in process
+                raise KafkaError(produce_error(refused.code), refused.message) from None
             if admission is not None:
                 return _pending(index), partition, admission
         return _append_now(
