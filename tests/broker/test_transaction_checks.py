@@ -95,6 +95,37 @@ def test_a_batch_at_an_epoch_above_the_coordinators_is_fenced(conn: KafkaConnect
     assert until(lambda: list_offset(conn, "t", 0, read_committed=True) == (ErrorCode.none, 2))
 
 
+@pytest.mark.parametrize("transactional_id", [None, TID])
+@pytest.mark.parametrize(
+    ("expected_id", "expected_epoch", "answered"),
+    [
+        (-1, -1, ErrorCode.none),
+        (7, -1, ErrorCode.invalid_request),  # an id without its epoch
+        (-1, 3, ErrorCode.invalid_request),  # an epoch without its id
+    ],
+)
+def test_init_producer_id_needs_both_or_neither_of_the_expected_id_and_epoch(
+    conn: KafkaConnection,
+    transactional_id: str | None,
+    expected_id: int,
+    expected_epoch: int,
+    answered: ErrorCode,
+) -> None:
+    """KafkaApis.handleInitProducerIdRequest checks the pair before the coordinator, with
+    or without a transactional id."""
+    answer = conn.request(
+        ApiKey.INIT_PRODUCER_ID,
+        {
+            "transactional_id": transactional_id,
+            "transaction_timeout": 60_000,
+            "producer_id": expected_id,
+            "producer_epoch": expected_epoch,
+        },
+    )
+    assert answer.error_code == answered
+    assert (answer.producer_id >= 0) == (answered == ErrorCode.none)
+
+
 class HeldMarkers:
     """The broker's marker writer, holding every marker until ``release``: the transaction
     stays PREPARE_COMMIT/PREPARE_ABORT meanwhile."""

@@ -25,6 +25,7 @@ from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.transactions.coordinator import client_error
+from oncelog.transactions.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -54,6 +55,12 @@ async def handle_init_producer_id(
         or authorize_by_resource_type(broker, header, AclOperation.WRITE, ResourceType.TOPIC)
     ):
         return _refused(ErrorCode.cluster_authorization_failed)
+    expected_id = getattr(request, "producer_id", NO_PRODUCER_ID)  # v3+
+    expected_epoch = getattr(request, "producer_epoch", NO_PRODUCER_EPOCH)
+    if (expected_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
+        # checked before the coordinator, as KafkaApis does: a request without a
+        # transactional id never reaches it
+        return _refused(ErrorCode.invalid_request)
     try:
         if broker.cluster is not None:
             # In a cluster ids come from blocks reserved in ZooKeeper (no other broker
@@ -67,8 +74,8 @@ async def handle_init_producer_id(
     answer = await broker.transactions.init_producer_id(
         request.transactional_id,
         int(request.transaction_timeout.total_seconds() * 1000),
-        getattr(request, "producer_id", -1),
-        getattr(request, "producer_epoch", -1),
+        expected_id,
+        expected_epoch,
     )
     return _producer_id(
         client_error(ApiKey.INIT_PRODUCER_ID, header.api_version, answer.error),
