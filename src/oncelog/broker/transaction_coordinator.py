@@ -41,14 +41,10 @@ MARKER_RETRY_S = 0.5
 # How long a request refused only because the id's previous write or completion is in
 # flight waits for it before the client is told CONCURRENT_TRANSACTIONS (see _run).
 CONCURRENT_WAIT_S = 1.0
-# Marker refusals that mean the partition needs no marker from this coordinator: it was
-# deleted, or a newer producer epoch or coordinator has written there since.
-_FINAL_MARKER_ERRORS = frozenset(
-    {
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.invalid_producer_epoch,
-        ErrorCode.transaction_coordinator_fenced,
-    }
+# Marker refusals that mean a newer producer epoch or coordinator has written to the
+# partition since this transaction was prepared (see _fenced_marker).
+_FENCED_MARKER_ERRORS = frozenset(
+    {ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced}
 )
 # What a request gets while this broker does not coordinate its id's partition.
 _NOT_COORDINATING = frozenset(
@@ -425,9 +421,11 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
     async def _write_markers(self, partition: int, marker: MarkerRequest) -> None:
         """Write the marker to every participant until each holds it durably, then complete.
 
-        A partition that refuses the marker as stale (a newer producer epoch or coordinator
-        already wrote there) or that was deleted is done with; any other failure is retried,
-        so no participant is left with an open transaction holding its LSO back.
+        A partition that was deleted is done with; one that refuses the marker as stale (a
+        newer producer epoch or coordinator already wrote there) ends the sending in a
+        cluster, the transaction left prepared, and is done with on one node
+        (``_fenced_marker``); any other failure is retried, so no participant is left with
+        an open transaction holding its LSO back.
 
         The task first lets one loop turn pass. It is begun in the step that finds the
         PREPARE record durable, so without that its first step (the markers' appends and
@@ -452,8 +450,12 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             for (topic, index), code in outcomes.items():
                 if code == ErrorCode.none:
                     remaining.discard((topic, index))
-                elif code in _FINAL_MARKER_ERRORS:
-                    log.info("marker for %s-%d not needed: %s", topic, index, code.name)
+                elif code == ErrorCode.unknown_topic_or_partition:
+                    log.info("marker for %s-%d not needed: the partition is gone", topic, index)
+                    remaining.discard((topic, index))
+                elif code in _FENCED_MARKER_ERRORS:
+                    if not self._fenced_marker(marker, topic, index, code):
+                        return
                     remaining.discard((topic, index))
                 else:
                     log.warning("marker for %s-%d failed (%s); retrying", topic, index, code.name)
@@ -470,6 +472,44 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         except CoordinatorError as exc:  # the next load finds it prepared and completes it
             log.warning("could not complete %r: %s", tid, exc)
         self._wake(tid)
+
+    def _fenced_marker(
+        self, marker: MarkerRequest, topic: str, index: int, code: ErrorCode
+    ) -> bool:
+        """A partition refused the marker as stale: whether to complete the transaction
+        all the same.
+
+        Kafka (TransactionMarkerRequestCompletionHandler) stops sending and leaves the
+        transaction prepared: the refusal means a newer coordinator, or a producer epoch
+        only a newer coordinator hands out, wrote there, so this coordinator is stale and
+        the newer one, having loaded the PREPARE record, completes it. In a cluster that
+        holds here too. On one node there is no other coordinator (its epoch is always
+        0): the refusal comes from markers an operator wrote (WriteTxnMarkers) or a state
+        this coordinator did not make, and a transaction left prepared would stay so for
+        good (every restart resends the marker and meets the same refusal; the id answers
+        CONCURRENT_TRANSACTIONS meanwhile): it is completed, and the partition named."""
+        tid = marker.transactional_id
+        if self._leadership is None:  # a cluster: the controller elects coordinators
+            log.warning(
+                "marker of %r for %s-%d refused (%s): a newer coordinator took the "
+                "transaction over; leaving it prepared for that one",
+                tid,
+                topic,
+                index,
+                code.name,
+            )
+            return False
+        log.warning(
+            "marker of %r (producer %d epoch %d) for %s-%d refused (%s): completing the "
+            "transaction without it; that partition holds state of a newer epoch",
+            tid,
+            marker.producer_id,
+            marker.producer_epoch,
+            topic,
+            index,
+            code.name,
+        )
+        return True
 
     # -- timers ------------------------------------------------------------------------------
 
