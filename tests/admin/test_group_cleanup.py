@@ -14,6 +14,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 from kafka import KafkaAdminClient
@@ -37,6 +38,15 @@ def broker() -> Iterator[EmbeddedBroker]:
         yield embedded
 
 
+def created_topic(bootstrap: str) -> str:
+    """A new topic of three partitions (offsets for a partition that does not exist are
+    refused, as Kafka refuses them)."""
+    topic = f"t-{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 3)])[topic].result(TIMEOUT_S)
+    return topic
+
+
 def commit_offsets(bootstrap: str, group: str, topic: str, count: int = 3) -> None:
     """Offsets committed without group management (a "simple" group, Empty)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -58,7 +68,7 @@ def committed(bootstrap: str, group: str, topic: str, count: int = 3) -> list[in
 
 def test_delete_groups_with_confluent_and_kafka_python(broker: EmbeddedBroker) -> None:
     bootstrap = broker.bootstrap_servers
-    topic = f"t-{uuid.uuid4().hex[:6]}"
+    topic = created_topic(bootstrap)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     commit_offsets(bootstrap, "first", topic)
     commit_offsets(bootstrap, "second", topic)
@@ -80,7 +90,7 @@ def test_delete_groups_with_confluent_and_kafka_python(broker: EmbeddedBroker) -
 
 def test_offset_delete_with_kafka_python(broker: EmbeddedBroker) -> None:
     bootstrap = broker.bootstrap_servers
-    topic = f"t-{uuid.uuid4().hex[:6]}"
+    topic = created_topic(bootstrap)
     commit_offsets(bootstrap, "g", topic)
     client = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:
@@ -94,7 +104,7 @@ def test_the_cleaner_shrinks_consumer_offsets_after_deletes(broker: EmbeddedBrok
     """Many commits, the groups deleted, then __consumer_offsets rolled and cleaned: what
     a restart replays is a few tombstones' worth, not the history."""
     bootstrap = broker.bootstrap_servers
-    topic = f"t-{uuid.uuid4().hex[:6]}"
+    topic = created_topic(bootstrap)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     groups = [f"g{i}" for i in range(5)]
     for _ in range(4):

@@ -166,16 +166,6 @@ def txn_offset_commit(
     offsets: dict[TopicPartition, int],
 ) -> dict[TopicPartition, ErrorCode]:
     """TxnOffsetCommit of a simple group (no generation, no member)."""
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (topic, index), offset in offsets.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition_index": index,
-                "committed_offset": offset,
-                "committed_leader_epoch": -1,
-                "committed_metadata": "",
-            }
-        )
     answer = conn.request(
         ApiKey.TXN_OFFSET_COMMIT,
         {
@@ -186,9 +176,45 @@ def txn_offset_commit(
             "generation_id": -1,
             "member_id": "",
             "group_instance_id": None,
-            "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
+            "topics": _commit_topics(offsets),
         },
     )
+    return _commit_answers(answer)
+
+
+def offset_commit(
+    conn: KafkaConnection, group_id: str, offsets: dict[TopicPartition, int]
+) -> dict[TopicPartition, ErrorCode]:
+    """OffsetCommit of a simple group (no generation, no member)."""
+    answer = conn.request(
+        ApiKey.OFFSET_COMMIT,
+        {
+            "group_id": group_id,
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "retention_time": -1,
+            "topics": _commit_topics(offsets),
+        },
+    )
+    return _commit_answers(answer)
+
+
+def _commit_topics(offsets: dict[TopicPartition, int]) -> list[dict[str, Any]]:
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), offset in offsets.items():
+        topics.setdefault(topic, []).append(
+            {
+                "partition_index": index,
+                "committed_offset": offset,
+                "committed_leader_epoch": -1,
+                "committed_metadata": "",
+            }
+        )
+    return [{"name": t, "partitions": p} for t, p in topics.items()]
+
+
+def _commit_answers(answer: Any) -> dict[TopicPartition, ErrorCode]:
     return {
         (t.name, p.partition_index): ErrorCode(p.error_code)
         for t in answer.topics

@@ -347,6 +347,15 @@ class Broker:
             return self.topics.partition(topic, index)
         return self.cluster.hosting().leader_partition(topic, index, leader_epoch)
 
+    def knows_partition(self, topic: str, index: int) -> bool:
+        """Whether the partition exists in this broker's metadata: this node's topics or,
+        in a cluster, its copy of ZooKeeper (Kafka's ``metadataCache.getPartitionInfo``),
+        wherever it is led."""
+        if self.cluster is not None:
+            return index in self.cluster.cache.partitions_of(topic)
+        found = self.topics.get(topic)
+        return found is not None and 0 <= index < len(found.partitions)
+
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
         """The name of the topic with this id (None: no such topic), from this node's
         topics or, in a cluster, from its copy of ZooKeeper."""

@@ -7,7 +7,8 @@ group's shard, and writes the answer back in the version's layout.
 Authorization, as in Kafka: joining, syncing, heartbeats, leaving and committing need Read
 on the group (GROUP_AUTHORIZATION_FAILED); committing also needs Read on each topic
 (TOPIC_AUTHORIZATION_FAILED for its partitions, the others are committed); a transactional
-commit first needs Write on the transactional id. Fetching offsets and describing need
+commit first needs Write on the transactional id. A committed partition the metadata does
+not hold is UNKNOWN_TOPIC_OR_PARTITION (checked after Read). Fetching offsets and describing need
 Describe on the group (fetching all offsets lists only the topics the principal may
 Describe); listing shows every group to Describe on the cluster, else the groups the
 principal may Describe.
@@ -16,7 +17,7 @@ principal may Describe.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from oncelog.broker.authorization import (
     NO_AUTHORIZED_OPERATIONS,
@@ -57,17 +58,40 @@ def _may(broker: Broker, header: RequestContext, operation: AclOperation, group_
     return authorize(broker, header, operation, ResourceType.GROUP, group_id)
 
 
-def _split_by_topic_read(
+class _Topic(NamedTuple):
+    """A topic of a commit request with the partitions that may be committed."""
+
+    name: str
+    partitions: list[Any]
+
+
+def _split_committable(
     broker: Broker, header: RequestContext, topics: Any
-) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The topics the principal may Read, and the refused ones' answers."""
-    readable = [
-        t
-        for t in topics
-        if authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, t.name)
-    ]
-    refused = [t for t in topics if t not in readable]
-    return readable, _uniform_errors(refused, ErrorCode.topic_authorization_failed)
+) -> tuple[list[_Topic], list[dict[str, Any]]]:
+    """The partitions whose offsets may be committed, by topic, and the others' answers,
+    as Kafka's KafkaApis sorts an OffsetCommit or TxnOffsetCommit before the group
+    coordinator sees it: a topic the principal may not Read is TOPIC_AUTHORIZATION_FAILED;
+    a partition the metadata does not hold (its topic unknown, or past its count) is
+    UNKNOWN_TOPIC_OR_PARTITION, and no offset is stored for it."""
+    committable: list[_Topic] = []
+    refused: list[_Topic] = []
+    unknown: list[_Topic] = []
+    for topic in topics:
+        if not authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, topic.name):
+            refused.append(_Topic(topic.name, list(topic.partitions)))
+            continue
+        known = [
+            p for p in topic.partitions if broker.knows_partition(topic.name, p.partition_index)
+        ]
+        missing = [p for p in topic.partitions if p not in known]
+        if known:
+            committable.append(_Topic(topic.name, known))
+        if missing:
+            unknown.append(_Topic(topic.name, missing))
+    answers = _uniform_errors(refused, ErrorCode.topic_authorization_failed) + _uniform_errors(
+        unknown, ErrorCode.unknown_topic_or_partition
+    )
+    return committable, answers
 
 
 def _ms(value: Any) -> int:
@@ -269,12 +293,12 @@ async def handle_offset_commit(
     if not _may(broker, header, AclOperation.READ, request.group_id):
         refused = _uniform_errors(request.topics, ErrorCode.group_authorization_failed)
         return {"throttle_time": 0, "topics": refused}
-    readable, refused = _split_by_topic_read(broker, header, request.topics)
-    if not readable:
+    committable, refused = _split_committable(broker, header, request.topics)
+    if not committable:
         return {"throttle_time": 0, "topics": refused}
     commit = OffsetCommitRequest(
         group_id=request.group_id,
-        partitions=_commit_partitions(readable),
+        partitions=_commit_partitions(committable),
         generation_id=request.generation_id_or_member_epoch,  # every version kio reads (2+)
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -285,7 +309,7 @@ async def handle_offset_commit(
             request.group_id, lambda s, now: s.commit_offsets(commit, now)
         )
     except CoordinatorError as failed:
-        return {"throttle_time": 0, "topics": _uniform_errors(readable, failed.code) + refused}
+        return {"throttle_time": 0, "topics": _uniform_errors(committable, failed.code) + refused}
     return {"throttle_time": 0, "topics": _partition_errors(answer) + refused}
 
 
@@ -300,15 +324,15 @@ async def handle_txn_offset_commit(
     if not _may(broker, header, AclOperation.READ, request.group_id):
         code = ErrorCode.group_authorization_failed
         return {"throttle_time": 0, "topics": _uniform_errors(request.topics, code)}
-    readable, refused = _split_by_topic_read(broker, header, request.topics)
-    if not readable:
+    committable, refused = _split_committable(broker, header, request.topics)
+    if not committable:
         return {"throttle_time": 0, "topics": refused}
     commit = TxnOffsetCommitRequest(
         transactional_id=request.transactional_id,
         group_id=request.group_id,
         producer_id=request.producer_id,
         producer_epoch=request.producer_epoch,
-        partitions=_commit_partitions(readable),
+        partitions=_commit_partitions(committable),
         generation_id=getattr(request, "generation_id", -1),
         member_id=getattr(request, "member_id", ""),
         group_instance_id=getattr(request, "group_instance_id", None),
@@ -333,7 +357,7 @@ async def handle_txn_offset_commit(
         answer = await broker.groups.run(request.group_id, commit_in_transaction)
     except KafkaError as failed:  # a CoordinatorError too
         code = write_error(failed.code)
-        return {"throttle_time": 0, "topics": _uniform_errors(readable, code) + refused}
+        return {"throttle_time": 0, "topics": _uniform_errors(committable, code) + refused}
     finally:
         if admission is not None:
             admission.done()

@@ -166,7 +166,7 @@ async def _add_partitions(
         if not writable[t]
         else ErrorCode.unknown_topic_or_partition
         for t, p in wanted
-        if not writable[t] or not _exists(broker, t, p)
+        if not writable[t] or not broker.knows_partition(t, p)
     }
     if codes:
         # Kafka refuses the whole request: refused and unknown partitions get their own
@@ -205,13 +205,6 @@ def _verify(
     except KafkaError as exc:
         return exc.code
     return ErrorCode.none
-
-
-def _exists(broker: Broker, topic: str, index: int) -> bool:
-    if broker.cluster is not None:
-        return index in broker.cluster.cache.partitions_of(topic)
-    found = broker.topics.get(topic)
-    return found is not None and 0 <= index < len(found.partitions)
 
 
 def _by_topic(wanted: list[tuple[str, int]], code_of: Any) -> list[dict[str, Any]]:
