@@ -57,17 +57,18 @@ async def handle_list_transactions(
     producer_ids = tuple(request.producer_id_filters or ())
     duration_ms = int(getattr(request, "duration_filter", -1))
     rows: list[dict[str, Any]] = []
-    unknown: tuple[str, ...] = ()
+    # from the request alone, as Kafka's listTransactionStates: also on a broker of a
+    # cluster that coordinates no partition of __transaction_state
+    unknown = [s for s in states if not _known_state(s)]
     error = ErrorCode.none
     if await _coordinator_loaded(broker):
         now = broker.now_ms()
         for _, shard in sorted(broker.transactions.shards.items()):
             listing = shard.list_transactions(states, producer_ids, duration_ms, now_ms=now)
-            unknown = listing.unknown_state_filters
             if listing.error != ErrorCode.none:
-                # Kafka answers COORDINATOR_LOAD_IN_PROGRESS for the whole request while any
-                # coordinator partition is still loading.
-                error, rows = listing.error, []
+                # Kafka answers COORDINATOR_LOAD_IN_PROGRESS, and nothing else, for the
+                # whole request while any coordinator partition is still loading.
+                error, rows, unknown = listing.error, [], []
                 break
             rows += [
                 {"transactional_id": tid, "producer_id": pid, "transaction_state": state}
@@ -81,12 +82,10 @@ async def handle_list_transactions(
                     log_denial=False,
                 )
             ]
-    else:
-        unknown = tuple(s for s in states if not _known_state(s))
     return {
         "throttle_time": 0,
         "error_code": error,
-        "unknown_state_filters": list(unknown),
+        "unknown_state_filters": unknown,
         "transaction_states": rows,
     }
 
