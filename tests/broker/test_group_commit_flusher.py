@@ -18,6 +18,7 @@ import pytest
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import PartitionLog
+from oncelog.storage.file_cache import FileCache
 
 from ..fsync_pools import HeldFsyncPool
 from ..storage.test_index_durability import CONFIG, append_batches
@@ -46,6 +47,7 @@ class _Log:
         self.fds_per_flush = 1
         self.extra_fd: int | None = None  # fsynced with the claim's file (a pipe fails it)
         self.running = 0  # flushes begun and not ended
+        self.file_cache = FileCache()  # never crowded: flushes split around the fsync pool
         self._fd = fd
 
     def begin_flush(self) -> _Claim:

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-import oncelog.broker.durability as durability
 import oncelog.storage.log as log_module
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.storage import LogConfig, PartitionLog
@@ -234,13 +233,34 @@ def test_a_crowded_flush_that_fails_leaves_the_index_to_the_checkpoint(
     log.close()
 
 
+def test_a_log_opened_before_the_tests_cache_keeps_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session broker of an xdist worker (started by an earlier client or Spark test
+    file) flushes and checkpoints its logs in its own threads while a storage test runs.
+    Its logs used the cache through the module global a test's isolation swaps, so their
+    fsyncs counted their written files out of the test's cache: ``crowded`` turned False
+    under ``test_a_crowded_flush_that_fails_leaves_the_index_to_the_checkpoint`` (1 whole
+    suite run in 3). A log now keeps the cache it was opened with."""
+    brokers_log = PartitionLog.open(tmp_path / "broker-0", CONFIG, clean_shutdown=False)
+    append_batches(brokers_log, 0, 10)  # written, not fsynced yet
+    cache = fresh_file_cache(monkeypatch)
+    log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
+    append_batches(log, 0, 10)  # its .log and .index written
+    cache.capacity = 4
+    brokers_log.flush()  # the broker's flusher and checkpoint, meanwhile
+    brokers_log.write_recovery_checkpoint()
+    assert (cache.open_count, cache.crowded) == (2, True), "another log's files in the cache"
+    brokers_log.close()
+    log.close()
+
+
 def test_a_crowded_cache_has_the_group_commit_flusher_fsync_the_index_with_its_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: FileCache
 ) -> None:
     """The broker's flusher: while the cache is crowded its flush runs whole on a Python
     thread (``PartitionLog.flush``, the index with its data), not split around the
     GIL-free threads, which fsync only the log file."""
-    monkeypatch.setattr(durability, "open_files", cache)
     events, _ = recording(monkeypatch, tmp_path)
     log = PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=False)
     append_batches(log, 0, 10)

@@ -38,7 +38,6 @@ from oncelog.broker._fsync_pool import FsyncPool
 from oncelog.broker.fsync_threads import FsyncThreads
 from oncelog.broker.partition import Partition
 from oncelog.protocol.errors import ErrorCode, KafkaError
-from oncelog.storage.file_cache import open_files
 from oncelog.storage.log import FlushClaim
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,7 @@ class GroupCommitFlusher:
         state.requested = False
         state.offline = partition.log.failed  # already: its failure was logged then
         state.started = time.monotonic()
-        if open_files.crowded:  # the index goes with its data (PartitionLog.flush)
+        if partition.log.file_cache.crowded:  # the index goes with its data (PartitionLog.flush)
             threads.submit(partition.log.flush, functools.partial(self._flushed, partition, state))
             return
         try:

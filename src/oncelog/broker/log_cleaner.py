@@ -324,6 +324,7 @@ def cleaning_job(
         rules=CleaningRules(now_ms, config.delete_retention_ms, producers),
         segment_bytes=config.segment_bytes,
         index_interval_bytes=config.index_interval_bytes,
+        file_cache=partition_log.file_cache,
         key_map_bytes=key_map_bytes,
         io_max_bytes_per_s=io_max_bytes_per_s,
     )

@@ -44,6 +44,7 @@ from oncelog.storage.compaction import (
     map_batch,
     plan_batch,
 )
+from oncelog.storage.file_cache import FileCache
 from oncelog.storage.segment import LogSegment, scan_file
 from oncelog.storage.throttle import Throttler
 from oncelog.storage.txn_index import AbortedTxn
@@ -97,6 +98,7 @@ class CleaningJob:
     rules: CleaningRules
     segment_bytes: int
     index_interval_bytes: int
+    file_cache: FileCache  # the log's file cache, which the cleaned segment's files join
     key_map_bytes: int
     # log.cleaner.io.max.bytes.per.second: bytes read and written, both phases together
     io_max_bytes_per_s: float
@@ -240,7 +242,9 @@ def _clean_group(
     base = group[0].base_offset
     for suffix in (".log", ".index", ".txnindex"):
         (job.directory / f"{base:020d}{suffix}{CLEANED_SUFFIX}").unlink(missing_ok=True)
-    cleaned = LogSegment(job.directory, base, job.index_interval_bytes, CLEANED_SUFFIX)
+    cleaned = LogSegment(
+        job.directory, base, job.index_interval_bytes, job.file_cache, CLEANED_SUFFIX
+    )
     try:
         cleaned.txn_index.path.touch()  # always one: the swap replaces the old one with it
         batches = (

@@ -52,7 +52,7 @@ from oncelog.protocol.record_batch import (
 from oncelog.storage.checkpoint import fsync_directory, read_checkpoint, write_checkpoint
 from oncelog.storage.cleaner import CLEANED_SUFFIX, CleanedGroup, SegmentSource
 from oncelog.storage.compaction import SegmentStats
-from oncelog.storage.file_cache import CachedFile, open_files
+from oncelog.storage.file_cache import CachedFile, FileCache, open_files
 from oncelog.storage.fsync import fsync_together
 from oncelog.storage.recovery import RecoveryReport, recover_segment
 from oncelog.storage.segment import MAX_RELATIVE_OFFSET, LogSegment, scan_file, segment_file_name
@@ -148,10 +148,14 @@ class PartitionLog:
         segments: list[LogSegment],
         recovery_point: int,
         report: RecoveryReport,
+        file_cache: FileCache,
         log_start_offset: int | None = None,
     ) -> None:
         self.directory = directory
         self.config = config
+        # The file cache of every segment file of this log: the process's, taken when the
+        # log was opened (a test may give its logs their own without moving others').
+        self.file_cache = file_cache
         self.report = report
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -207,13 +211,16 @@ class PartitionLog:
         for index in (*directory.glob("*.index"), *directory.glob("*.txnindex")):
             if not index.stem.isdigit() or int(index.stem) not in bases:
                 index.unlink()
-        segments = [LogSegment(directory, b, config.index_interval_bytes) for b in bases]
+        file_cache = open_files
+        segments = [
+            LogSegment(directory, b, config.index_interval_bytes, file_cache) for b in bases
+        ]
         # A log without a segment holds nothing to recover, whatever the last shutdown
         # was: a cluster broker creating a 50-partition topic's replicas once spent 100 of
         # its 334 event-loop fsyncs recovering and checkpointing new, empty logs.
         created = not segments
         if created:
-            segments = [LogSegment(directory, 0, config.index_interval_bytes)]
+            segments = [LogSegment(directory, 0, config.index_interval_bytes, file_cache)]
             fsync_directory(directory)
         checkpoint = read_checkpoint(directory / RECOVERY_POINT_FILE)
         # What a start would take as the recovery point: the file's, else the log start.
@@ -228,7 +235,7 @@ class PartitionLog:
             segments, report = _recover(directory, segments, recovery_point)
             recovery_point = segments[-1].next_offset
         log_start = read_checkpoint(directory / LOG_START_FILE)
-        opened = cls(directory, config, segments, recovery_point, report, log_start)
+        opened = cls(directory, config, segments, recovery_point, report, file_cache, log_start)
         opened._checkpointed = checkpointed
         if not (clean_shutdown or created):
             opened._checkpointed = None  # written after every recovery, indexes first
@@ -382,7 +389,9 @@ class PartitionLog:
         base = self.log_end_offset if base_offset is None else base_offset
         if self.on_roll is not None:
             self.on_roll(base)
-        segment = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        segment = LogSegment(
+            self.directory, base, self.config.index_interval_bytes, self.file_cache
+        )
         self._segments.append(segment)
         self._bases.append(base)
         self._dir_dirty = True
@@ -405,7 +414,7 @@ class PartitionLog:
             # ``_checkpoint_lock`` (see the docstring). Claimed under it, held until the
             # fsync is done, so a checkpoint never follows an index claimed here but not
             # yet fsynced.
-            with_indexes = open_files.crowded and self._checkpoint_lock.acquire(blocking=False)
+            with_indexes = self.file_cache.crowded and self._checkpoint_lock.acquire(blocking=False)
             try:
                 return self._flush(with_indexes)
             finally:
@@ -472,7 +481,7 @@ class PartitionLog:
         for running in self._claims:  # a deleted segment's file (retired) needs no fsync
             files.extend(f for f in running.files if f not in files and not f.retired)
         try:
-            fds = open_files.pin_for_sync(files)  # kept open until their fsync is done
+            fds = self.file_cache.pin_for_sync(files)  # kept open until their fsync is done
         except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
             for s in dirty:
                 s.unclaim()  # else the next flush would call their data durable
@@ -512,10 +521,10 @@ class PartitionLog:
                     self._recovery_point = max(self._recovery_point, claim.target)
                 recovery_point = self._recovery_point
             if error is not None:
-                open_files.sync_failed(claim.files)
+                self.file_cache.sync_failed(claim.files)
         finally:
             for file in claim.files:
-                open_files.unpin(file)
+                self.file_cache.unpin(file)
         return recovery_point
 
     def write_recovery_checkpoint(self) -> None:
@@ -560,7 +569,7 @@ class PartitionLog:
                     claimed.append(segment)
                     files.append(file)
             try:
-                fds = open_files.pin_for_sync(files)
+                fds = self.file_cache.pin_for_sync(files)
             except OSError as exc:  # a reopen failed, or an eviction's fsync had failed
                 self._index_sync_failed(claimed, exc, offline=_earlier_fsync_failed(files))
                 raise
@@ -571,11 +580,11 @@ class PartitionLog:
         except BaseException as exc:
             with self._lock:
                 self._index_sync_failed(claimed, exc, offline=isinstance(exc, OSError))
-            open_files.sync_failed(files)
+            self.file_cache.sync_failed(files)
             raise
         finally:
             for file in files:
-                open_files.unpin(file)
+                self.file_cache.unpin(file)
 
     def _index_sync_failed(
         self, claimed: list[LogSegment], exc: BaseException, *, offline: bool

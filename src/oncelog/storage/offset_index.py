@@ -25,7 +25,7 @@ from array import array
 from bisect import bisect_right
 from pathlib import Path
 
-from oncelog.storage.file_cache import open_files, size_or_create
+from oncelog.storage.file_cache import FileCache, size_or_create
 
 __all__ = ["ENTRY_SIZE", "OffsetIndex"]
 
@@ -36,13 +36,14 @@ _ENTRY = struct.Struct(">II")
 class OffsetIndex:
     """In-memory copy plus append-only file of (relative offset, position) entries."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(self, path: Path, base_offset: int, file_cache: FileCache) -> None:
         self.path = path
         self.base_offset = base_offset
         self._offsets = array("q")  # absolute offsets, for bisect
         self._positions = array("q")
         size_or_create(path)
-        self.file = open_files.file(path, os.O_RDWR | os.O_APPEND)
+        self._file_cache = file_cache
+        self.file = file_cache.file(path, os.O_RDWR | os.O_APPEND)
         # Written since its last fsync. An index found on disk is durable: a clean close
         # and every checkpoint fsync it, and so do recovery and a clean open that rebuilt it.
         self.unsynced = False
@@ -53,7 +54,7 @@ class OffsetIndex:
     def load(self, log_size: int) -> bool:
         """Read the file; return False (leaving the index empty) if it fails Kafka-style
         sanity checks, so the caller rebuilds it from the log."""
-        with open_files.using(self.file) as fd:
+        with self._file_cache.using(self.file) as fd:
             data = os.pread(fd, os.fstat(fd).st_size, 0)
         if len(data) % ENTRY_SIZE:
             return False
@@ -74,7 +75,7 @@ class OffsetIndex:
         its batch back and cuts the file to whole entries: see ``LogSegment.append``). A
         part-written entry left in place would shift every later one by its length."""
         entry = _ENTRY.pack(offset - self.base_offset, position)
-        with open_files.using(self.file, write=True) as fd:
+        with self._file_cache.using(self.file, write=True) as fd:
             written = os.write(fd, entry)
         self.unsynced = True
         if written != ENTRY_SIZE:  # a full disk may take part of it
@@ -96,7 +97,7 @@ class OffsetIndex:
         keep = bisect_right(self._positions, position - 1)
         del self._offsets[keep:]
         del self._positions[keep:]
-        with open_files.using(self.file, write=True) as fd:
+        with self._file_cache.using(self.file, write=True) as fd:
             os.ftruncate(fd, keep * ENTRY_SIZE)
         self.unsynced = True
 
@@ -104,4 +105,4 @@ class OffsetIndex:
         self.truncate_to_position(0)
 
     def close(self) -> None:
-        open_files.retire(self.file)
+        self._file_cache.retire(self.file)

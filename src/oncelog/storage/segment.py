@@ -21,7 +21,7 @@ from oncelog.protocol.record_batch import (
     parse_header,
     whole_batches_end,
 )
-from oncelog.storage.file_cache import CachedFile, open_files, size_or_create
+from oncelog.storage.file_cache import CachedFile, FileCache, size_or_create
 from oncelog.storage.fsync import fsync_together
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.txn_index import TransactionIndex
@@ -102,21 +102,28 @@ class LogSegment:
     """Bookkeeping for one segment; callers hold the partition lock when mutating."""
 
     def __init__(
-        self, directory: Path, base_offset: int, index_interval_bytes: int, suffix: str = ""
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        file_cache: FileCache,
+        suffix: str = "",
     ) -> None:
-        """Open (or create) the segment's files; ``suffix`` names a segment being built
-        beside the live ones (``.cleaned``), see :meth:`rename`."""
+        """Open (or create) the segment's files, their descriptors kept by ``file_cache`` (its
+        log's cache); ``suffix`` names a segment being built beside the live ones
+        (``.cleaned``), see :meth:`rename`."""
         self.base_offset = base_offset
         self.directory = directory
         self.path = directory / segment_file_name(base_offset, ".log" + suffix)
         self.index = OffsetIndex(
-            directory / segment_file_name(base_offset, ".index" + suffix), base_offset
+            directory / segment_file_name(base_offset, ".index" + suffix), base_offset, file_cache
         )
         self.txn_index = TransactionIndex(
-            directory / segment_file_name(base_offset, ".txnindex" + suffix)
+            directory / segment_file_name(base_offset, ".txnindex" + suffix), file_cache
         )
         self.size = size_or_create(self.path)
-        self._file = open_files.file(self.path, os.O_RDWR | os.O_APPEND)
+        self._file_cache = file_cache
+        self._file = file_cache.file(self.path, os.O_RDWR | os.O_APPEND)
         self.next_offset = base_offset
         self.first_batch_ms: int | None = None  # roll timer: when its first batch arrived
         self.dirty = False  # data written since the last fsync
@@ -226,7 +233,7 @@ class LogSegment:
         the tail."""
         position = self.size
         view = memoryview(data)
-        fd = open_files.pin(self._file)  # ``using``, spelled out: the hottest write path
+        fd = self._file_cache.pin(self._file)  # ``using``, spelled out: the hottest write path
         try:
             while view:
                 written = os.write(fd, view)
@@ -235,7 +242,7 @@ class LogSegment:
             self._cut_to(fd, position, exc)
             raise
         finally:
-            open_files.unpin(self._file, wrote=True)
+            self._file_cache.unpin(self._file, wrote=True)
         self.size += len(data)
         self.dirty = True
         if position == 0:
@@ -261,7 +268,7 @@ class LogSegment:
             log.error("could not cut the failed index entry off %s: %s", self.path, exc)
             self.torn = cause
             return
-        with open_files.using(self._file, write=True) as fd:
+        with self._file_cache.using(self._file, write=True) as fd:
             self._cut_to(fd, position, cause)
 
     def _cut_to(self, fd: int, position: int, cause: OSError) -> None:
@@ -280,12 +287,12 @@ class LogSegment:
         self, start: int = 0, *, with_data: bool = False, chunk: int = _SCAN_CHUNK
     ) -> Iterator[tuple[int, BatchHeader, memoryview | None]]:
         """Whole batches from ``start`` on, read in chunks; stops at a torn tail."""
-        with open_files.using(self._file) as fd:  # kept open while the scan goes on
+        with self._file_cache.using(self._file) as fd:  # kept open while the scan goes on
             yield from scan_file(fd, self.size, start, with_data=with_data, chunk=chunk)
 
     def batch_runs(self, start: int = 0) -> Iterator[tuple[int, memoryview]]:
         """Runs of whole batches from ``start`` on (see :func:`batch_runs`)."""
-        with open_files.using(self._file) as fd:
+        with self._file_cache.using(self._file) as fd:
             yield from batch_runs(fd, self.size, start)
 
     def find_position(self, offset: int) -> int | None:
@@ -323,11 +330,11 @@ class LogSegment:
 
     def pread(self, size: int, position: int) -> bytes:
         """`size` bytes of the log file from `position` (fewer at its end)."""
-        with open_files.using(self._file) as fd:
+        with self._file_cache.using(self._file) as fd:
             return os.pread(fd, size, position)
 
     def truncate(self, position: int, next_offset: int) -> None:
-        with open_files.using(self._file, write=True) as fd:
+        with self._file_cache.using(self._file, write=True) as fd:
             os.ftruncate(fd, position)
         self.size = position
         self.next_offset = next_offset
@@ -338,7 +345,7 @@ class LogSegment:
         self.dirty = True
 
     def close(self) -> None:
-        open_files.retire(self._file)
+        self._file_cache.retire(self._file)
         self.index.close()
         self.txn_index.close()
 
@@ -356,20 +363,20 @@ class LogSegment:
         index = self.directory / segment_file_name(self.base_offset, ".index" + suffix)
         txn_index = self.directory / segment_file_name(self.base_offset, ".txnindex" + suffix)
         log_file = self.directory / segment_file_name(self.base_offset, ".log" + suffix)
-        open_files.rename(self.index.file, index)
+        self._file_cache.rename(self.index.file, index)
         self.index.path = index
         if self.txn_index.path.exists():
             self.txn_index.rename(txn_index)
         else:
             txn_index.unlink(missing_ok=True)  # no aborted transaction: none may linger
             self.txn_index.path = txn_index
-        open_files.rename(self._file, log_file)
+        self._file_cache.rename(self._file, log_file)
         self.path = log_file
 
     def duplicate_descriptor(self) -> int:
         """A descriptor of the log file of its own (the caller closes it), for a reader in
         another thread that must not depend on the cache keeping this one open."""
-        with open_files.using(self._file) as fd:
+        with self._file_cache.using(self._file) as fd:
             return os.dup(fd)
 
     def sync_files(self) -> list[CachedFile]:
@@ -418,7 +425,7 @@ class LogSegment:
         if not self.index.unsynced:
             return None
         self.index.unsynced = False
-        if open_files.synced(self.index.file):
+        if self._file_cache.synced(self.index.file):
             return None
         return self.index.file
 
@@ -430,16 +437,16 @@ class LogSegment:
         """fsync every file of the segment now (in the calling thread): recovery and the
         cleaner make a segment wholly durable before anything trusts it."""
         files = self.sync_files()
-        fds = open_files.pin_for_sync(files)
+        fds = self._file_cache.pin_for_sync(files)
         unsynced = self.index.unsynced, self.txn_index.unsynced
         self.index.unsynced = self.txn_index.unsynced = False
         try:
             fsync_together(fds)
         except BaseException:
             self.index.unsynced, self.txn_index.unsynced = unsynced
-            open_files.sync_failed(files)
+            self._file_cache.sync_failed(files)
             raise
         finally:
             for file in files:
-                open_files.unpin(file)
+                self._file_cache.unpin(file)
         self.dirty = False

@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from oncelog.storage.file_cache import CachedFile, open_files
+from oncelog.storage.file_cache import CachedFile, FileCache
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +42,9 @@ class AbortedTxn:
 class TransactionIndex:
     """The ``.txnindex`` file of one segment and its entries (see the module docstring)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, file_cache: FileCache) -> None:
         self.path = path
+        self._file_cache = file_cache
         self.file: CachedFile | None = None  # opened at the first abort
         self.entries: list[AbortedTxn] = []
         self.unsynced = True  # written since a flush last fsynced it (not known yet: yes)
@@ -70,7 +71,7 @@ class TransactionIndex:
         self.entries.append(entry)
         self.unsynced = True
         encoded = _encode(entry)
-        with open_files.using(self._opened(), write=True) as fd:
+        with self._file_cache.using(self._opened(), write=True) as fd:
             written = os.write(fd, encoded)
         if written != len(encoded):  # a full disk may take part of it: a torn entry
             raise OSError(errno.ENOSPC, f"wrote {written} of {len(encoded)} bytes to {self.path}")
@@ -92,25 +93,25 @@ class TransactionIndex:
 
     def _cut_file(self) -> None:
         """Cut the file to the entries kept, in place; the next flush fsyncs it."""
-        with open_files.using(self._opened(), write=True) as fd:
+        with self._file_cache.using(self._opened(), write=True) as fd:
             os.ftruncate(fd, len(self.entries) * _ENTRY.size)
         self.unsynced = True
 
     def _opened(self) -> CachedFile:
         """The file's handle, made at the first write (a flush fsyncs only open files)."""
         if self.file is None:
-            self.file = open_files.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            self.file = self._file_cache.file(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         return self.file
 
     def close(self) -> None:
         if self.file is not None:
-            open_files.retire(self.file)
+            self._file_cache.retire(self.file)
             self.file = None
 
     def rename(self, path: Path) -> None:
         """Move the index file to `path` (a segment swap of the cleaner)."""
         if self.file is not None:
-            open_files.rename(self.file, path)
+            self._file_cache.rename(self.file, path)
         else:
             self.path.rename(path)
         self.path = path
