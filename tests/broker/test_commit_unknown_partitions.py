@@ -22,8 +22,8 @@ from ..cluster.coordination import (
     offset_commit,
     stable_offset,
     txn_offset_commit,
+    until,
 )
-from .test_transaction_checks import until
 
 GROUP = "g"
 OFFSETS: dict[TopicPartition, int] = {("t", 0): 5, ("t", 1): 6, ("missing", 0): 7}

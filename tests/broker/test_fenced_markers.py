@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -18,7 +19,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.broker.transaction_coordinator import MARKER_RETRY_S
 from oncelog.client.connection import KafkaConnection
 from oncelog.coordinator_partitions import partition_for
-from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode
 from oncelog.testing import EmbeddedBroker
 from oncelog.transactions.state import TxnState
@@ -28,11 +28,12 @@ from ..cluster.coordination import (
     end_txn,
     init_producer_id,
     produce,
+    txn_state,
+    until,
     write_markers,
 )
 from .memory_log import MemoryLog
 from .test_coordinator_leadership import TID, RecordingMarkers, transaction_coordinator
-from .test_transaction_checks import until
 
 STALE = [ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced]
 
@@ -59,45 +60,58 @@ class RefusingMarkers(RecordingMarkers):
         return {tp: self.code if tp == self.refusing else code for tp, code in outcomes.items()}
 
 
-def refused_warnings(caplog: pytest.LogCaptureFixture, partition: str) -> list[str]:
+def refused_warnings(
+    caplog: pytest.LogCaptureFixture, partition: str, code: ErrorCode
+) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
         if r.levelno == logging.WARNING
-        and repr(TID) in r.getMessage()
-        and partition in r.getMessage()
+        and all(name in r.getMessage() for name in (repr(TID), partition, code.name))
     ]
 
 
 @pytest.mark.parametrize("code", STALE)
-def test_a_cluster_coordinator_leaves_the_transaction_prepared(
+def test_a_cluster_coordinator_leaves_the_transaction_prepared_for_the_newer_one(
     caplog: pytest.LogCaptureFixture, code: ErrorCode
 ) -> None:
     caplog.set_level(logging.INFO, logger="oncelog.broker.transaction_coordinator")
+    parts = (("orders", 0), ("orders", 1))
 
-    async def scenario() -> tuple[TxnState, int]:
+    async def scenario() -> tuple[TxnState, int, TxnState, list[Any], int]:
         log = MemoryLog(partitions=3)
         partition = partition_for(TID, 3)
         markers = RefusingMarkers(("orders", 1), code)
-        coordinator = transaction_coordinator(log, markers)
-        await coordinator.on_elected(partition, 4)  # a cluster's election
-        init = await coordinator.init_producer_id(TID, 60_000, -1, -1)
+        stale = transaction_coordinator(log, markers)
+        await stale.on_elected(partition, 4)  # a cluster's election
+        init = await stale.init_producer_id(TID, 60_000, -1, -1)
         pid, epoch = init.producer_id, init.producer_epoch
-        parts = [("orders", 0), ("orders", 1)]
-        assert (await coordinator.add_partitions(TID, pid, epoch, parts)).error == ErrorCode.none
-        assert (await coordinator.end_txn(TID, pid, epoch, True)).error == ErrorCode.none
+        assert (await stale.add_partitions(TID, pid, epoch, list(parts))).error == ErrorCode.none
+        assert (await stale.end_txn(TID, pid, epoch, True)).error == ErrorCode.none
         async with asyncio.timeout(5):
             while not markers.sent:
                 await asyncio.sleep(0.01)
         await asyncio.sleep(MARKER_RETRY_S * 2)  # a retry, or the COMPLETE, would be done
-        metadata = coordinator.shards[partition].get(TID)
-        assert metadata is not None
-        await coordinator.stop()
-        return metadata.state, len(markers.sent)
+        left = stale.shards[partition].get(TID)
+        assert left is not None
+        # the newer coordinator, elected on the same log, completes what it finds prepared
+        stale.on_resigned(partition, 5)
+        newer_markers = RecordingMarkers()
+        newer = transaction_coordinator(log, newer_markers)
+        await newer.on_elected(partition, 5)
+        async with asyncio.timeout(5):
+            while (completed := newer.shards[partition].get(TID)) is None or (
+                completed.state is not TxnState.COMPLETE_COMMIT
+            ):
+                await asyncio.sleep(0.01)
+        await stale.stop()
+        await newer.stop()
+        return left.state, len(markers.sent), completed.state, newer_markers.sent, pid
 
-    # not completed, and not sent again: the coordinator that fenced this one completes it
-    assert asyncio.run(scenario()) == (TxnState.PREPARE_COMMIT, 1)
-    assert refused_warnings(caplog, "orders-1")
+    left, sent, completed, newer_sent, pid = asyncio.run(scenario())
+    assert (left, sent) == (TxnState.PREPARE_COMMIT, 1)  # not completed, not sent again
+    assert refused_warnings(caplog, "orders-1", code)
+    assert (completed, newer_sent) == (TxnState.COMPLETE_COMMIT, [(pid, 0, True, 5, parts)])
 
 
 @pytest.fixture
@@ -108,11 +122,6 @@ def conn() -> Iterable[KafkaConnection]:
         admin.create_topics([NewTopic("t", 1)])["t"].result(20)
         with KafkaConnection(embedded.bootstrap_servers) as connection:
             yield connection
-
-
-def txn_state(conn: KafkaConnection) -> str:
-    answer = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]})
-    return str(answer.transaction_states[0].transaction_state)
 
 
 @pytest.mark.parametrize("code", STALE)
@@ -138,6 +147,6 @@ def test_one_node_completes_the_transaction_and_names_the_partition(
     written = write_markers(conn, pid, marker_epoch, False, coordinator_epoch, [("t", 0)])
     assert written == {("t", 0): ErrorCode.none}
     assert end_txn(conn, TID, pid, epoch, commit=True) == ErrorCode.none
-    assert until(lambda: txn_state(conn) == "CompleteCommit")
-    assert refused_warnings(caplog, "t-0")
+    assert until(lambda: txn_state(conn, TID) == "CompleteCommit")
+    assert refused_warnings(caplog, "t-0", code)
     assert init_producer_id(conn, TID)[0] == ErrorCode.none  # the id goes on

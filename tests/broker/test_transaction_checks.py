@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -45,6 +44,8 @@ from ..cluster.coordination import (
     produce,
     stable_offset,
     txn_offset_commit,
+    txn_state,
+    until,
 )
 
 SETTINGS = {"transaction.state.log.num.partitions": "1", "offsets.topic.num.partitions": "1"}
@@ -71,15 +72,6 @@ def init(conn: KafkaConnection) -> tuple[int, int]:
     code, pid, epoch = init_producer_id(conn, TID)
     assert code == ErrorCode.none
     return pid, epoch
-
-
-def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_batch_at_an_epoch_above_the_coordinators_is_fenced(conn: KafkaConnection) -> None:
@@ -192,11 +184,6 @@ def test_a_write_meeting_a_completing_transaction_is_retried_not_aborted(
     assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)
 
 
-def txn_state(conn: KafkaConnection) -> str:
-    answer = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [TID]})
-    return str(answer.transaction_states[0].transaction_state)
-
-
 def commit_offset(conn: KafkaConnection, pid: int, epoch: int) -> ErrorCode:
     (code,) = txn_offset_commit(conn, TID, pid, epoch, GROUP, {("t", 0): 5}).values()
     return code
@@ -210,7 +197,7 @@ def test_offsets_outside_the_transaction_are_refused(
     if added_then_aborted:  # a commit sent before the abort, arriving after it
         assert add_offsets(conn, TID, pid, epoch, GROUP) == ErrorCode.none
         assert end_txn(conn, TID, pid, epoch, commit=False) == ErrorCode.none
-        assert until(lambda: txn_state(conn) == "CompleteAbort")  # its markers written
+        assert until(lambda: txn_state(conn, TID) == "CompleteAbort")  # its markers written
     assert commit_offset(conn, pid, epoch) == ErrorCode.invalid_txn_state
     # nothing was left open on the offsets partition: the group's offsets are stable
     assert stable_offset(conn, GROUP, "t", 0) == (ErrorCode.none, -1)

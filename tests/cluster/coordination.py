@@ -4,7 +4,7 @@ that must see what each broker answers (a real client retries those answers away
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from oncelog.client.connection import KafkaConnection
@@ -90,6 +90,22 @@ def init_producer_id(
         },
     )
     return ErrorCode(answer.error_code), answer.producer_id, answer.producer_epoch
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Whether ``condition`` held within ``timeout_s`` (polled)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def txn_state(conn: KafkaConnection, transactional_id: str) -> str:
+    """The id's state as DescribeTransactions names it ("Ongoing", "CompleteCommit"...)."""
+    answer = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]})
+    return str(answer.transaction_states[0].transaction_state)
 
 
 def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:

@@ -95,20 +95,12 @@ def test_init_new_id(h: Harness) -> None:
     assert md is not None and (md.state, md.producer_epoch, md.txn_timeout_ms) == (S.EMPTY, 0, 5000)
 
 
-def test_init_without_transactional_id_is_idempotent_only(h: Harness) -> None:
-    r = h.init(tid=None)
-    assert r.response == TxnResponse(E.none, 1000, 0) and r.records == ()
-    assert h.shard.metadata == {}
-
-
 @pytest.mark.parametrize(
     ("kw", "error"),
     [
         ({"tid": ""}, E.invalid_request),
         ({"timeout": 0}, E.invalid_transaction_timeout),
         ({"timeout": MAX_TIMEOUT + 1}, E.invalid_transaction_timeout),
-        ({"pid": 5}, E.invalid_request),  # id without epoch
-        ({"epoch": 5}, E.invalid_request),  # epoch without id
     ],
 )
 def test_init_refusals(h: Harness, kw: dict[str, object], error: E) -> None:

@@ -29,7 +29,7 @@ class Harness:
 
     def init(
         self,
-        tid: str | None = "tx",
+        tid: str = "tx",
         timeout: int = 60_000,
         pid: int = -1,
         epoch: int = -1,

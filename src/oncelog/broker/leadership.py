@@ -91,6 +91,13 @@ class LedCoordinator(Generic[S]):
         self._leadership = SingleNodeLeadership(self._runtime.load, topic)
 
     @property
+    def elected(self) -> bool:
+        """Whether the partitions this broker coordinates are the controller's choice (a
+        cluster: another broker may coordinate them next), not every partition of one
+        node."""
+        return self._leadership is None
+
+    @property
     def num_partitions(self) -> int:
         return self._topic.partition_count()
 

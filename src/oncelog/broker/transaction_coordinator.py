@@ -6,7 +6,9 @@ to the shard's `__transaction_state` partition and replays them once durable; on
 the client answered. Markers are written after the client is answered (Kafka's order:
 ``responseCallback``, then ``addTxnMarkersToSend``; WriteTxnMarkers semantics, in process on
 one node); once every participating partition holds its marker durably, the COMPLETE
-record is written. Writes for different transactional ids overlap and share fsyncs.
+record is written (in a cluster, a marker refused as stale leaves that to the newer
+coordinator: ``_completes_despite``). Writes for different transactional ids overlap and
+share fsyncs.
 """
 
 from __future__ import annotations
@@ -256,7 +258,7 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                 f"epoch {producer_epoch} is not the current epoch "
                 f"{metadata.producer_epoch} of {transactional_id!r}",
             )
-        if metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if metadata.state.is_prepared:
             # the transaction is ending and the producer's next one may already be on its
             # way: retriable, as Kafka's handleVerifyPartitionsInTransaction answers
             raise KafkaError(
@@ -454,7 +456,9 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
                     log.info("marker for %s-%d not needed: the partition is gone", topic, index)
                     remaining.discard((topic, index))
                 elif code in _FENCED_MARKER_ERRORS:
-                    if not self._fenced_marker(marker, topic, index, code):
+                    if not self._completes_despite(marker, topic, index, code):
+                        # requests parked behind the id (_run) still wait out
+                        # CONCURRENT_WAIT_S: it stays prepared, and woken they would park again
                         return
                     remaining.discard((topic, index))
                 else:
@@ -473,27 +477,31 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             log.warning("could not complete %r: %s", tid, exc)
         self._wake(tid)
 
-    def _fenced_marker(
+    def _completes_despite(
         self, marker: MarkerRequest, topic: str, index: int, code: ErrorCode
     ) -> bool:
         """A partition refused the marker as stale: whether to complete the transaction
         all the same.
 
         Kafka (TransactionMarkerRequestCompletionHandler) stops sending and leaves the
-        transaction prepared: the refusal means a newer coordinator, or a producer epoch
-        only a newer coordinator hands out, wrote there, so this coordinator is stale and
-        the newer one, having loaded the PREPARE record, completes it. In a cluster that
-        holds here too. On one node there is no other coordinator (its epoch is always
-        0): the refusal comes from markers an operator wrote (WriteTxnMarkers) or a state
-        this coordinator did not make, and a transaction left prepared would stay so for
-        good (every restart resends the marker and meets the same refusal; the id answers
-        CONCURRENT_TRANSACTIONS meanwhile): it is completed, and the partition named."""
+        transaction prepared: for conforming traffic the refusal means a newer coordinator,
+        or a producer epoch only a newer coordinator hands out (after completing this
+        transaction), wrote there, so this coordinator is stale and the newer one, having
+        loaded the PREPARE record, completes it. A cluster does the same, with the same
+        gap: a refusal no newer coordinator caused (markers an operator wrote at a newer
+        epoch, a state this coordinator did not make) leaves the id prepared across every
+        failover, as in Kafka. On one node there is no other coordinator (its epoch is
+        always 0), so only those causes remain, and a transaction left prepared would stay
+        so for good (every restart resends the marker into the same refusal; the id
+        answers CONCURRENT_TRANSACTIONS meanwhile): it is completed, the partition named."""
         tid = marker.transactional_id
-        if self._leadership is None:  # a cluster: the controller elects coordinators
+        if self.elected:
             log.warning(
-                "marker of %r for %s-%d refused (%s): a newer coordinator took the "
-                "transaction over; leaving it prepared for that one",
+                "marker of %r (producer %d epoch %d) for %s-%d refused (%s): leaving the "
+                "transaction prepared; a newer coordinator completes it, if one exists",
                 tid,
+                marker.producer_id,
+                marker.producer_epoch,
                 topic,
                 index,
                 code.name,

@@ -284,7 +284,7 @@ class TransactionCoordinatorShard:
 
     def init_producer_id(
         self,
-        transactional_id: str | None,
+        transactional_id: str,
         txn_timeout_ms: int,
         expected_producer_id: int = NO_PRODUCER_ID,
         expected_epoch: int = NO_PRODUCER_EPOCH,
@@ -293,12 +293,13 @@ class TransactionCoordinatorShard:
         allocate_producer_id: Callable[[], int],
         max_timeout_ms: int,
     ) -> CoordinatorResult:
-        """InitProducerId (22). ``expected_*`` are the v3+ fields (-1 when absent).
+        """InitProducerId (22) with a transactional id. ``expected_*`` are the v3+ fields
+        (-1 when absent), both or neither given: the handler checks that, and answers a
+        request without a transactional id itself, as KafkaApis does
+        (``is_partial_expected_producer``).
 
         Kafka's rules (TransactionCoordinator.handleInitProducerId and
-        prepareInitProducerIdTransit, KafkaApis.handleInitProducerIdRequest):
-        - exactly one of expected id/epoch set -> INVALID_REQUEST;
-        - no transactional id -> a fresh producer id at epoch 0, nothing stored;
+        prepareInitProducerIdTransit):
         - empty id -> INVALID_REQUEST; timeout <= 0 or > max -> INVALID_TRANSACTION_TIMEOUT;
         - a write in flight -> CONCURRENT_TRANSACTIONS;
         - expected producer id neither the current one, nor the previous one with an
@@ -310,12 +311,6 @@ class TransactionCoordinatorShard:
           the current one -> new producer id at epoch 0; otherwise bump (see
           ``_bumped_epochs``).
         """
-        if (expected_producer_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
-            return _error(ErrorCode.invalid_request)
-        if transactional_id is None:
-            return CoordinatorResult(
-                response=TxnResponse(ErrorCode.none, allocate_producer_id(), 0)
-            )
         if not transactional_id:
             return _error(ErrorCode.invalid_request)
         if txn_timeout_ms <= 0 or txn_timeout_ms > max_timeout_ms:

@@ -49,6 +49,7 @@ __all__ = [
     "TxnState",
     "TxnTransition",
     "is_epoch_exhausted",
+    "is_partial_expected_producer",
 ]
 
 NO_PRODUCER_ID = -1
@@ -56,6 +57,13 @@ NO_PRODUCER_EPOCH = -1
 SHORT_MAX = 32767
 
 TopicPartition = tuple[str, int]
+
+
+def is_partial_expected_producer(expected_producer_id: int, expected_epoch: int) -> bool:
+    """Exactly one of InitProducerId's expected producer id and epoch given (v3+; -1 when
+    absent): INVALID_REQUEST, with or without a transactional id, before the coordinator
+    decides anything (Kafka's KafkaApis.handleInitProducerIdRequest)."""
+    return (expected_producer_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH)
 
 
 def is_epoch_exhausted(epoch: int) -> bool:

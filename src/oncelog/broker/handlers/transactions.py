@@ -25,7 +25,11 @@ from oncelog.protocol.api_versions import ApiKey
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation, ResourceType
 from oncelog.transactions.coordinator import client_error
-from oncelog.transactions.state import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from oncelog.transactions.state import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    is_partial_expected_producer,
+)
 
 if TYPE_CHECKING:
     from oncelog.broker.broker import Broker
@@ -57,9 +61,7 @@ async def handle_init_producer_id(
         return _refused(ErrorCode.cluster_authorization_failed)
     expected_id = getattr(request, "producer_id", NO_PRODUCER_ID)  # v3+
     expected_epoch = getattr(request, "producer_epoch", NO_PRODUCER_EPOCH)
-    if (expected_id == NO_PRODUCER_ID) != (expected_epoch == NO_PRODUCER_EPOCH):
-        # checked before the coordinator, as KafkaApis does: a request without a
-        # transactional id never reaches it
+    if is_partial_expected_producer(expected_id, expected_epoch):
         return _refused(ErrorCode.invalid_request)
     try:
         if broker.cluster is not None:
