@@ -8,6 +8,7 @@ import asyncio
 import pathlib
 import shutil
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,21 @@ CONFIG = LogConfig(
     segment_bytes=1 << 20, segment_ms=10, index_interval_bytes=64, compact=True, delete=False
 )
 BIG_MAP = 1 << 24
+_open_logs: list[PartitionLog] = []  # the logs the running test opened
+
+
+@pytest.fixture(autouse=True)
+def logs_closed() -> Iterator[None]:
+    """Every log a test opens is closed after it: a written log left open kept its written
+    files in the process's file cache, crowding it for the tests after (isolation.py)."""
+    yield
+    while _open_logs:
+        _open_logs.pop().close()
 
 
 def open_partition(directory: Path, *, clean_shutdown: bool = True) -> Partition:
     partition_log = PartitionLog.open(directory, CONFIG, clean_shutdown=clean_shutdown)
+    _open_logs.append(partition_log)
     return Partition(
         directory.name.rsplit("-", 1)[0], 0, partition_log, ProducerStateManager(), SETTINGS
     )
@@ -95,6 +107,14 @@ def history(directory: Path, segments: int = 4, per_segment: int = 30) -> Partit
         now += 20
         roll(partition, now)
     return partition
+
+
+def crash(partition: Partition) -> None:
+    """Close the log's descriptors as the process's death closes them: nothing flushed or
+    checkpointed."""
+    _open_logs.remove(partition.log)
+    for segment in partition.log._segments:
+        segment.close()
 
 
 def latest(records: list[tuple[int, bytes | None, bytes | None]]) -> dict[bytes, bytes | None]:
@@ -164,6 +184,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_old_or_the_new_log(
             finished = False
         finally:
             monkeypatch.undo()
+        crash(partition)
         reopened = open_partition(trial / "t-0", clean_shutdown=False)
         got = contents(reopened.log)
         assert got in (before, after), f"a crash after {steps} steps left a mixed log"
