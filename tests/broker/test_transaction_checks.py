@@ -27,8 +27,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.broker.broker import Broker
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
+from oncelog.broker.transactional_writes import ensure_still_open
 from oncelog.client.connection import KafkaConnection
-from oncelog.cluster.txn_verification import Admission, ensure_still_open
+from oncelog.cluster.txn_verification import Admission
 from oncelog.producers.snapshot import decode_state, encode_snapshot
 from oncelog.producers.state import ProducerStateEntry, ProducerStateManager
 from oncelog.protocol.api_versions import ApiKey

@@ -51,9 +51,10 @@ from oncelog.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
+    from oncelog.broker.transactional_writes import TransactionalProducer
     from oncelog.cluster.coordinators import ClusterCoordinatorIO, ReplicatedInternalTopic
     from oncelog.cluster.node import ClusterNode
-    from oncelog.cluster.txn_verification import Admission, TransactionalProducer
+    from oncelog.cluster.txn_verification import Admission
 
     CoordinatorTopic = InternalTopicLog | ReplicatedInternalTopic
 

@@ -33,9 +33,10 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.internal_topics import TRANSACTION_STATE
+from oncelog.broker.transactional_writes import TransactionalProducer, ensure_still_open
 from oncelog.cluster.peer_channel import BatchingChannel, Channels
 from oncelog.coordinator_partitions import partition_for
 from oncelog.protocol.api_versions import ApiKey
@@ -80,25 +81,6 @@ def produce_error(verification_error: ErrorCode) -> ErrorCode:
     """A verification's refusal as the producer of the batch must see it, whether the
     coordinator answered in process or from another broker."""
     return _PRODUCE_ERRORS.get(verification_error, verification_error)
-
-
-class TransactionalProducer(Protocol):
-    """What verification reads of a write: a batch's header, or a TxnOffsetCommit's
-    producer."""
-
-    @property
-    def producer_id(self) -> int: ...
-
-    @property
-    def producer_epoch(self) -> int: ...
-
-
-class OffsetsProducer(NamedTuple):
-    """The producer of a TxnOffsetCommit, whose offsets are a transactional write to the
-    group's ``__consumer_offsets`` partition and are verified as a batch is."""
-
-    producer_id: int
-    producer_epoch: int
 
 
 @dataclass(eq=False, slots=True)
@@ -185,27 +167,6 @@ class VerifyChannel(BatchingChannel[_Verification]):
             q.fail(
                 codes.get((q.transactional_id, q.topic, q.index), ErrorCode.unknown_server_error)
             )
-
-
-def ensure_still_open(
-    partition: Partition, producer_id: int, producer_epoch: int, before: ProducerStateEntry | None
-) -> None:
-    """INVALID_TXN_STATE if the producer's transaction on ``partition`` ended since its
-    write was verified (``before``: the producer's entry then), so the write would open a
-    transaction nobody will end; unchanged, or still open at the epoch, it may go."""
-    entry = partition.producers.held(producer_id)
-    if entry is before:
-        return
-    if (
-        entry is None
-        or entry.current_txn_first_offset is None
-        or entry.producer_epoch != producer_epoch
-    ):
-        raise KafkaError(
-            ErrorCode.invalid_txn_state,
-            f"the transaction of producer {producer_id} ended while its write to "
-            f"{partition.topic}-{partition.index} was being verified",
-        )
 
 
 class Admission:

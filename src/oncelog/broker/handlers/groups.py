@@ -27,7 +27,7 @@ from oncelog.broker.authorization import (
 )
 from oncelog.broker.coordinator_runtime import CoordinatorError, write_error
 from oncelog.broker.internal_topics import CONSUMER_OFFSETS
-from oncelog.cluster.txn_verification import OffsetsProducer, ensure_still_open
+from oncelog.broker.transactional_writes import OffsetsProducer, ensure_still_open
 from oncelog.groups import (
     HeartbeatRequest,
     JoinGroupRequest,
