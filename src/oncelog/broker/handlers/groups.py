@@ -80,10 +80,10 @@ def _split_committable(
         if not authorize(broker, header, AclOperation.READ, ResourceType.TOPIC, topic.name):
             refused.append(_Topic(topic.name, list(topic.partitions)))
             continue
-        known = [
-            p for p in topic.partitions if broker.knows_partition(topic.name, p.partition_index)
-        ]
-        missing = [p for p in topic.partitions if p not in known]
+        known: list[Any] = []
+        missing: list[Any] = []
+        for p in topic.partitions:  # one pass: a request may name thousands of partitions
+            (known if broker.knows_partition(topic.name, p.partition_index) else missing).append(p)
         if known:
             committable.append(_Topic(topic.name, known))
         if missing:
