@@ -165,7 +165,6 @@ class TxnListing:
 
     error: ErrorCode
     transactions: tuple[tuple[str, int, str], ...] = ()
-    unknown_state_filters: tuple[str, ...] = ()
 
 
 def _error(code: ErrorCode) -> CoordinatorResult:
@@ -565,13 +564,13 @@ class TransactionCoordinatorShard:
         *,
         now_ms: int,
     ) -> TxnListing:
-        """ListTransactions (66): filters by state names (unknown names are echoed back in
-        ``unknown_state_filters``), producer ids, and (v1+) transactions running longer
-        than ``duration_filter_ms`` (``now - start > duration``; -1: no filter)."""
+        """ListTransactions (66): filters by state names (an unknown name matches none; the
+        handler names them back, from the request alone), producer ids, and (v1+)
+        transactions running longer than ``duration_filter_ms`` (``now - start >
+        duration``; -1: no filter)."""
         if self._loading:
             return TxnListing(ErrorCode.coordinator_load_in_progress)
         wanted = {TxnState.from_kafka_name(name) for name in states}
-        unknown = tuple(name for name in states if TxnState.from_kafka_name(name) is None)
         pids = set(producer_ids)
         rows = []
         for tid, md in sorted(self._txns.items()):
@@ -582,7 +581,7 @@ class TransactionCoordinatorShard:
             if duration_filter_ms >= 0 and now_ms - md.txn_start_timestamp <= duration_filter_ms:
                 continue
             rows.append((tid, md.producer_id, md.state.kafka_name))
-        return TxnListing(ErrorCode.none, tuple(rows), unknown)
+        return TxnListing(ErrorCode.none, tuple(rows))
 
     # --- helpers ---
 

@@ -59,7 +59,7 @@ async def handle_list_transactions(
     rows: list[dict[str, Any]] = []
     # from the request alone, as Kafka's listTransactionStates: also on a broker of a
     # cluster that coordinates no partition of __transaction_state
-    unknown = [s for s in states if not _known_state(s)]
+    unknown = list(dict.fromkeys(s for s in states if not _known_state(s)))  # a set, in Kafka
     error = ErrorCode.none
     if await _coordinator_loaded(broker):
         now = broker.now_ms()
