@@ -23,10 +23,10 @@ from oncelog.broker.broker import CLEAN_SHUTDOWN_MARKER
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.protocol.record_batch import Record, build_batch, split_batches
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.storage.file_cache import open_files
 from oncelog.testing.embedded import EmbeddedBroker
 
 from .failures import file_of
+from .isolation import fresh_file_cache
 
 
 class FailingFsync:
@@ -123,7 +123,9 @@ def test_a_failed_fsync_at_an_eviction_takes_the_log_offline_at_its_next_flush(
     """The file cache fsyncs a written file before it closes the descriptor for another;
     when that fsync fails, the log's next flush is refused, and the log goes offline. Left
     online, the flush after it would find the segment claimed clean and call its data
-    durable without any fsync having succeeded."""
+    durable without any fsync having succeeded. The test's own cache, and fsyncs refused
+    under its directory only: a worker's session broker keeps flushing its own logs."""
+    cache = fresh_file_cache(monkeypatch)
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(), clean_shutdown=True)
     _append(log, b"durable")
     assert log.flush() == 1
@@ -131,21 +133,23 @@ def test_a_failed_fsync_at_an_eviction_takes_the_log_offline_at_its_next_flush(
     real_fsync = os.fsync
 
     def failing(fd: int) -> None:
-        if Path(file_of(fd)).suffix == ".log":
+        path = Path(file_of(fd))
+        if path.suffix == ".log" and tmp_path in path.parents:
             raise OSError(errno.EIO, "Input/output error (injected)")
         real_fsync(fd)
 
-    other = open_files.file(tmp_path / "other", os.O_RDWR | os.O_CREAT)
-    monkeypatch.setattr(os, "fsync", failing)
-    monkeypatch.setattr(open_files, "capacity", 1)
-    with open_files.using(other):  # closes the log's descriptors to make room
-        pass
-    monkeypatch.undo()  # the disk answers again, the cache holds as many as before
+    other = cache.file(tmp_path / "other", os.O_RDWR | os.O_CREAT)
+    with monkeypatch.context() as disk:
+        disk.setattr(os, "fsync", failing)
+        disk.setattr(cache, "capacity", 1)
+        with cache.using(other):  # closes the log's descriptors to make room
+            pass
+    # the disk answers again, the cache holds as many as before
     with pytest.raises(OSError, match="an earlier fsync failed"):
         log.flush()
     assert log.failed
     with pytest.raises(OSError, match="offline"):
         log.flush()
     assert log.recovery_point == 1
-    open_files.retire(other)
+    cache.retire(other)
     log.close()

@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from oncelog.protocol.record_batch import Record, build_batch, iter_stored_batches, parse_header
 from oncelog.storage import LogConfig, PartitionLog
-from oncelog.storage.file_cache import CachedFile, FileCache, open_files
+from oncelog.storage.file_cache import CachedFile, FileCache
+
+from .isolation import fresh_file_cache
 
 WRITE = os.O_RDWR | os.O_APPEND | os.O_CREAT
 
@@ -160,14 +161,15 @@ def test_threads_never_write_into_each_others_files(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def small_cache() -> Iterator[None]:
-    capacity = open_files.capacity
-    open_files.configure(8)
-    yield
-    open_files.configure(capacity)
+def small_cache(monkeypatch: pytest.MonkeyPatch) -> FileCache:
+    """Eight descriptors, for the test's logs alone (a worker's session broker keeps its
+    own: tests/storage/isolation.py)."""
+    cache = fresh_file_cache(monkeypatch)
+    cache.configure(8)
+    return cache
 
 
-def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: None) -> None:
+def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: FileCache) -> None:
     """Forty logs, each with a .log and an .index, append, flush, read, close and reopen
     through eight descriptors."""
     config = LogConfig(index_interval_bytes=0)
@@ -176,7 +178,7 @@ def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: 
         for i, log in enumerate(logs):
             batch = build_batch([Record(None, b"%d-%d" % (i, round_))], timestamp_ms=1)
             log.append(batch, parse_header(batch), now_ms=1)
-            assert open_files.open_count <= 8
+            assert small_cache.open_count <= 8
     for log in logs:
         log.flush()
         log.close()
@@ -188,7 +190,7 @@ def test_many_partition_logs_through_a_small_cache(tmp_path: Path, small_cache: 
         assert [h.base_offset for _, h in iter_stored_batches(stored)] == [0, 1, 2]
         assert b"%d-2" % i in stored
         log.close()
-    assert open_files.open_count <= 8
+    assert small_cache.open_count <= 8
 
 
 def test_clean_files_are_closed_before_written_ones(
