@@ -15,7 +15,8 @@ from oncelog.client.admin import Admin, AdminError, OffsetSpec
 from oncelog.coordinator_partitions import partition_for
 from oncelog.testing.cluster import LocalCluster
 
-from .coordination import COORDINATOR_CONFIG, INTERNAL_PARTITIONS, OFFSETS
+from .coordination import COORDINATOR_CONFIG, INTERNAL_PARTITIONS, OFFSETS, wait_for_coordinator
+from .coordination import GROUP as GROUP_KEY
 from .test_cluster_coordinators import create_once_every_broker_is_live
 
 TOPIC = "moving"
@@ -34,8 +35,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 @pytest.mark.slow
 def test_commands_answer_once_the_leader_and_coordinator_moved(cluster: LocalCluster) -> None:
-    with Admin.connect(cluster.bootstrap_servers) as admin:
-        admin.alter_group_offsets(GROUP, COMMITTED)  # an Empty group with a committed offset
+    # FindCoordinator creates __consumer_offsets; the topic comes before its offsets (a
+    # commit for a partition that does not exist is refused, as Kafka refuses it).
+    wait_for_coordinator(cluster, GROUP, GROUP_KEY)
     coordinator = cluster.wait_for_leader(OFFSETS, partition_for(GROUP, INTERNAL_PARTITIONS))
     survivors = [b for b in cluster.broker_ids if b != coordinator]
     # The coordinator also leads the topic's partition (the first replica is preferred).
@@ -44,6 +46,8 @@ def test_commands_answer_once_the_leader_and_coordinator_moved(cluster: LocalClu
         NewTopic(TOPIC, 1, replica_assignment=[[coordinator, *survivors]]),
     )
     assert cluster.wait_for_leader(TOPIC, 0) == coordinator
+    with Admin.connect(cluster.bootstrap_servers) as admin:
+        admin.alter_group_offsets(GROUP, COMMITTED)  # an Empty group with a committed offset
     cluster.wait_for_isr(TOPIC, 0, set(cluster.broker_ids))
     cluster.wait_for_isr(
         OFFSETS, partition_for(GROUP, INTERNAL_PARTITIONS), set(cluster.broker_ids)
