@@ -201,7 +201,10 @@ class ReplicaFetcher:
                 leader_epoch,
                 end_offset,
             )
-            self._manager.truncate(replica, decision.offset)
+        # Kafka's doTruncate runs for every decision, one at the log end too: it cuts
+        # nothing there but still drops an epoch entry starting at the log end (see
+        # ReplicaManager.truncate).
+        self._manager.truncate(replica, decision.offset)
         target.truncating = not decision.complete
 
     # -- fetching --------------------------------------------------------------------------

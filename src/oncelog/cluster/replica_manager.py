@@ -619,13 +619,21 @@ class ReplicaManager:
         partition.replicated_high_watermark = new if old is None else max(old, new)
 
     def truncate(self, replica: Replica, offset: int) -> None:
-        """Cut a follower's diverged tail: log, producer state, leader epochs."""
-        self.node.truncating(replica.partition, offset)
-        replica.partition.truncate_to(
-            offset, wall_clock_ms(), self.config.producer_id_expiration_ms
-        )
-        self.flusher.cut(replica.partition, replica.partition.log.log_end_offset)
-        replica.epochs.truncate_from_end(replica.partition.log.log_end_offset)
+        """Cut a follower's diverged tail: log, producer state, leader epochs.
+
+        At or past the log end nothing is cut, but the leader epochs starting at the log
+        end still go, as in Kafka's UnifiedLog.truncateTo: an epoch this broker began as
+        leader and lost before appending in it. Kept, it would end the epoch before it at
+        this log end in every later OffsetsForLeaderEpoch answer of this broker, the
+        batches fetched since included, and a follower holding them would cut committed
+        records below its high watermark.
+        """
+        partition = replica.partition
+        if offset < partition.log.log_end_offset:
+            self.node.truncating(partition, offset)
+            partition.truncate_to(offset, wall_clock_ms(), self.config.producer_id_expiration_ms)
+            self.flusher.cut(partition, partition.log.log_end_offset)
+        replica.epochs.truncate_from_end(partition.log.log_end_offset)
 
     def restart_log_at(self, replica: Replica, offset: int) -> None:
         """The leader's log starts past ours: drop ours and start empty at its start."""
