@@ -5,7 +5,8 @@ broker's fsyncs.
 ``PythonFsyncPool`` fsyncs on Python threads through the log module's ``fsync_together``,
 looked up at each call: a fault a test injects there or into ``os.fsync`` reaches the
 broker's flushes, which the C threads would not see. ``HeldFsyncPool`` holds every fsync
-until the test lets it finish, or fail.
+until the test lets it finish, or fail. ``policies_of_new_threads`` and ``may_run_real_time``
+tell what scheduling the real pool's threads got and could get.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import errno
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import oncelog.storage.log as log_module
 
@@ -50,7 +52,9 @@ class _Answers:
 
 
 class PythonFsyncPool(_Answers):
-    def __init__(self, threads: int) -> None:
+    realtime = False  # Python threads at the normal priority, whatever was asked
+
+    def __init__(self, threads: int, priority: int = 0) -> None:
         super().__init__()
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="test-fsync")
 
@@ -94,3 +98,40 @@ class HeldFsyncPool(_Answers):
         while self.held:
             self.finish()
         self.close()
+
+
+def fsync_threads() -> dict[int, int]:
+    """The GIL-free pools' threads in this process (any pool's: a broker another test
+    started may have one), by thread id, with their scheduling policy."""
+    threads = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() == "fsync_pool":
+                threads[int(task.name)] = os.sched_getscheduler(int(task.name))
+        except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+            continue
+    return threads
+
+
+def policies_of_new_threads(before: dict[int, int]) -> set[int]:
+    """The scheduling policies of the fsync threads started since ``before`` was taken."""
+    return {policy for tid, policy in fsync_threads().items() if tid not in before}
+
+
+def may_run_real_time() -> bool:
+    """Whether a thread of this process may take SCHED_FIFO (asked by a throwaway thread,
+    which then ends)."""
+    allowed: list[bool] = []
+
+    def ask() -> None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except PermissionError:
+            allowed.append(False)
+        else:
+            allowed.append(True)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    thread.join()
+    return allowed[0]

@@ -1,16 +1,23 @@
 """The GIL-free fsync threads (broker/_fsync_pool.c): every job's outcome comes back once,
-through the eventfd, with fsync's errno; stop finishes what was queued, then refuses."""
+through the eventfd, with fsync's errno; stop finishes what was queued, then refuses; given
+a priority they run SCHED_FIFO where the process may, and fsync all the same where not."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import resource
 import select
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from oncelog.broker._fsync_pool import FsyncPool
+
+from ..fsync_pools import fsync_threads, may_run_real_time, policies_of_new_threads
 
 
 def _collect(pool: FsyncPool, count: int, timeout_s: float = 10.0) -> list[tuple[int, int]]:
@@ -85,3 +92,55 @@ def test_a_negative_descriptor_is_refused() -> None:
             pool.submit(1, -1)
     finally:
         pool.stop()
+
+
+def test_threads_given_a_priority_run_sched_fifo_where_the_process_may() -> None:
+    before = fsync_threads()
+    pool = FsyncPool(3, priority=1)
+    try:
+        assert pool.realtime == may_run_real_time()
+        expected = os.SCHED_FIFO if pool.realtime else os.SCHED_OTHER
+        assert policies_of_new_threads(before) == {expected}
+    finally:
+        pool.stop()
+    before = fsync_threads()
+    plain = FsyncPool(3)  # no priority: the normal policy
+    try:
+        assert not plain.realtime
+        assert policies_of_new_threads(before) == {os.SCHED_OTHER}
+    finally:
+        plain.stop()
+
+
+_WITHOUT_THE_RIGHT = """
+import os, select, sys
+from oncelog.broker._fsync_pool import FsyncPool
+pool = FsyncPool(2, priority=1)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+os.write(fd, b"x")
+pool.submit(7, fd)
+select.select([pool.fileno()], [], [], 10)
+print(pool.realtime, pool.collect())
+pool.stop()
+"""
+
+
+def _drop_the_right() -> None:
+    """In the child before exec: no RLIMIT_RTPRIO, and CAP_SYS_NICE out of the bounding
+    set, so that even root's exec'd program lacks it (prctl PR_CAPBSET_DROP; refused, and
+    not needed, without CAP_SETPCAP)."""
+    resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(24, 23, 0, 0, 0)  # PR_CAPBSET_DROP, CAP_SYS_NICE
+
+
+def test_without_the_right_to_a_priority_the_threads_still_fsync(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_RIGHT, str(tmp_path / "f")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_drop_the_right,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.split(maxsplit=1) == ["False", "[(7, 0)]\n"]

@@ -20,7 +20,7 @@ from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import PartitionLog
 from oncelog.storage.file_cache import FileCache
 
-from ..fsync_pools import HeldFsyncPool
+from ..fsync_pools import HeldFsyncPool, fsync_threads, may_run_real_time, policies_of_new_threads
 from ..storage.test_index_durability import CONFIG, append_batches
 
 TIMEOUT_S = 30.0
@@ -463,5 +463,19 @@ def test_an_fsync_answered_after_a_cut_covers_only_what_the_cut_left(tmp_path: P
         finally:
             await asyncio.wait_for(flusher.stop(), TIMEOUT_S)
             log.close()
+
+    _run(test)
+
+
+def test_the_flusher_fsyncs_on_real_time_threads_where_the_broker_may() -> None:
+    async def test() -> None:
+        before = fsync_threads()
+        flusher = GroupCommitFlusher()
+        flusher.start()
+        try:
+            expected = os.SCHED_FIFO if may_run_real_time() else os.SCHED_OTHER
+            assert policies_of_new_threads(before) == {expected}
+        finally:
+            await flusher.stop()
 
     _run(test)

@@ -45,6 +45,10 @@ log = logging.getLogger(__name__)
 # fsyncs in flight at once (one flush per partition at most). Threads wait on the disk,
 # not on the CPU, so a few more than the cores.
 FSYNC_THREADS = 8
+# The SCHED_FIFO priority the fsync threads ask for (the lowest real-time one): a woken
+# thread starts its fsync, and finishes it after the I/O, without waiting for a CPU
+# (broker/_fsync_pool.c; README, "The fsync threads' wait for a CPU", issue 12).
+FSYNC_PRIORITY = 1
 
 
 @dataclass(eq=False)
@@ -85,7 +89,8 @@ class GroupCommitFlusher:
     the loop's CPU bounds them there: bench/commit_latency.py, README, issue 12.)
 
     ``pool``: makes what fsyncs the claimed descriptors, given the thread count (by
-    default the module's ``FsyncPool``, looked up at ``start``: the GIL-free threads).
+    default ``realtime_pool``: the GIL-free threads, at a real-time priority where the
+    broker may set one).
     Tests give stand-ins that hold an fsync until they let it finish, or fsync through
     Python so that a fault they inject there reaches the broker.
     """
@@ -105,7 +110,7 @@ class GroupCommitFlusher:
     def start(self) -> None:
         """Start the threads; on the event loop, which watches the pool's eventfd."""
         self._threads = FsyncThreads(FSYNC_THREADS)
-        self._pool = (self._make_pool or FsyncPool)(FSYNC_THREADS)
+        self._pool = (self._make_pool or realtime_pool)(FSYNC_THREADS)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._pool.fileno(), self._collect)
         self._stopping = False
@@ -315,6 +320,19 @@ class GroupCommitFlusher:
             # covers only fsynced offsets, and a cut since the fsync ended (on the loop,
             # before this callback) lowered it below records appended after the cut.
             state.waiters = _answer_covered(state.waiters, partition.log.recovery_point)
+
+
+def realtime_pool(threads: int) -> FsyncPool:
+    """The GIL-free fsync threads at ``FSYNC_PRIORITY`` (SCHED_FIFO); at the normal
+    priority, said once in the log, where the broker has no right to a real-time one
+    (CAP_SYS_NICE or RLIMIT_RTPRIO): fsyncs are as durable either way, only later."""
+    pool = FsyncPool(threads, priority=FSYNC_PRIORITY)
+    if not pool.realtime:
+        log.info(
+            "fsync threads at the normal priority: no right to SCHED_FIFO (CAP_SYS_NICE or "
+            "RLIMIT_RTPRIO); acks=all waits may include waiting for a CPU"
+        )
+    return pool
 
 
 def _fail(state: _Partition, error: KafkaError) -> None:
