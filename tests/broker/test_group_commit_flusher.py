@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -15,12 +16,19 @@ from typing import Any
 
 import pytest
 
+from oncelog.broker import durability
 from oncelog.broker.durability import GroupCommitFlusher
 from oncelog.protocol.errors import ErrorCode, KafkaError
 from oncelog.storage import PartitionLog
 from oncelog.storage.file_cache import FileCache
 
-from ..fsync_pools import HeldFsyncPool, fsync_threads, may_run_real_time, policies_of_new_threads
+from ..fsync_pools import (
+    HeldFsyncPool,
+    PythonFsyncPool,
+    fsync_threads,
+    may_run_real_time,
+    policies_of_new_threads,
+)
 from ..storage.test_index_durability import CONFIG, append_batches
 
 TIMEOUT_S = 30.0
@@ -479,3 +487,13 @@ def test_the_flusher_fsyncs_on_real_time_threads_where_the_broker_may() -> None:
             await flusher.stop()
 
     _run(test)
+
+
+def test_fsync_threads_left_at_the_normal_priority_are_said_in_the_log(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(durability, "FsyncPool", PythonFsyncPool)  # never real-time
+    with caplog.at_level(logging.INFO, logger=durability.__name__):
+        durability.realtime_pool(1).stop()
+    said = [r for r in caplog.records if "SCHED_FIFO" in r.getMessage()]
+    assert len(said) == 1 and "LimitRTPRIO=1" in said[0].getMessage()

@@ -329,8 +329,11 @@ def realtime_pool(threads: int) -> FsyncPool:
     pool = FsyncPool(threads, priority=FSYNC_PRIORITY)
     if not pool.realtime:
         log.info(
-            "fsync threads at the normal priority: no right to SCHED_FIFO (CAP_SYS_NICE or "
-            "RLIMIT_RTPRIO); acks=all waits may include waiting for a CPU"
+            "fsync threads at the normal priority: no right to SCHED_FIFO; acks=all waits "
+            "may include waiting for a CPU (allow it with RLIMIT_RTPRIO >= %d, systemd "
+            "LimitRTPRIO=%d, or CAP_SYS_NICE)",
+            FSYNC_PRIORITY,
+            FSYNC_PRIORITY,
         )
     return pool
 
