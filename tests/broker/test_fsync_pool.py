@@ -112,6 +112,30 @@ def test_threads_given_a_priority_run_sched_fifo_where_the_process_may() -> None
         plain.stop()
 
 
+def _io_priority(tid: int) -> int:
+    """ioprio_get(IOPRIO_WHO_PROCESS, tid): class << 13 | level; 0 when none was set."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(252, 1, tid))  # SYS_ioprio_get on x86-64
+
+
+_BEST_EFFORT_4 = 2 << 13 | 4  # IOPRIO_CLASS_BE, level 4: a nice-0 task's
+
+
+def test_a_prioritised_thread_keeps_its_io_in_the_best_effort_class(tmp_path: Path) -> None:
+    before = fsync_threads()
+    pool = FsyncPool(1, priority=1)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, b"x")
+        pool.submit(1, fd)
+        assert _collect(pool, 1) == [(1, 0)]  # the thread has run: its I/O class is set
+        [tid] = [t for t in fsync_threads() if t not in before]
+        assert _io_priority(tid) == _BEST_EFFORT_4
+    finally:
+        pool.stop()
+        os.close(fd)
+
+
 _WITHOUT_THE_RIGHT = """
 import os, select, sys
 from oncelog.broker._fsync_pool import FsyncPool

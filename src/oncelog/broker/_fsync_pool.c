@@ -38,12 +38,14 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <linux/ioprio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 typedef struct Job {
@@ -63,6 +65,7 @@ typedef struct {
     int stopping;
     int started;  /* threads running (joined by stop) */
     int lock_ready;
+    int priority; /* the SCHED_FIFO priority asked for, 0: none */
     int realtime; /* every thread runs SCHED_FIFO */
     pthread_t *threads;
 } FsyncPool;
@@ -76,8 +79,18 @@ static void append(Job **head, Job **tail, Job *job) {
     *tail = job;
 }
 
+/* A thread with no I/O priority of its own gets its class from its CPU policy: SCHED_FIFO
+   would make its fsync writes real-time I/O, dispatched before every other request of the
+   device (mq-deadline ages the others only after 10 s). Only the CPU policy is wanted: the
+   I/O stays in the best-effort class at the level of a nice-0 task. */
+static void keep_best_effort_io(void) {
+    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 4));
+}
+
 static void *serve(void *arg) {
     FsyncPool *pool = arg;
+    if (pool->priority > 0)
+        keep_best_effort_io();
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         while (pool->queued == NULL && !pool->stopping)
@@ -147,6 +160,7 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
+    self->priority = priority;
     pthread_mutex_init(&self->lock, NULL);
     pthread_cond_init(&self->wake, NULL);
     self->lock_ready = 1;
