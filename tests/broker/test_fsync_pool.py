@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import resource
 import select
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -112,6 +112,24 @@ def test_threads_given_a_priority_run_sched_fifo_where_the_process_may() -> None
         plain.stop()
 
 
+def test_threads_without_a_priority_take_the_normal_policy_not_their_creators() -> None:
+    if not may_run_real_time():
+        pytest.skip("this process has no right to SCHED_FIFO: no real-time creator to test")
+    policies: list[set[int]] = []
+
+    def create_at_sched_fifo() -> None:  # a real-time embedder's thread makes the pool
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        before = fsync_threads()
+        pool = FsyncPool(2)
+        policies.append(policies_of_new_threads(before))
+        pool.stop()
+
+    creator = threading.Thread(target=create_at_sched_fifo)
+    creator.start()
+    creator.join()
+    assert policies == [{os.SCHED_OTHER}]
+
+
 def _io_priority(tid: int) -> int:
     """ioprio_get(IOPRIO_WHO_PROCESS, tid): class << 13 | level; 0 when none was set."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -136,35 +154,39 @@ def test_a_prioritised_thread_keeps_its_io_in_the_best_effort_class(tmp_path: Pa
         os.close(fd)
 
 
-_WITHOUT_THE_RIGHT = """
-import os, select, sys
+_CHECK_AND_FSYNC = """
+import os, resource, select, sys
 from oncelog.broker._fsync_pool import FsyncPool
+status = open("/proc/self/status").read()
+cap_eff = int(status.split("CapEff:")[1].split()[0], 16)
+may = bool(cap_eff & 1 << 23) or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0
 pool = FsyncPool(2, priority=1)
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 os.write(fd, b"x")
 pool.submit(7, fd)
 select.select([pool.fileno()], [], [], 10)
-print(pool.realtime, pool.collect())
+print(may, pool.realtime, pool.collect())
 pool.stop()
 """
 
-
-def _drop_the_right() -> None:
-    """In the child before exec: no RLIMIT_RTPRIO, and CAP_SYS_NICE out of the bounding
-    set, so that even root's exec'd program lacks it (prctl PR_CAPBSET_DROP; refused, and
-    not needed, without CAP_SETPCAP)."""
-    resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(24, 23, 0, 0, 0)  # PR_CAPBSET_DROP, CAP_SYS_NICE
+# Drops the right, then runs _CHECK_AND_FSYNC in a fresh program: RLIMIT_RTPRIO 0, and
+# CAP_SYS_NICE out of the bounding set (prctl PR_CAPBSET_DROP; refused, and not needed,
+# without CAP_SETPCAP), so that even root's exec'd program lacks it.
+_WITHOUT_THE_RIGHT = """
+import ctypes, os, resource, sys
+resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+ctypes.CDLL(None).prctl(24, 23, 0, 0, 0)
+os.execv(sys.executable, [sys.executable, "-c", sys.argv[1], sys.argv[2]])
+"""
 
 
 def test_without_the_right_to_a_priority_the_threads_still_fsync(tmp_path: Path) -> None:
     child = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_THE_RIGHT, str(tmp_path / "f")],
+        [sys.executable, "-c", _WITHOUT_THE_RIGHT, _CHECK_AND_FSYNC, str(tmp_path / "f")],
         capture_output=True,
         text=True,
         timeout=60,
-        preexec_fn=_drop_the_right,
     )
     assert child.returncode == 0, child.stderr
-    assert child.stdout.split(maxsplit=1) == ["False", "[(7, 0)]\n"]
+    # the premise (no right), then: not real-time, and the fsync answered
+    assert child.stdout.split(maxsplit=2) == ["False", "False", "[(7, 0)]\n"]

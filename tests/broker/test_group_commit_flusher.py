@@ -475,25 +475,48 @@ def test_an_fsync_answered_after_a_cut_covers_only_what_the_cut_left(tmp_path: P
     _run(test)
 
 
-def test_the_flusher_fsyncs_on_real_time_threads_where_the_broker_may() -> None:
-    async def test() -> None:
+def _policies_of_a_started_flusher(flusher: GroupCommitFlusher) -> set[int]:
+    async def test() -> set[int]:
         before = fsync_threads()
-        flusher = GroupCommitFlusher()
         flusher.start()
         try:
-            expected = os.SCHED_FIFO if may_run_real_time() else os.SCHED_OTHER
-            assert policies_of_new_threads(before) == {expected}
+            return policies_of_new_threads(before)
         finally:
             await flusher.stop()
 
-    _run(test)
+    return asyncio.run(asyncio.wait_for(test(), TIMEOUT_S))
 
 
-def test_fsync_threads_left_at_the_normal_priority_are_said_in_the_log(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+def test_a_flusher_given_a_priority_fsyncs_on_sched_fifo_threads_where_the_process_may() -> None:
+    expected = os.SCHED_FIFO if may_run_real_time() else os.SCHED_OTHER
+    assert _policies_of_a_started_flusher(GroupCommitFlusher(priority=1)) == {expected}
+
+
+def test_a_flusher_given_no_priority_fsyncs_on_threads_of_the_normal_policy() -> None:
+    assert _policies_of_a_started_flusher(GroupCommitFlusher(priority=0)) == {os.SCHED_OTHER}
+    assert _policies_of_a_started_flusher(GroupCommitFlusher()) == {os.SCHED_OTHER}
+
+
+@pytest.mark.parametrize(
+    ("priority", "granted", "said"),
+    [
+        (1, True, "fsync threads at SCHED_FIFO priority 1"),
+        (1, False, "LimitRTPRIO=1"),
+        (0, False, "oncelog.fsync.realtime.priority=0"),
+    ],
+)
+def test_the_fsync_threads_priority_is_said_once_in_the_log(
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    priority: int,
+    granted: bool,
+    said: str,
 ) -> None:
-    monkeypatch.setattr(durability, "FsyncPool", PythonFsyncPool)  # never real-time
+    class Pool(PythonFsyncPool):
+        realtime = granted
+
+    monkeypatch.setattr(durability, "FsyncPool", Pool)
     with caplog.at_level(logging.INFO, logger=durability.__name__):
-        durability.realtime_pool(1).stop()
-    said = [r for r in caplog.records if "SCHED_FIFO" in r.getMessage()]
-    assert len(said) == 1 and "LimitRTPRIO=1" in said[0].getMessage()
+        durability.realtime_pool(1, priority).stop()
+    lines = [r.getMessage() for r in caplog.records if "fsync threads" in r.getMessage()]
+    assert len(lines) == 1 and said in lines[0]

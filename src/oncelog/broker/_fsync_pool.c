@@ -120,6 +120,12 @@ static void *serve(void *arg) {
     }
 }
 
+static void set_policy(pthread_attr_t *attr, int priority) {
+    struct sched_param param = {.sched_priority = priority};
+    pthread_attr_setschedpolicy(attr, priority > 0 ? SCHED_FIFO : SCHED_OTHER);
+    pthread_attr_setschedparam(attr, &param);
+}
+
 static void stop_threads(FsyncPool *pool) {
     if (!pool->lock_ready)
         return;
@@ -169,11 +175,28 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    /* The policy is the attribute's, never the creator's (an embedder's real-time thread
+       would otherwise pass its own on): SCHED_FIFO at ``priority``, else SCHED_OTHER. */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+    self->realtime = priority > 0;
+    set_policy(&attr, priority);
     for (int i = 0; i < count; i++) {
-        int rc = pthread_create(&self->threads[i], NULL, serve, self);
+        int rc = pthread_create(&self->threads[i], &attr, serve, self);
+        if (rc == EPERM && self->realtime) { /* no right to SCHED_FIFO: none of them gets it */
+            self->realtime = 0;
+            self->priority = 0;
+            set_policy(&attr, 0);
+            struct sched_param normal = {.sched_priority = 0};
+            for (int j = 0; j < i; j++)
+                pthread_setschedparam(self->threads[j], SCHED_OTHER, &normal);
+            rc = pthread_create(&self->threads[i], &attr, serve, self);
+        }
         if (rc == 0)
             pthread_setname_np(self->threads[i], "fsync_pool");
         if (rc != 0) {
+            pthread_attr_destroy(&attr);
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             Py_BEGIN_ALLOW_THREADS
             stop_threads(self);
@@ -184,11 +207,8 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
         }
         self->started++;
     }
+    pthread_attr_destroy(&attr);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    self->realtime = priority > 0;
-    struct sched_param param = {.sched_priority = priority};
-    for (int i = 0; i < count && self->realtime; i++)
-        self->realtime = pthread_setschedparam(self->threads[i], SCHED_FIFO, &param) == 0;
     return 0;
 }
 

@@ -119,7 +119,7 @@ class Broker:
             self.acls = ZkAclStore(self.cluster.zk)
         self.topics = TopicRegistry(data_dir, config)
         self.hosted = HostedPartitions(self)
-        self.flusher = GroupCommitFlusher()
+        self.flusher = GroupCommitFlusher(priority=config.fsync_realtime_priority)
         self.producer_ids: ProducerIdAllocator | None = None
         self._coordinators: LocalCoordinatorIO | ClusterCoordinatorIO = (
             LocalCoordinatorIO(config, self.topics, self.flusher, self.now_ms)

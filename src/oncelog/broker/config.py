@@ -609,6 +609,16 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         "consumers.",
     ),
     ConfigDef(
+        "oncelog.fsync.realtime.priority",
+        T.INT,
+        1,
+        "oncelog only: the SCHED_FIFO priority of the threads that fsync for acks=all, "
+        "coordinator writes and markers, where the process may set it (CAP_SYS_NICE or "
+        "RLIMIT_RTPRIO); their I/O stays best-effort. A woken thread then takes a CPU at once "
+        "instead of waiting behind the event loop and other processes. 0: the normal policy.",
+        Range(0, 99),
+    ),
+    ConfigDef(
         "log.segment.bytes",
         T.INT,
         1_073_741_824,
@@ -1295,6 +1305,7 @@ class BrokerConfig:
     connections_max_idle_ms = _Key[int]("connections.max.idle.ms")
     message_max_bytes = _Key[int]("message.max.bytes")
     record_validation_enable = _Key[bool]("oncelog.record.validation.enable")
+    fsync_realtime_priority = _Key[int]("oncelog.fsync.realtime.priority")
     fetch_max_bytes = _Key[int]("fetch.max.bytes")
     log_segment_bytes = _Key[int]("log.segment.bytes")
     log_retention_bytes = _Key[int]("log.retention.bytes")

@@ -45,10 +45,6 @@ log = logging.getLogger(__name__)
 # fsyncs in flight at once (one flush per partition at most). Threads wait on the disk,
 # not on the CPU, so a few more than the cores.
 FSYNC_THREADS = 8
-# The SCHED_FIFO priority the fsync threads ask for (the lowest real-time one): a woken
-# thread starts its fsync, and finishes it after the I/O, without waiting for a CPU
-# (broker/_fsync_pool.c; README, "The fsync threads' wait for a CPU", issue 12).
-FSYNC_PRIORITY = 1
 
 
 @dataclass(eq=False)
@@ -89,14 +85,19 @@ class GroupCommitFlusher:
     the loop's CPU bounds them there: bench/commit_latency.py, README, issue 12.)
 
     ``pool``: makes what fsyncs the claimed descriptors, given the thread count (by
-    default ``realtime_pool``: the GIL-free threads, at a real-time priority where the
-    broker may set one).
+    default ``realtime_pool``: the GIL-free threads, at the SCHED_FIFO ``priority`` where
+    the process may set it, 0 for none; the broker passes
+    ``oncelog.fsync.realtime.priority``: a woken thread starts its fsync, and ends it after
+    the I/O, without waiting for a CPU; README, "The fsync threads' wait for a CPU").
     Tests give stand-ins that hold an fsync until they let it finish, or fsync through
     Python so that a fault they inject there reaches the broker.
     """
 
-    def __init__(self, pool: Callable[[int], FsyncPool] | None = None) -> None:
+    def __init__(
+        self, pool: Callable[[int], FsyncPool] | None = None, *, priority: int = 0
+    ) -> None:
         self._partitions: dict[Partition, _Partition] = {}
+        self._priority = priority
         self._threads: FsyncThreads | None = None  # whole flushes, while the cache is crowded
         self._make_pool = pool
         self._pool: FsyncPool | None = None
@@ -110,7 +111,10 @@ class GroupCommitFlusher:
     def start(self) -> None:
         """Start the threads; on the event loop, which watches the pool's eventfd."""
         self._threads = FsyncThreads(FSYNC_THREADS)
-        self._pool = (self._make_pool or realtime_pool)(FSYNC_THREADS)
+        if self._make_pool is not None:
+            self._pool = self._make_pool(FSYNC_THREADS)
+        else:
+            self._pool = realtime_pool(FSYNC_THREADS, self._priority)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self._pool.fileno(), self._collect)
         self._stopping = False
@@ -322,19 +326,25 @@ class GroupCommitFlusher:
             state.waiters = _answer_covered(state.waiters, partition.log.recovery_point)
 
 
-def realtime_pool(threads: int) -> FsyncPool:
-    """The GIL-free fsync threads at ``FSYNC_PRIORITY`` (SCHED_FIFO); at the normal
-    priority, said once in the log, where the broker has no right to a real-time one
-    (CAP_SYS_NICE or RLIMIT_RTPRIO): fsyncs are as durable either way, only later."""
-    pool = FsyncPool(threads, priority=FSYNC_PRIORITY)
-    if not pool.realtime:
+def realtime_pool(threads: int, priority: int) -> FsyncPool:
+    """The GIL-free fsync threads, at SCHED_FIFO ``priority`` where the process may set it
+    (CAP_SYS_NICE or RLIMIT_RTPRIO), 0 for the normal policy; which one they got is said
+    once in the log. Fsyncs are as durable either way; at the normal policy a waiter may
+    wait for a CPU as well as for the disk."""
+    pool = FsyncPool(threads, priority=priority)
+    if pool.realtime:
+        log.info("fsync threads at SCHED_FIFO priority %d (I/O best-effort)", priority)
+    elif priority:
         log.info(
-            "fsync threads at the normal priority: no right to SCHED_FIFO; acks=all waits "
-            "may include waiting for a CPU (allow it with RLIMIT_RTPRIO >= %d, systemd "
-            "LimitRTPRIO=%d, or CAP_SYS_NICE)",
-            FSYNC_PRIORITY,
-            FSYNC_PRIORITY,
+            "fsync threads at the normal priority: no right to SCHED_FIFO %d; allow it with "
+            "RLIMIT_RTPRIO >= %d (systemd LimitRTPRIO=%d) or CAP_SYS_NICE, or set "
+            "oncelog.fsync.realtime.priority=0",
+            priority,
+            priority,
+            priority,
         )
+    else:
+        log.info("fsync threads at the normal priority (oncelog.fsync.realtime.priority=0)")
     return pool
 
 
