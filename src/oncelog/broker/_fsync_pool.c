@@ -11,21 +11,28 @@
    The threads block every signal (the loop thread handles them) and retry an fsync
    interrupted all the same (EINTR), as os.fsync does. Linux only (eventfd).
 
-   Given a ``priority``, the threads ask for the real-time policy SCHED_FIFO at it: a
-   woken thread then takes a CPU at once instead of waiting behind the loop thread and
-   the producers. On the 2-core VM this mattered more than the disk: a 1 MiB fsync took
-   0.8 ms alone, but with 1 producer committing a transaction every 1,000 records its
-   thread waited 2.5 ms at p90 to start (hand-off to syscall entry) and its fsync 4.0 ms
-   at p90 (it sleeps for the I/O and waits again for a CPU to finish); with SCHED_FIFO
-   0.06 and 1.1 ms (README, "The fsync threads' wait for a CPU", issue 12). They only
-   ever block in fsync(2) and on their queue, so they cannot hold a CPU from the loop
-   for longer than the kernel's work of one fsync. Without the right to (no
-   CAP_SYS_NICE, no RLIMIT_RTPRIO) they stay at the normal policy: ``realtime`` says
-   which.
+   Given a ``priority``, the threads run SCHED_FIFO at it (their I/O stays best-effort,
+   see keep_best_effort_io): a woken thread takes a CPU at once instead of waiting behind
+   the loop thread and the producers. On the 2-core VM (ext4 without a journal) this
+   mattered more than the disk: a 1 MiB fsync took 0.8 ms alone, but with 1 producer
+   committing a transaction every 1,000 records its thread waited 2.5 ms at p90 from the
+   hand-off to entering fsync, and the syscall took 4.0 ms at p90 (it sleeps for the I/O
+   and waits again for a CPU to finish); with SCHED_FIFO 0.06 and 1.1 ms (README, "The
+   fsync threads' wait for a CPU", issue 12). What they can take from the loop: a thread
+   runs jobs back to back without yielding while its queue holds some, and an fsync's
+   kernel work grows with the dirty data it writes back (about 0.1 ms of CPU per MiB
+   here), so a flush covering much unflushed data (a large flush.ms, a follower catching
+   up) keeps up to two of the eight threads on the two cores for that long; the kernel's
+   real-time throttling (sched_rt_runtime_us, 950000 of 1000000 by default) leaves the
+   others 5 % of each CPU in any case. Work the kernel hands to its own normal-priority
+   threads (a journal commit on a journaled file system) is not sped up. Without the right
+   (no CAP_SYS_NICE, RLIMIT_RTPRIO below the priority) every thread runs SCHED_OTHER:
+   ``realtime`` says which. ``lock`` is shared with the loop (a plain mutex): a real-time
+   thread waiting for it waits for the loop, which holds it only to move a list.
 
    FsyncPool(threads, priority=0)
                            start ``threads`` threads (SCHED_FIFO at ``priority`` if > 0)
-   pool.realtime           True if every thread got SCHED_FIFO
+   pool.realtime           True if every thread got SCHED_FIFO (as started)
    pool.fileno()           the eventfd: readable once a job is done
    pool.submit(token, fd)  fsync ``fd`` on a thread; ``token`` comes back with the outcome
    pool.collect()          [(token, errno), ...] of the jobs done since the last call
