@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -119,19 +120,9 @@ def policies_of_new_threads(before: dict[int, int]) -> set[int]:
 
 
 def may_run_real_time() -> bool:
-    """Whether a thread of this process may take SCHED_FIFO (asked by a throwaway thread,
-    which then ends)."""
-    allowed: list[bool] = []
-
-    def ask() -> None:
-        try:
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        except PermissionError:
-            allowed.append(False)
-        else:
-            allowed.append(True)
-
-    thread = threading.Thread(target=ask)
-    thread.start()
-    thread.join()
-    return allowed[0]
+    """Whether a thread of this process may take SCHED_FIFO priority 1: CAP_SYS_NICE in
+    its effective capabilities, or RLIMIT_RTPRIO of 1 or more (read, not tried: a Python
+    thread at a real-time priority would hold the GIL at it)."""
+    status = Path("/proc/self/status").read_text()
+    effective = int(status.split("CapEff:")[1].split()[0], 16)
+    return bool(effective & 1 << 23) or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] >= 1

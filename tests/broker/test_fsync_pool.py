@@ -85,6 +85,12 @@ def test_the_threads_block_every_signal() -> None:
         pool.stop()
 
 
+@pytest.mark.parametrize("priority", [-1, 100])
+def test_a_priority_out_of_sched_fifo_range_is_refused(priority: int) -> None:
+    with pytest.raises(ValueError, match="priority"):
+        FsyncPool(1, priority=priority)
+
+
 def test_a_negative_descriptor_is_refused() -> None:
     pool = FsyncPool(1)
     try:
@@ -99,8 +105,12 @@ def test_threads_given_a_priority_run_sched_fifo_where_the_process_may() -> None
     pool = FsyncPool(3, priority=1)
     try:
         assert pool.realtime == may_run_real_time()
+        started = [tid for tid in fsync_threads() if tid not in before]
+        assert len(started) == 3
         expected = os.SCHED_FIFO if pool.realtime else os.SCHED_OTHER
         assert policies_of_new_threads(before) == {expected}
+        priorities = {os.sched_getparam(tid).sched_priority for tid in started}
+        assert priorities == {1 if pool.realtime else 0}
     finally:
         pool.stop()
     before = fsync_threads()
