@@ -223,6 +223,38 @@ def test_a_flush_that_fails_other_than_by_os_error_answers_its_waiters_too() -> 
     _run(test)
 
 
+class _CrowdedFails:
+    """A file cache whose ``crowded`` raises: a bug in the hand-off itself."""
+
+    @property
+    def crowded(self) -> bool:
+        raise ValueError("a bug in the hand-off")
+
+
+def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not only stopped threads (RuntimeError): any failure to hand a flush off answers
+    its waiters REQUEST_TIMED_OUT and ends the partition's chain, so the next append
+    starts an fsync again (left set, ``flushing`` would hold every later one)."""
+
+    async def test() -> None:
+        async with _flushing() as (flusher, partition, log, pool):
+            cache = durability.open_files
+            monkeypatch.setattr(durability, "open_files", _CrowdedFails())
+            log.end = 1
+            failed = flusher.wait_durable(partition, 1)
+            with pytest.raises(KafkaError) as raised:
+                await asyncio.wait_for(failed, 5.0)
+            assert raised.value.code == ErrorCode.request_timed_out
+            monkeypatch.setattr(durability, "open_files", cache)
+            later = flusher.wait_durable(partition, 1)
+            await _let_a_flush_finish(pool)
+            await asyncio.wait_for(later, TIMEOUT_S)
+
+    _run(test)
+
+
 def test_a_failing_fsync_hook_leaves_the_partition_flushable_and_stop_returns() -> None:
     """An exception on the loop after an fsync (here the metrics hook) must not leave the
     partition's chain of fsyncs half-way: the waiter is answered, the next append is

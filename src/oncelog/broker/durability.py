@@ -201,7 +201,9 @@ class GroupCommitFlusher:
             try:
                 self._hand_off(partition, state)
                 return
-            except RuntimeError as exc:  # the threads are stopped: no fsync will come
+            except Exception as exc:  # the threads are stopped, or a bug: no fsync will come
+                if not isinstance(exc, RuntimeError):
+                    log.exception("handing off a flush of %r failed", partition)
                 _fail(state, KafkaError(ErrorCode.request_timed_out, f"not flushed: {exc}"))
                 state.requested = False
         assert state.flushing is not None
