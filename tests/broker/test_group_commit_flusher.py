@@ -223,31 +223,36 @@ def test_a_flush_that_fails_other_than_by_os_error_answers_its_waiters_too() -> 
     _run(test)
 
 
-class _CrowdedFails:
-    """A file cache whose ``crowded`` raises: a bug in the hand-off itself."""
+class _BrokenLog(_Log):
+    """A log whose ``failed`` raises while ``broken``: a bug in the hand-off itself."""
+
+    broken = True
 
     @property
-    def crowded(self) -> bool:
-        raise ValueError("a bug in the hand-off")
+    def failed(self) -> bool:
+        if self.broken:
+            raise ValueError("a bug in the hand-off")
+        return False
+
+    @failed.setter
+    def failed(self, _value: bool) -> None:
+        pass
 
 
-def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain() -> None:
     """Not only stopped threads (RuntimeError): any failure to hand a flush off answers
     its waiters REQUEST_TIMED_OUT and ends the partition's chain, so the next append
     starts an fsync again (left set, ``flushing`` would hold every later one)."""
 
     async def test() -> None:
         async with _flushing() as (flusher, partition, log, pool):
-            cache = durability.open_files
-            monkeypatch.setattr(durability, "open_files", _CrowdedFails())
-            log.end = 1
+            broken = partition.log = _BrokenLog(log._fd)
+            broken.end = 1
             failed = flusher.wait_durable(partition, 1)
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(failed, 5.0)
             assert raised.value.code == ErrorCode.request_timed_out
-            monkeypatch.setattr(durability, "open_files", cache)
+            broken.broken = False
             later = flusher.wait_durable(partition, 1)
             await _let_a_flush_finish(pool)
             await asyncio.wait_for(later, TIMEOUT_S)
