@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import select
 import signal
 import subprocess
@@ -140,18 +141,28 @@ def test_threads_without_a_priority_take_the_normal_policy_not_their_creators() 
     assert policies == [{os.SCHED_OTHER}]
 
 
+# ioprio_get's system call number: Python has no wrapper for it
+_IOPRIO_GET = {"x86_64": 252, "aarch64": 31}.get(platform.machine())
+
+
 def _io_priority(tid: int) -> int:
     """ioprio_get(IOPRIO_WHO_PROCESS, tid): class << 13 | level; 0 when none was set."""
+    assert _IOPRIO_GET is not None
     libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.syscall(252, 1, tid))  # SYS_ioprio_get on x86-64
+    return int(libc.syscall(_IOPRIO_GET, 1, tid))
 
 
 _BEST_EFFORT_4 = 2 << 13 | 4  # IOPRIO_CLASS_BE, level 4: a nice-0 task's
 
 
-def test_a_prioritised_thread_keeps_its_io_in_the_best_effort_class(tmp_path: Path) -> None:
+@pytest.mark.skipif(_IOPRIO_GET is None, reason="ioprio_get's number known for x86-64, arm64")
+@pytest.mark.parametrize("priority", [1, 0])
+def test_a_pool_thread_keeps_its_io_in_the_best_effort_class(tmp_path: Path, priority: int) -> None:
+    """Whatever its CPU policy (SCHED_FIFO where the process may, else the normal one),
+    the thread's I/O is best-effort at a nice-0 task's level, not derived from SCHED_FIFO
+    (real-time I/O)."""
     before = fsync_threads()
-    pool = FsyncPool(1, priority=1)
+    pool = FsyncPool(1, priority=priority)
     fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
     try:
         os.write(fd, b"x")
@@ -162,6 +173,37 @@ def test_a_prioritised_thread_keeps_its_io_in_the_best_effort_class(tmp_path: Pa
     finally:
         pool.stop()
         os.close(fd)
+
+
+_IDLE_CLASS_CHILD = """
+import ctypes, os, platform, select, sys
+from oncelog.broker._fsync_pool import FsyncPool
+libc = ctypes.CDLL(None)
+number = {"x86_64": (251, 252), "aarch64": (30, 31)}[platform.machine()]
+libc.syscall(number[0], 1, 0, 3 << 13)  # ioprio_set: this process idle (ionice -c3)
+before = set(os.listdir("/proc/self/task"))
+pool = FsyncPool(1, priority=1)
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+os.write(fd, b"x")
+pool.submit(1, fd)
+select.select([pool.fileno()], [], [], 10)
+pool.collect()
+[tid] = set(os.listdir("/proc/self/task")) - before
+print(libc.syscall(number[1], 1, int(tid)) >> 13)
+pool.stop()
+"""
+
+
+@pytest.mark.skipif(_IOPRIO_GET is None, reason="ioprio_get's number known for x86-64, arm64")
+def test_an_io_class_the_operator_set_is_kept(tmp_path: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _IDLE_CLASS_CHILD, str(tmp_path / "f")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "3"  # IOPRIO_CLASS_IDLE, as the process was given
 
 
 _CHECK_AND_FSYNC = """

@@ -239,7 +239,9 @@ class _BrokenLog(_Log):
         pass
 
 
-def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain() -> None:
+def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """Not only stopped threads (RuntimeError): any failure to hand a flush off answers
     its waiters REQUEST_TIMED_OUT and ends the partition's chain, so the next append
     starts an fsync again (left set, ``flushing`` would hold every later one)."""
@@ -252,6 +254,8 @@ def test_a_hand_off_that_fails_by_a_bug_fails_its_waiters_and_ends_the_chain() -
             with pytest.raises(KafkaError) as raised:
                 await asyncio.wait_for(failed, 5.0)
             assert raised.value.code == ErrorCode.request_timed_out
+            [said] = [r for r in caplog.records if "handing off a flush" in r.getMessage()]
+            assert said.exc_info is not None  # the bug's traceback is in the log
             broken.broken = False
             later = flusher.wait_durable(partition, 1)
             await _let_a_flush_finish(pool)

@@ -12,7 +12,7 @@
    interrupted all the same (EINTR), as os.fsync does. Linux only (eventfd).
 
    Given a ``priority``, the threads run SCHED_FIFO at it (their I/O stays best-effort,
-   see keep_best_effort_io): a woken thread takes a CPU at once instead of waiting behind
+   see keep_io_class): a woken thread takes a CPU at once instead of waiting behind
    the loop thread and the producers. On the 2-core VM (ext4 without a journal) this
    mattered more than the disk: a 1 MiB fsync took 0.8 ms alone, but with 1 producer
    committing a transaction every 1,000 records its thread waited 2.5 ms at p90 from the
@@ -52,6 +52,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -72,7 +73,6 @@ typedef struct {
     int stopping;
     int started;  /* threads running (joined by stop) */
     int lock_ready;
-    int priority; /* the SCHED_FIFO priority asked for, 0: none */
     int realtime; /* every thread runs SCHED_FIFO */
     pthread_t *threads;
 } FsyncPool;
@@ -86,18 +86,27 @@ static void append(Job **head, Job **tail, Job *job) {
     *tail = job;
 }
 
-/* A thread with no I/O priority of its own gets its class from its CPU policy: SCHED_FIFO
-   would make its fsync writes real-time I/O, dispatched before every other request of the
-   device (mq-deadline ages the others only after 10 s). Only the CPU policy is wanted: the
-   I/O stays in the best-effort class at the level of a nice-0 task. */
-static void keep_best_effort_io(void) {
-    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, 4));
+/* A thread with no I/O priority of its own (class NONE) gets its class from its CPU
+   policy: SCHED_FIFO would make its fsync writes real-time I/O, dispatched before every
+   other request of the device (mq-deadline ages the others only after 10 s). So a thread
+   of class NONE takes, explicitly, what the kernel derives for a SCHED_OTHER task of its
+   nice value (best-effort, level (nice + 20) / 5); a class set by the operator (ionice of
+   the broker, inherited) is kept. Only the CPU policy changes. */
+static void keep_io_class(void) {
+    int current = (int)syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
+    if (current < 0 || IOPRIO_PRIO_CLASS(current) != IOPRIO_CLASS_NONE)
+        return;
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, 0); /* this thread's */
+    if (errno != 0)
+        nice = 0;
+    syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0,
+            IOPRIO_PRIO_VALUE(IOPRIO_CLASS_BE, (nice + 20) / 5));
 }
 
 static void *serve(void *arg) {
     FsyncPool *pool = arg;
-    if (pool->priority > 0)
-        keep_best_effort_io();
+    keep_io_class();
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         while (pool->queued == NULL && !pool->stopping)
@@ -173,7 +182,6 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
-    self->priority = priority;
     pthread_mutex_init(&self->lock, NULL);
     pthread_cond_init(&self->wake, NULL);
     self->lock_ready = 1;
@@ -193,7 +201,6 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
         int rc = pthread_create(&self->threads[i], &attr, serve, self);
         if (rc == EPERM && self->realtime) { /* no right to SCHED_FIFO: none of them gets it */
             self->realtime = 0;
-            self->priority = 0;
             set_policy(&attr, 0);
             struct sched_param normal = {.sched_priority = 0};
             for (int j = 0; j < i; j++)
