@@ -614,7 +614,7 @@ BROKER_DEFS: tuple[ConfigDef, ...] = (
         1,
         "oncelog only: the SCHED_FIFO priority of the threads that fsync for acks=all, "
         "coordinator writes and markers, where the process may set it (CAP_SYS_NICE or "
-        "RLIMIT_RTPRIO); their I/O stays best-effort. A woken thread then takes a CPU at once "
+        "RLIMIT_RTPRIO); their I/O class is not raised with it. A woken thread takes a CPU at once "
         "instead of waiting behind the event loop and other processes. 0: the normal policy.",
         Range(0, 99),
     ),
