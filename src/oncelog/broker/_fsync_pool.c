@@ -45,7 +45,6 @@
 #include <Python.h>
 
 #include <errno.h>
-#include <linux/ioprio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -55,6 +54,14 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+/* The I/O priority ABI of ioprio_get/ioprio_set (the kernel's linux/ioprio.h, which only
+   kernel headers from 5.15 on ship; the values are the kernel's since 2.6.13). */
+#define IOPRIO_CLASS_SHIFT 13
+#define IOPRIO_PRIO_CLASS(value) (((value) >> IOPRIO_CLASS_SHIFT) & 0x07)
+#define IOPRIO_PRIO_VALUE(class, data) (((class) << IOPRIO_CLASS_SHIFT) | (data))
+enum { IOPRIO_CLASS_NONE = 0, IOPRIO_CLASS_BE = 2 };
+enum { IOPRIO_WHO_PROCESS = 1 };
 
 typedef struct Job {
     struct Job *next;
@@ -199,7 +206,9 @@ static int pool_init(FsyncPool *self, PyObject *args, PyObject *kwds) {
     set_policy(&attr, priority);
     for (int i = 0; i < count; i++) {
         int rc = pthread_create(&self->threads[i], &attr, serve, self);
-        if (rc == EPERM && self->realtime) { /* no right to SCHED_FIFO: none of them gets it */
+        /* No SCHED_FIFO for this one (EPERM: no right to it; a sandbox may answer
+           otherwise): none of them gets it, rather than a broker that does not start. */
+        if (rc != 0 && self->realtime) {
             self->realtime = 0;
             set_policy(&attr, 0);
             struct sched_param normal = {.sched_priority = 0};

@@ -488,9 +488,8 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
             # next request (a producer's next AddPartitionsToTxn) appends after it, and the
             # fsync that request waits for covers both, one fsync round fewer per
             # transaction (issue 12). The wait below then finds it durable; without such a
-            # request it asks for the fsync itself. Until then the id reads as prepared, as
-            # while any COMPLETE is written, and a crash leaves the PREPARE record for the
-            # next load to complete, as it always could.
+            # request it asks for the fsync itself. A crash before then leaves the PREPARE
+            # record for the next load to complete, as it always could.
             if completing.result.records:  # else stale: nothing was appended
                 await asyncio.sleep(COMPLETION_FSYNC_DELAY_S)
             await completing.settled()
