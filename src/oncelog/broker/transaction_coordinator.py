@@ -514,30 +514,23 @@ class TransactionCoordinator(LedCoordinator[TransactionCoordinatorShard]):
         always 0), so only those causes remain, and a transaction left prepared would stay
         so for good (every restart resends the marker into the same refusal; the id
         answers CONCURRENT_TRANSACTIONS meanwhile): it is completed, the partition named."""
-        tid = marker.transactional_id
-        if self.elected:
-            log.warning(
-                "marker of %r (producer %d epoch %d) for %s-%d refused (%s): leaving the "
-                "transaction prepared; a newer coordinator completes it, if one exists",
-                tid,
-                marker.producer_id,
-                marker.producer_epoch,
-                topic,
-                index,
-                code.name,
-            )
-            return False
+        outcome = (
+            "leaving the transaction prepared; a newer coordinator completes it, if one exists"
+            if self.elected
+            else "completing the transaction without it; that partition holds state of a "
+            "newer epoch"
+        )
         log.warning(
-            "marker of %r (producer %d epoch %d) for %s-%d refused (%s): completing the "
-            "transaction without it; that partition holds state of a newer epoch",
-            tid,
+            "marker of %r (producer %d epoch %d) for %s-%d refused (%s): %s",
+            marker.transactional_id,
             marker.producer_id,
             marker.producer_epoch,
             topic,
             index,
             code.name,
+            outcome,
         )
-        return True
+        return not self.elected
 
     # -- timers ------------------------------------------------------------------------------
 
